@@ -1,0 +1,94 @@
+"""The row schema of results.csv: one dataclass, one tidy row per sweep point.
+
+Core columns are a contract (design.md): more may be added, none renamed or removed.
+Bump SCHEMA_VERSION when a column's meaning changes; readers refuse rows of a newer schema.
+Units are in the names: milliseconds, bytes, FLOPs, seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "oom", "skipped_budget", "unsupported", "invalid", "error")
+
+
+@dataclass
+class Row:
+    # outcome
+    status: str = "error"  # one of STATUSES
+    error: str = ""  # one line; empty when ok
+    # the point (sweep axes)
+    backend: str = ""
+    kernel: str = ""  # the back end's variant: sdpa kernel, chunk sizes, upcast softmax, ...
+    backend_options: str = ""  # JSON of the back end's options as given
+    precision: str = ""
+    device: str = ""  # cpu | cuda
+    device_name: str = ""
+    mode: str = ""
+    scope: str = ""
+    batch: int | None = None
+    heads: int | None = None
+    q_len: int | None = None
+    seq_len: int | None = None
+    head_dim: int | None = None
+    d_model: int | None = None
+    causal: bool | None = None
+    scale: str = ""  # "auto" | "none" | number, as configured
+    scale_value: float | None = None  # the factor actually applied to the logits
+    input_std: float | None = None
+    seed: int | None = None
+    # time (median and 20th/80th percentiles over time_samples timed calls)
+    time_ms: float | None = None
+    time_ms_p20: float | None = None
+    time_ms_p80: float | None = None
+    time_samples: int | None = None
+    # memory beyond the inputs
+    peak_mem_bytes: int | None = None
+    predicted_mem_bytes: int | None = None
+    predicted_time_ms: float | None = None
+    # work
+    flops: float | None = None
+    tflops: float | None = None
+    device_peak_tflops: float | None = None
+    # accuracy against the float64 reference, on sampled query rows
+    accuracy_rows: int | None = None
+    max_abs_err: float | None = None
+    rel_rms_err: float | None = None
+    nonfinite_frac: float | None = None
+    grad_max_abs_err: float | None = None
+    grad_rel_rms_err: float | None = None
+    # numerical stability, same rows, the point's own precision
+    logit_std: float | None = None
+    softmax_entropy: float | None = None
+    max_weight: float | None = None
+    saturated_frac: float | None = None
+    grad_norm_q: float | None = None
+    grad_norm_k: float | None = None
+    grad_nonfinite_frac: float | None = None
+    # harness cost: seconds spent in warm-up + timed calls, and the whole job's wall time
+    measure_s: float | None = None
+    job_wall_s: float | None = None
+    jobs_sharing_device: int | None = None
+    # environment: enough to tell two GPUs of the same name apart in a merged table
+    device_capability: str = ""
+    device_mem_bytes: int | None = None
+    driver_version: str = ""
+    cuda_version: str = ""
+    cpu_model: str = ""
+    num_threads: int | None = None
+    hostname: str = ""
+    torch_version: str = ""
+    git_sha: str = ""
+    timestamp: str = ""  # ISO 8601, UTC
+    schema_version: int = SCHEMA_VERSION
+    # bookkeeping for resume: a stable hash of the point (sweep axes + back end options)
+    point_id: str = ""
+    sweep_id: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row))
