@@ -1,0 +1,65 @@
+"""Devices compared: each device's speed relative to a baseline device on the same points."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.cost import variant_labels
+from analysis.slices import self_attention
+
+# A point measured on two devices matches on every sweep axis (the device itself aside).
+MATCH_KEY = ("backend", "backend_options", "precision", "mode", "scope", "batch", "heads", "q_len", "seq_len",
+             "head_dim", "causal", "scale", "input_std", "seed")
+
+
+def pick_baseline(rows: pd.DataFrame, wanted: str | None) -> tuple[str, str | None]:
+    """The baseline device label, and a one-line note when `wanted` matched nothing.
+
+    `wanted` matches a device label or name exactly or as a case-insensitive substring;
+    by default the device with the most ok rows is the baseline.
+    """
+    ok = rows[rows["status"] == "ok"]
+    counts = ok.groupby("device_label").size().sort_index()
+    default = str(counts.sort_values(ascending=False, kind="stable").index[0])
+    if not wanted:
+        return default, None
+    for column in ("device_label", "device_name"):
+        exact = ok[ok[column] == wanted]["device_label"].unique()
+        if len(exact):
+            return str(exact[0]), None
+    loose = ok[ok["device_label"].str.contains(wanted, case=False, regex=False)
+               | ok["device_name"].str.contains(wanted, case=False, regex=False)]["device_label"].unique()
+    if len(loose):
+        return str(sorted(loose)[0]), None
+    return default, (f"baseline_device: {wanted!r} matches none of {', '.join(counts.index)}; "
+                     f"using {default!r} (most rows)")
+
+
+def device_speedups(rows: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """One row per (device, point) measured on both it and the baseline: speedup = t_baseline / t_device."""
+    ok = self_attention(rows)
+    ok = ok[(ok["status"] == "ok") & (ok["time_ms"] > 0)]
+    ok = ok.assign(label=variant_labels(ok))
+    key = list(MATCH_KEY)
+    med = ok.groupby(key + ["device_label", "label"], dropna=False)["time_ms"].median().reset_index()
+    base = med[med["device_label"] == baseline].drop(columns=["device_label", "label"])
+    base = base.rename(columns={"time_ms": "baseline_time_ms"})
+    others = med[med["device_label"] != baseline]
+    merged = others.merge(base, on=key, how="inner")
+    merged["speedup"] = merged["baseline_time_ms"] / merged["time_ms"]
+    return merged
+
+
+def speedup_table(speedups: pd.DataFrame) -> pd.DataFrame:
+    """Per device and back end: matched points, geometric-mean, min and max speed-up, and at the largest n."""
+    out = []
+    for (device, label), group in speedups.groupby(["device_label", "label"], sort=True):
+        largest = group[group["seq_len"] == group["seq_len"].max()]
+        out.append({"device": device, "backend": label, "points": len(group),
+                    "geomean_speedup": float(np.exp(np.log(group["speedup"]).mean())),
+                    "min_speedup": float(group["speedup"].min()), "max_speedup": float(group["speedup"].max()),
+                    "largest_n": int(group["seq_len"].max()),
+                    "speedup_at_largest_n": float(np.exp(np.log(largest["speedup"]).mean()))})
+    return pd.DataFrame(out, columns=["device", "backend", "points", "geomean_speedup", "min_speedup",
+                                      "max_speedup", "largest_n", "speedup_at_largest_n"])

@@ -1,0 +1,152 @@
+"""The cost family's numbers: per precision and device, one line per back end and mask,
+a metric (time, memory, TFLOP/s) vs seq_len with its power-law fit.
+
+Figures 1-4, the exponent table and the cost claims all read these, so a number in the
+report is the number in the figure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analysis.fit import PowerFit, fit_power_law
+from analysis.slices import fix_axes, self_attention
+
+FAILED_STATUSES = ("oom", "skipped_budget")
+# The axes a cost line holds fixed within one precision x device panel.
+COST_FIXED = ("scope", "mode", "batch", "head_dim", "heads", "scale", "input_std")
+COST_VARY = ("seq_len", "backend", "backend_options", "causal")
+
+
+@dataclass
+class Line:
+    label: str  # back end, plus its options when one back end ran with several
+    backend: str
+    causal: bool
+    points: pd.DataFrame  # seq_len, value, low, high (medians over seeds; low/high: p20/p80 for time)
+    fit: PowerFit | None
+
+
+@dataclass
+class Facet:
+    precision: str
+    device_label: str
+    slice_text: str
+    lines: list[Line]
+    failed: pd.DataFrame  # oom / skipped_budget rows of the slice, with `label`
+    device_mem_bytes: float = math.nan
+    device_peak_tflops: float = math.nan
+    slice_rows: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def title(self) -> str:
+        return f"{self.precision} · {self.device_label}"
+
+
+def variant_labels(rows: pd.DataFrame) -> pd.Series:
+    """'chunked' or, when one back end ran with several option sets, 'chunked (q_chunk=256)'."""
+    labels = rows["backend"].copy()
+    for backend, group in rows.groupby("backend"):
+        if group["backend_options"].nunique() > 1:
+            labels[group.index] = backend + " (" + group["backend_options"].map(_options_text) + ")"
+    return labels
+
+
+def _options_text(text: str) -> str:
+    try:
+        options = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return text
+    if not isinstance(options, dict) or not options:
+        return "defaults"
+    return ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
+
+
+def cost_facets(rows: pd.DataFrame, metric: str) -> list[Facet]:
+    """Per (precision, device): lines of `metric` vs seq_len; panels with no line of 2+ sizes are dropped."""
+    rows = self_attention(rows)
+    facets: list[Facet] = []
+    for (precision, device), panel in rows.groupby(["precision", "device_label"], sort=True):
+        chosen = fix_axes(panel, COST_FIXED, COST_VARY)
+        part = chosen.rows.assign(label=variant_labels(chosen.rows))
+        ok = part[(part["status"] == "ok") & np.isfinite(part[metric]) & (part[metric] > 0)]
+        lines: list[Line] = []
+        for (label, causal), group in ok.groupby(["label", "causal"], sort=True):
+            points = _points(group, metric)
+            fit = fit_power_law(points["seq_len"].to_numpy(), points["value"].to_numpy())
+            lines.append(Line(label, group["backend"].iloc[0], bool(causal), points, fit))
+        if not any(len(line.points) >= 2 for line in lines):
+            continue
+        failed = part[part["status"].isin(FAILED_STATUSES)]
+        facets.append(Facet(
+            precision=str(precision), device_label=str(device),
+            slice_text=chosen.describe(always=("head_dim", "heads", "scale")),
+            lines=lines, failed=failed,
+            device_mem_bytes=float(panel["device_mem_bytes"].median()),
+            device_peak_tflops=float(part["device_peak_tflops"].median()),
+            slice_rows=part))
+    return facets
+
+
+def _points(group: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """One point per seq_len: the median over seeds, with the p20/p80 band where there is one."""
+    agg = {"value": (metric, "median")}
+    if metric == "time_ms":
+        agg.update(low=("time_ms_p20", "median"), high=("time_ms_p80", "median"))
+    points = group.groupby("seq_len", sort=True).agg(**agg).reset_index()
+    if "low" not in points:
+        points["low"] = points["value"]
+        points["high"] = points["value"]
+    return points
+
+
+def causal_ratios(facet: Facet) -> pd.DataFrame:
+    """time(no mask) / time(causal) per back end and seq_len, where both were measured."""
+    out = []
+    by_key = {(line.label, line.causal): line for line in facet.lines}
+    for (label, causal), line in by_key.items():
+        if causal or (label, True) not in by_key:
+            continue
+        masked = by_key[(label, True)].points.set_index("seq_len")["value"]
+        full = line.points.set_index("seq_len")["value"]
+        both = full.index.intersection(masked.index)
+        for n in both:
+            out.append({"label": label, "backend": line.backend, "seq_len": float(n),
+                        "ratio": float(full[n] / masked[n])})
+    return pd.DataFrame(out, columns=["label", "backend", "seq_len", "ratio"])
+
+
+def ideal_causal_ratio(n: np.ndarray | float) -> np.ndarray | float:
+    """n^2 / (n(n+1)/2): the saving if a kernel computed only the unmasked scores."""
+    return 2.0 * np.asarray(n, dtype=float) / (np.asarray(n, dtype=float) + 1.0)
+
+
+def exponent_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Fitted time and memory exponents per device, precision, back end and mask."""
+    records: dict[tuple, dict] = {}
+    for metric, prefix in (("time_ms", "time"), ("peak_mem_bytes", "mem")):
+        for facet in cost_facets(rows, metric):
+            for line in facet.lines:
+                key = (facet.device_label, facet.precision, line.label, line.causal)
+                rec = records.setdefault(key, {
+                    "device": facet.device_label, "precision": facet.precision, "backend": line.label,
+                    "causal": line.causal, "slice": facet.slice_text})
+                fit = line.fit
+                rec[f"{prefix}_exponent"] = fit.exponent if fit else math.nan
+                rec[f"{prefix}_ci_low"] = fit.ci_low if fit else math.nan
+                rec[f"{prefix}_ci_high"] = fit.ci_high if fit else math.nan
+                rec[f"{prefix}_sizes"] = (f"{fit.n_min:.0f}–{fit.n_max:.0f} ({fit.n_points})" if fit else "")
+                if prefix == "mem" and fit:
+                    rec["mem_ratio_4k_128k"] = fit.ratio(4096, 131072)[0]
+    columns = ["device", "precision", "backend", "causal", "time_exponent", "time_ci_low", "time_ci_high",
+               "time_sizes", "mem_exponent", "mem_ci_low", "mem_ci_high", "mem_sizes", "mem_ratio_4k_128k", "slice"]
+    table = pd.DataFrame(list(records.values()))
+    for col in columns:
+        if col not in table:
+            table[col] = math.nan if col not in ("time_sizes", "mem_sizes", "slice") else ""
+    return table[columns].sort_values(["device", "precision", "backend", "causal"]).reset_index(drop=True)

@@ -1,0 +1,26 @@
+"""The report's figures, in order: each takes the merged rows and a Context and returns Made or Skipped."""
+
+from __future__ import annotations
+
+from analysis.figures.accuracy import accuracy_vs_seq_len
+from analysis.figures.causal import causal_saving
+from analysis.figures.common import Context, Made, Skipped
+from analysis.figures.cost import memory_vs_seq_len, throughput_vs_seq_len, time_vs_seq_len
+from analysis.figures.devices import devices_compared
+from analysis.figures.heads import heads_at_fixed_width
+from analysis.figures.overflow import low_precision_overflow
+from analysis.figures.stability import scaling_stability
+
+FIGURES = (
+    time_vs_seq_len,  # 1
+    memory_vs_seq_len,  # 2
+    throughput_vs_seq_len,  # 3
+    causal_saving,  # 4
+    scaling_stability,  # 5
+    low_precision_overflow,  # 6
+    accuracy_vs_seq_len,  # 7
+    heads_at_fixed_width,  # 8
+    devices_compared,  # 9
+)
+
+__all__ = ["FIGURES", "Context", "Made", "Skipped"]

@@ -1,0 +1,168 @@
+"""Figures 1-3: time, peak memory and TFLOP/s vs seq_len, per back end and mask,
+one panel per precision x device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.cost import Facet, cost_facets
+from analysis.figures.common import (
+    Context, Made, Skipped, bytes_formatter, causal_style, color_for, guide_lines, legend_right,
+    log_if_spans, mark_failed, save, set_log2_ticks, subplots,
+)
+
+EXPERIMENT = "quadratic_cost (or the default sweep)"
+
+
+def _grid(facets: list[Facet]):
+    precisions = sorted({f.precision for f in facets}, key=_precision_order)
+    devices = sorted({f.device_label for f in facets})
+    fig, axes = subplots(len(precisions), len(devices), 7.6, 3.7)
+    placed = {}
+    for f in facets:
+        placed[(f.precision, f.device_label)] = axes[precisions.index(f.precision)][devices.index(f.device_label)]
+    for r, precision in enumerate(precisions):  # an empty cell says so instead of staying blank
+        for c, device in enumerate(devices):
+            if (precision, device) not in placed:
+                axes[r][c].set_axis_off()
+                axes[r][c].text(0.5, 0.5, f"{precision} · {device}: not measured", ha="center",
+                                transform=axes[r][c].transAxes, color="0.4")
+    return fig, placed
+
+
+def _precision_order(p: str) -> int:
+    order = ["fp64", "fp32", "tf32", "bf16", "fp16"]
+    return order.index(p) if p in order else len(order)
+
+
+def _draw_lines(ax, facet: Facet, label_of) -> None:
+    for line in facet.lines:
+        pts = line.points
+        color = color_for(line.label)
+        ax.plot(pts["seq_len"], pts["value"], color=color, label=label_of(line), linewidth=1.6,
+                markersize=4.5, **causal_style(line.causal))
+        if (pts["high"] > pts["low"]).any():
+            ax.fill_between(pts["seq_len"], pts["low"], pts["high"], color=color, alpha=0.15, linewidth=0)
+
+
+def _mask_text(causal: bool) -> str:
+    return "causal" if causal else "no mask"
+
+
+def _row_color(facet: Facet):
+    return lambda row: color_for(row["label"])
+
+
+def time_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
+    name, title = "fig1_time_vs_seq_len", "Time vs sequence length"
+    facets = cost_facets(rows, "time_ms")
+    if not facets:
+        return Skipped(name, title, "no back end was timed at two or more seq_len values", EXPERIMENT)
+    fig, placed = _grid(facets)
+    for facet in facets:
+        ax = placed[(facet.precision, facet.device_label)]
+        _draw_lines(ax, facet, lambda line: f"{line.label}, {_mask_text(line.causal)}: "
+                    + (line.fit.label() if line.fit else "no fit"))
+        values = pd.concat([l.points for l in facet.lines])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        first = values[values["seq_len"] == values["seq_len"].min()]["value"]
+        guide_lines(ax, values["seq_len"].min(), values["seq_len"].max(), float(np.exp(np.log(first).mean())))
+        failed = mark_failed(ax, facet.failed, None, _row_color(facet))
+        set_log2_ticks(ax, pd.concat([values["seq_len"], facet.failed["seq_len"]]))
+        ax.set_xlabel("sequence length n (tokens)")
+        ax.set_ylabel("time per call, median (ms)")
+        ax.set_title(f"{facet.title}\n{facet.slice_text}")
+        legend_right(ax, failed)
+    fig.suptitle("Time vs n, log-log; legend: fitted exponent b with 95% CI (larger sizes); band: p20–p80")
+    return Made(name, title,
+                "Each line is one back end with (dashed) or without (solid) a causal mask; on log-log axes a "
+                "slope of 2 (the grey dash-dot guide) is quadratic growth, and the legend gives each line's "
+                "fitted slope b with its 95% interval over the larger sizes.",
+                save(fig, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets])
+
+
+def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
+    name, title = "fig2_memory_vs_seq_len", "Peak memory vs sequence length"
+    facets = cost_facets(rows, "peak_mem_bytes")
+    if not facets:
+        return Skipped(name, title, "no back end has a positive peak memory at two or more seq_len values",
+                       EXPERIMENT)
+    fig, placed = _grid(facets)
+    notes = []
+    for facet in facets:
+        ax = placed[(facet.precision, facet.device_label)]
+
+        def label(line):
+            if not line.fit:
+                return f"{line.label}, {_mask_text(line.causal)}: no fit"
+            ratio = line.fit.ratio(4096, 131072)[0]
+            return f"{line.label}, {_mask_text(line.causal)}: {line.fit.label()}, 4K→128K ×{ratio:,.0f}"
+
+        _draw_lines(ax, facet, label)
+        # The analytic prediction, thin and dotted, so a reader sees where measurement and model part.
+        pred = facet.slice_rows[(facet.slice_rows["status"] == "ok") & (facet.slice_rows["predicted_mem_bytes"] > 0)]
+        for (lab, causal), group in pred.groupby(["label", "causal"]):
+            g = group.groupby("seq_len")["predicted_mem_bytes"].median()
+            ax.plot(g.index, g.values, color=color_for(lab), linestyle=":", linewidth=0.9, alpha=0.8)
+        values = pd.concat([l.points for l in facet.lines])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        first = values[values["seq_len"] == values["seq_len"].min()]["value"]
+        guide_lines(ax, values["seq_len"].min(), values["seq_len"].max(), float(np.exp(np.log(first).mean())))
+        handles = mark_failed(ax, facet.failed, "predicted_mem_bytes", _row_color(facet))
+        ceiling = facet.device_mem_bytes
+        top = max(values["value"].max(), facet.failed["predicted_mem_bytes"].max() if len(facet.failed) else 0)
+        if np.isfinite(ceiling) and ceiling > 0 and (len(facet.failed) or ceiling <= 1000 * top):
+            ax.axhline(ceiling, color="black", linewidth=1.2, label=f"device memory {ceiling / 2**30:.0f} GiB")
+        elif np.isfinite(ceiling) and ceiling > 0:
+            notes.append(f"{facet.title}: device memory {ceiling / 2**30:.0f} GiB is >1000x above the largest "
+                         "point and not drawn")
+        if not pred.empty:
+            from matplotlib.lines import Line2D
+            handles.append(Line2D([], [], color="0.3", linestyle=":", label="analytic prediction (dotted)"))
+        ax.yaxis.set_major_formatter(bytes_formatter())
+        set_log2_ticks(ax, pd.concat([values["seq_len"], facet.failed["seq_len"]]))
+        ax.set_xlabel("sequence length n (tokens)")
+        ax.set_ylabel("peak memory beyond inputs (bytes)")
+        ax.set_title(f"{facet.title}\n{facet.slice_text}")
+        legend_right(ax, handles)
+    fig.suptitle("Peak memory vs n, log-log; legend: fitted exponent b (95% CI) and the 4K→128K growth it implies")
+    return Made(name, title,
+                "Solid/dashed lines are measured peak memory beyond the inputs (no mask/causal), dotted lines the "
+                "analytic prediction; the legend's b is the fitted slope over the larger sizes and ×R the growth "
+                "from 4K to 128K tokens it extrapolates (the chapter's 1024x is b = 2); the black line is the "
+                "device's memory and X / v mark points that ran out of memory or were skipped by the budget guard.",
+                save(fig, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets] + notes)
+
+
+def throughput_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
+    name, title = "fig3_throughput_vs_seq_len", "Throughput vs sequence length"
+    facets = cost_facets(rows, "tflops")
+    if not facets:
+        return Skipped(name, title, "no TFLOP/s at two or more seq_len values", EXPERIMENT)
+    fig, placed = _grid(facets)
+    for facet in facets:
+        ax = placed[(facet.precision, facet.device_label)]
+        _draw_lines(ax, facet, lambda line: f"{line.label}, {_mask_text(line.causal)}")
+        values = pd.concat([l.points for l in facet.lines])
+        peak = facet.device_peak_tflops
+        shown = list(values["value"])
+        if np.isfinite(peak) and peak > 0:
+            ax.axhline(peak, color="black", linewidth=1.2, label=f"measured matmul peak {peak:.3g} TFLOP/s")
+            shown.append(peak)
+        log_if_spans(ax, shown, "y", decades=1.0)
+        if ax.get_yscale() != "log":
+            ax.set_ylim(bottom=0)
+        set_log2_ticks(ax, values["seq_len"])
+        ax.set_xlabel("sequence length n (tokens)")
+        ax.set_ylabel("achieved throughput (TFLOP/s)")
+        ax.set_title(f"{facet.title}\n{facet.slice_text}")
+        legend_right(ax)
+    fig.suptitle("Achieved TFLOP/s (useful attention FLOPs / median time) vs the device's measured matmul peak")
+    return Made(name, title,
+                "Each line is the attention FLOPs (only unmasked scores counted) divided by the median time; the "
+                "black line is the same device's measured matmul peak, so the gap is the fraction of the hardware "
+                "a back end leaves unused.",
+                save(fig, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets])

@@ -1,0 +1,67 @@
+"""Figure 6: low-precision overflow, the fraction of non-finite outputs vs input std (or d_k)."""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.lines import Line2D
+
+from analysis.figures.common import Context, Made, Skipped, save, set_log2_ticks, subplots
+from analysis.figures.cost import _precision_order
+from analysis.figures.stability import SCALE_COLORS
+from analysis.slices import fix_axes, number_text, scale_text, self_attention
+
+LOW_PRECISIONS = ("fp16", "bf16")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+STYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (1, 2)))
+EXPERIMENT = "scaling_stability (precision=fp16,bf16 with input_std varied)"
+
+
+def overflow_slice(rows: pd.DataFrame):
+    rows = self_attention(rows)
+    rows = rows[rows["scale"].isin(["auto", "none"]) & rows["nonfinite_frac"].notna()]
+    if not rows["precision"].isin(LOW_PRECISIONS).any():
+        return None, None
+    x = "input_std" if rows["input_std"].nunique() > 1 else "head_dim"
+    fixed = ["device_label", "backend", "scope", "mode", "seq_len", "causal", "heads", "batch"]
+    if x == "head_dim":
+        fixed.append("input_std")
+    chosen = fix_axes(rows, fixed, (x, "scale", "precision", "head_dim"))
+    return chosen, x
+
+
+def low_precision_overflow(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
+    name, title = "fig6_low_precision_overflow", "Low-precision overflow"
+    chosen, x = overflow_slice(rows)
+    if chosen is None:
+        return Skipped(name, title, "no fp16/bf16 rows with a measured non-finite fraction", EXPERIMENT)
+    ok = chosen.rows[chosen.rows["status"] == "ok"]
+    if ok[x].nunique() < 2:
+        return Skipped(name, title, "fp16/bf16 rows exist but neither input_std nor head_dim varies", EXPERIMENT)
+    precisions = sorted(ok["precision"].unique(), key=_precision_order)
+    head_dims = sorted(ok["head_dim"].unique())[-len(MARKERS):] if x == "input_std" else [None]
+    fig, axes = subplots(1, len(precisions), 4.4, 3.6, sharey=True)
+    for ax, precision in zip(axes[0], precisions):
+        part = ok[ok["precision"] == precision]
+        for scale, by_scale in part.groupby("scale", sort=True):
+            for i, d in enumerate(head_dims):
+                group = by_scale if d is None else by_scale[by_scale["head_dim"] == d]
+                series = group.groupby(x)["nonfinite_frac"].median()
+                if series.empty:
+                    continue
+                ax.plot(series.index, series.values, color=SCALE_COLORS.get(scale, "0.3"), marker=MARKERS[i],
+                        linestyle=STYLES[i], markersize=4.5, linewidth=1.5)
+        set_log2_ticks(ax, part[x], text=lambda v: number_text(float(v)))
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_xlabel("input standard deviation s of Q, K, V" if x == "input_std" else "head dimension d_k")
+        ax.set_ylabel("fraction of non-finite outputs (0–1)")
+        ax.set_title(precision)
+    handles = [Line2D([], [], color=c, label=scale_text(s)) for s, c in SCALE_COLORS.items() if s in set(ok["scale"])]
+    if x == "input_std":
+        handles += [Line2D([], [], color="0.3", marker=MARKERS[i], linestyle=STYLES[i], label=f"d_k={number_text(float(d))}")
+                    for i, d in enumerate(head_dims)]
+    fig.legend(handles=handles, loc="outside right center")
+    fig.suptitle(f"Non-finite outputs (inf/NaN) by precision — {chosen.describe(always=('seq_len', 'backend'))}")
+    return Made(name, title,
+                "Each panel is one precision; a line above 0 means some outputs became inf or NaN (fp16's largest "
+                "finite value is 65504, bf16 shares fp32's range), orange without the 1/√d_k scale and blue with it.",
+                save(fig, ctx, name), [f"{chosen.describe(always=('seq_len', 'backend'))}"])

@@ -1,0 +1,70 @@
+"""Figure 5: logit std, softmax entropy, max weight and gradient norm vs d_k, scaled vs unscaled."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.lines import Line2D
+
+from analysis.figures.common import Context, Made, Skipped, log_if_spans, save, set_log2_ticks, subplots
+from analysis.slices import number_text, scale_text
+from analysis.stability import stability_points, stability_slice, theory_logit_std
+
+SCALE_COLORS = {"auto": "#0072B2", "none": "#D55E00"}
+PRECISION_STYLES = {"fp32": "-", "fp16": "--", "bf16": "-.", "fp64": ":", "tf32": (0, (5, 1, 1, 1))}
+PANELS = (
+    ("logit_std", "logit standard deviation (unitless)", "log"),
+    ("softmax_entropy", "softmax entropy / log(keys) (0 = one-hot, 1 = uniform)", "linear"),
+    ("max_weight", "mean largest attention weight (0–1)", "auto"),
+    ("grad_norm_q", "gradient norm ‖∂loss/∂Q‖ (unitless)", "log"),
+)
+
+
+def scaling_stability(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
+    name, title = "fig5_scaling_stability", "Scaling stability vs d_k"
+    experiment = "scaling_stability (or the default sweep's head_dim x scale grid)"
+    chosen = stability_slice(rows)
+    points = stability_points(chosen) if chosen else pd.DataFrame()
+    if points.empty or points["head_dim"].nunique() < 2 or points["scale"].nunique() < 2:
+        return Skipped(name, title, "needs ok rows at two or more head_dim values both with and without the scale",
+                       experiment)
+    input_std = float(chosen.fixed.get("input_std", 1.0))
+    fig, axes = subplots(1, len(PANELS), 4.0, 3.6)
+    notes = []
+    for ax, (metric, ylabel, yscale) in zip(axes[0], PANELS):
+        data = points[points[metric].notna()]
+        if data.empty:
+            ax.text(0.5, 0.5, f"{metric}: not measured\n(needs mode=fwd_bwd)" if metric.startswith("grad")
+                    else f"{metric}: not measured", ha="center", va="center", transform=ax.transAxes, color="0.4")
+            notes.append(f"{metric} not measured in this slice")
+        for (precision, scale), group in data.groupby(["precision", "scale"], sort=True):
+            ax.plot(group["head_dim"], group[metric], color=SCALE_COLORS.get(scale, "0.3"),
+                    linestyle=PRECISION_STYLES.get(precision, "-"), marker="o", markersize=4, linewidth=1.6)
+        if metric == "logit_std":
+            d = np.geomspace(points["head_dim"].min(), points["head_dim"].max(), 50)
+            ax.plot(d, theory_logit_std(d, "none", input_std), color="black", linewidth=0.9, linestyle=(0, (1, 1)))
+            ax.plot(d, theory_logit_std(d, "auto", input_std), color="0.5", linewidth=0.9, linestyle=(0, (1, 1)))
+        if yscale == "log":
+            ax.set_yscale("log")
+        elif yscale == "auto":
+            log_if_spans(ax, data[metric], "y", decades=1.0)
+        if ax.get_yscale() == "linear":
+            ax.set_ylim(0, 1.05)
+        set_log2_ticks(ax, points["head_dim"], text=lambda v: number_text(float(v)))
+        ax.set_xlabel("head dimension d_k")
+        ax.set_ylabel(ylabel)
+        ax.set_title(metric)
+    sigma = number_text(input_std)
+    handles = [Line2D([], [], color=c, marker="o", label=scale_text(s)) for s, c in SCALE_COLORS.items()
+               if s in set(points["scale"])]
+    handles += [Line2D([], [], color="0.2", linestyle=PRECISION_STYLES.get(p, "-"), label=p)
+                for p in sorted(points["precision"].unique())]
+    handles += [Line2D([], [], color="black", linestyle=(0, (1, 1)), label=f"theory unscaled: {sigma}²·√d_k"),
+                Line2D([], [], color="0.5", linestyle=(0, (1, 1)), label=f"theory scaled: {sigma}² ")]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 7))
+    fig.suptitle(f"Scaled (1/√d_k) vs unscaled logits as d_k grows — {chosen.describe(always=('seq_len', 'backend'))}")
+    return Made(name, title,
+                "Blue is the standard 1/√d_k scale, orange the unscaled ablation; in the first panel the dotted "
+                "theory lines are s²·√d_k and s² (s = input std), and as d_k grows the unscaled logits spread, the "
+                "softmax turns one-hot (entropy → 0, largest weight → 1) and its gradient shrinks.",
+                save(fig, ctx, name), [f"{chosen.describe(always=('seq_len', 'backend'))}"] + notes)

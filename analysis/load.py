@@ -1,0 +1,231 @@
+"""Read results.csv files into one tidy DataFrame: validated, typed, merged, newest row kept.
+
+Every problem with an input is one line naming the file and the column; the other
+inputs are still used. `load` raises `NoUsableResults` only when nothing is left.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from selfattn.results import COLUMNS, SCHEMA_VERSION, STATUSES
+
+# Without these a row cannot be placed in any figure or merged with another file.
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "status", "backend", "precision", "device", "device_name", "mode", "scope",
+    "heads", "seq_len", "head_dim", "causal", "scale", "schema_version",
+)
+TEXT_COLUMNS: tuple[str, ...] = (
+    "status", "error", "backend", "kernel", "backend_options", "precision", "device",
+    "device_name", "mode", "scope", "scale", "device_capability", "driver_version",
+    "cuda_version", "cpu_model", "hostname", "torch_version", "git_sha", "timestamp",
+    "point_id", "sweep_id",
+)
+NUMERIC_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in TEXT_COLUMNS and c != "causal")
+# A point is these sweep axes; the same point on the same device measured twice keeps the newest row.
+POINT_AXES: tuple[str, ...] = (
+    "backend", "backend_options", "precision", "mode", "scope", "batch", "heads",
+    "q_len", "seq_len", "head_dim", "causal", "scale", "input_std", "seed",
+)
+DEVICE_ID: tuple[str, ...] = ("device", "device_name", "device_capability", "hostname")
+
+
+class NoUsableResults(ValueError):
+    """None of the given paths held a usable row."""
+
+
+@dataclass
+class Loaded:
+    rows: pd.DataFrame  # one row per (point, device), typed, plus derived columns (see _derive)
+    problems: list[str] = field(default_factory=list)  # one line each: "<file>: <column>: <what>"
+    files: list[Path] = field(default_factory=list)  # the CSV files that contributed rows
+    rows_read: int = 0
+    duplicates_dropped: int = 0
+
+
+def find_csvs(path: Path) -> list[Path]:
+    """A results CSV itself, or every results.csv below a folder (sorted, so merges are repeatable)."""
+    if path.is_dir():
+        return sorted(path.rglob("results.csv"))
+    if path.is_file():
+        return [path]
+    return []
+
+
+def read_csv(path: Path) -> tuple[pd.DataFrame | None, list[str]]:
+    """One file -> typed rows (or None) and its problems, each one line naming the file and column."""
+    problems: list[str] = []
+    try:
+        # Read everything as text first: the schema, not pandas' guess, decides the types.
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, OSError) as exc:
+        return None, [f"{path}: not a readable CSV ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"]
+    missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
+    if missing:
+        return None, [f"{path}: missing required column {missing[0]!r}"
+                      + (f" (and {', '.join(map(repr, missing[1:]))})" if len(missing) > 1 else "")
+                      + "; file skipped"]
+    if raw.empty:
+        return None, [f"{path}: no result rows (header only); file skipped"]
+    df = raw.copy()
+    for col in COLUMNS:
+        if col not in df.columns:  # older files lack newer optional columns
+            df[col] = "" if col in TEXT_COLUMNS else np.nan
+    for col in TEXT_COLUMNS:
+        df[col] = df[col].fillna("").astype(str).str.strip()
+    for col in NUMERIC_COLUMNS:
+        df[col] = pd.to_numeric(df[col].replace("", np.nan), errors="coerce")
+    df["causal"] = df["causal"].map(_parse_bool)
+
+    keep = pd.Series(True, index=df.index)
+    newer = df["schema_version"] > SCHEMA_VERSION
+    if newer.any():
+        problems.append(f"{path}: column 'schema_version': {int(newer.sum())} rows of schema "
+                        f"{int(df.loc[newer, 'schema_version'].max())} are newer than this reader's {SCHEMA_VERSION}; rows skipped")
+        keep &= ~newer
+    checks = {
+        "schema_version": df["schema_version"].isna(),
+        "status": ~df["status"].isin(STATUSES),
+        "causal": df["causal"].isna(),
+        "seq_len": df["seq_len"].isna() | (df["seq_len"] < 1),
+        "head_dim": df["head_dim"].isna() | (df["head_dim"] < 1),
+        "heads": df["heads"].isna() | (df["heads"] < 1),
+    }
+    for col, bad in checks.items():
+        bad = bad & keep
+        if bad.any():
+            example = raw.loc[bad.idxmax(), col]
+            problems.append(f"{path}: column {col!r}: {int(bad.sum())} rows with invalid value "
+                            f"{example!r}; rows skipped")
+            keep &= ~bad
+    df = df[keep]
+    if df.empty:
+        return None, problems + [f"{path}: no usable rows; file skipped"]
+    df["source_file"] = str(path)
+    return df, problems
+
+
+def load(paths: Iterable[str | Path], *, warn: bool = True) -> Loaded:
+    """Read, validate and merge every results CSV under `paths`; problems go to stderr when `warn`."""
+    problems: list[str] = []
+    frames: list[pd.DataFrame] = []
+    files: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        csvs = find_csvs(path)
+        if not csvs:
+            problems.append(f"{path}: no results.csv found (expected a results CSV or a folder holding one)")
+        for csv in csvs:
+            df, file_problems = read_csv(csv)
+            problems.extend(file_problems)
+            if df is not None:
+                frames.append(df)
+                files.append(csv)
+    if warn:
+        for line in problems:
+            print(f"analysis: {line}", file=sys.stderr)
+    if not frames:
+        raise NoUsableResults("no usable result rows in " + ", ".join(str(p) for p in paths))
+    rows = pd.concat(frames, ignore_index=True)
+    rows_read = len(rows)
+    rows = _derive(rows)
+    rows = _keep_newest(rows)
+    rows = _label_devices(rows)
+    return Loaded(rows=rows.reset_index(drop=True), problems=problems, files=files,
+                  rows_read=rows_read, duplicates_dropped=rows_read - len(rows))
+
+
+def _parse_bool(value: str) -> bool | float:
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "1.0"):
+        return True
+    if text in ("false", "0", "no", "0.0"):
+        return False
+    return np.nan
+
+
+def _scale_label(text: str) -> str:
+    lowered = text.strip().lower()
+    if lowered in ("auto", "", "null", "none_auto"):
+        return "auto"
+    if lowered == "none":
+        return "none"
+    try:
+        return repr(float(lowered))
+    except ValueError:
+        return lowered
+
+
+def _derive(rows: pd.DataFrame) -> pd.DataFrame:
+    """Columns every figure uses: canonical scale label, q_len resolved, d_model, parsed time."""
+    rows = rows.copy()
+    rows["scale"] = rows["scale"].map(_scale_label)
+    rows["q_len"] = rows["q_len"].fillna(rows["seq_len"])  # null q_len means q_len == seq_len
+    rows["d_model"] = rows["d_model"].fillna(rows["heads"] * rows["head_dim"])
+    rows["batch"] = rows["batch"].fillna(1)
+    rows["input_std"] = rows["input_std"].fillna(1.0)
+    rows["seed"] = rows["seed"].fillna(0)
+    # The factor applied to the logits: recorded, or implied by the scale label.
+    implied = np.where(rows["scale"] == "auto", 1.0 / np.sqrt(rows["head_dim"]),
+                       np.where(rows["scale"] == "none", 1.0, pd.to_numeric(rows["scale"], errors="coerce")))
+    rows["scale_value"] = rows["scale_value"].fillna(pd.Series(implied, index=rows.index))
+    rows["time"] = pd.to_datetime(rows["timestamp"].replace("", None), utc=True, errors="coerce", format="ISO8601")
+    if "tflops" in rows:
+        computed = rows["flops"] / (rows["time_ms"] * 1e-3) / 1e12
+        rows["tflops"] = rows["tflops"].fillna(computed)
+    return rows
+
+
+def _keep_newest(rows: pd.DataFrame) -> pd.DataFrame:
+    key_cols = list(POINT_AXES + DEVICE_ID)
+    key = rows[key_cols].astype(str).agg("|".join, axis=1)
+    # Rows without a timestamp count as oldest; among equals the later file/row wins.
+    order = rows["time"].fillna(pd.Timestamp.min.tz_localize("UTC"))
+    ranked = rows.assign(_key=key, _order=order, _pos=np.arange(len(rows)))
+    ranked = ranked.sort_values(["_order", "_pos"]).drop_duplicates("_key", keep="last")
+    return ranked.sort_values("_pos").drop(columns=["_key", "_order", "_pos"])
+
+
+def short_device_name(name: str) -> str:
+    """A device model short enough for a legend: drops trademarks and CPU clock suffixes."""
+    text = name.replace("(R)", "").replace("(TM)", "").replace("(tm)", "")
+    text = text.split(" CPU @")[0].split(" @ ")[0]
+    text = " ".join(text.split())
+    return text if len(text) <= 32 else text[:31] + "…"
+
+
+def _label_devices(rows: pd.DataFrame) -> pd.DataFrame:
+    """`device_label`: the model name, plus host/capability where one name covers several devices."""
+    rows = rows.copy()
+    name = rows["device_name"].where(rows["device_name"] != "", rows["device"])
+    base = name.map(short_device_name)
+    ident = rows[list(DEVICE_ID)].astype(str).agg("|".join, axis=1)
+    label = base.copy()
+    for value in base.unique():
+        mask = base == value
+        idents = ident[mask].unique()
+        if len(idents) > 1:
+            extra = rows.loc[mask, "hostname"].where(rows.loc[mask, "hostname"] != "", rows.loc[mask, "device_capability"])
+            label[mask] = value + " @" + extra.astype(str)
+            if label[mask].nunique() < len(idents):  # still ambiguous: number them
+                codes = pd.factorize(ident[mask])[0]
+                label[mask] = [f"{value} #{c + 1}" for c in codes]
+    rows["device_label"] = label
+    return rows
+
+
+def describe_devices(rows: pd.DataFrame) -> pd.DataFrame:
+    """One line per device: what identifies it and how many rows it contributed."""
+    cols = ["device_label", "device", "device_name", "device_capability", "device_mem_bytes",
+            "hostname", "torch_version", "cuda_version", "num_threads"]
+    present = [c for c in cols if c in rows]
+    agg = rows.groupby("device_label", sort=True).agg(
+        **{c: (c, "first") for c in present if c != "device_label"},
+        rows=("status", "size"), ok=("status", lambda s: int((s == "ok").sum())))
+    return agg.reset_index()

@@ -1,0 +1,116 @@
+"""Pick one value for each axis a figure does not vary, and say which in its title.
+
+A merged results table mixes experiments: the cost sweep varies seq_len at one head_dim,
+the stability sweep varies head_dim at one seq_len, and so on. A figure of time vs
+seq_len must hold every other axis fixed, or it would average apples with pears. For
+each such axis, in order, `fix_axes` keeps the value whose rows cover the most distinct
+combinations of what the figure varies (so the slice is the richest one), breaking ties
+with the conventional default (fp32, scale=auto, no mask, fwd, core, input_std=1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+# The conventional value of each axis, used to break ties between equally rich slices.
+PREFERRED: dict[str, Any] = {
+    "precision": "fp32", "scale": "auto", "causal": False, "mode": "fwd", "scope": "core",
+    "input_std": 1.0, "backend": "naive", "batch": 1.0,
+}
+# Every sweep axis a figure must either vary, facet, fix, or (seed) aggregate over.
+AXES: tuple[str, ...] = (
+    "device_label", "precision", "backend", "mode", "scope", "batch", "heads", "d_model",
+    "seq_len", "head_dim", "causal", "scale", "input_std",
+)
+
+
+@dataclass
+class Slice:
+    rows: pd.DataFrame
+    fixed: dict[str, Any]  # axis -> the value kept
+    candidates: dict[str, int]  # axis -> how many values it had to choose from
+
+    def describe(self, always: Iterable[str] = ()) -> str:
+        """The fixed values worth telling a reader: those chosen among several, plus `always`."""
+        keep = [a for a in self.fixed if self.candidates.get(a, 1) > 1 or a in set(always)]
+        return ", ".join(axis_text(a, self.fixed[a]) for a in keep)
+
+
+def matches(series: pd.Series, value: Any) -> pd.Series:
+    """series == value, where NaN equals NaN."""
+    if isinstance(value, float) and math.isnan(value):
+        return series.isna()
+    return series == value
+
+
+def self_attention(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows with q_len == seq_len (full self-attention), or all rows when there are none."""
+    full = rows[rows["q_len"] == rows["seq_len"]]
+    return full if not full.empty else rows
+
+
+def fix_axes(rows: pd.DataFrame, fixed: Sequence[str], vary: Sequence[str],
+             prefer: Mapping[str, Any] | None = None) -> Slice:
+    """Keep one value of each axis in `fixed` (in order), maximising the coverage of `vary`."""
+    prefer = {**PREFERRED, **(prefer or {})}
+    chosen: dict[str, Any] = {}
+    candidates: dict[str, int] = {}
+    for axis in fixed:
+        values = rows[axis].drop_duplicates().tolist()
+        candidates[axis] = len(values)
+        if not values:
+            continue
+        if len(values) == 1:
+            chosen[axis] = values[0]
+            continue
+        best_score, best_value = None, values[0]
+        for value in values:
+            group = rows[matches(rows[axis], value)]
+            ok = group[group["status"] == "ok"]
+            coverage = len(ok[list(vary)].drop_duplicates()) if vary else len(ok)
+            score = (coverage, _is(value, prefer.get(axis)), len(group))
+            if best_score is None or score > best_score:
+                best_score, best_value = score, value
+        chosen[axis] = best_value
+        rows = rows[matches(rows[axis], best_value)]
+    return Slice(rows=rows, fixed=chosen, candidates=candidates)
+
+
+def _is(value: Any, preferred: Any) -> bool:
+    if preferred is None:
+        return False
+    try:
+        return bool(value == preferred)
+    except (TypeError, ValueError):
+        return False
+
+
+def axis_text(axis: str, value: Any) -> str:
+    """How an axis value reads in a title: 'd_k=64', 'scale=1/√d_k', 'no mask', 'fp32'."""
+    if axis == "scale":
+        return scale_text(value)
+    if axis == "causal":
+        return "causal" if bool(value) else "no mask"
+    if axis in ("mode", "scope", "precision", "device_label", "backend"):
+        return str(value)
+    names = {"head_dim": "d_k", "seq_len": "n", "heads": "heads", "batch": "batch",
+             "d_model": "d_model", "input_std": "input std", "q_len": "q_len"}
+    return f"{names.get(axis, axis)}={number_text(value)}"
+
+
+def scale_text(value: Any) -> str:
+    if value == "auto":
+        return "scaled 1/√d_k"
+    if value == "none":
+        return "unscaled"
+    return f"scale={value}"
+
+
+def number_text(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
