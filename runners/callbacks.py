@@ -1,0 +1,123 @@
+"""Hydra callback: what happens once per multirun, before the first job and after the last.
+
+Start: count the jobs (for `[i/N]` and the ETA), note how many jobs share the device, warn
+when a parallel launcher makes timings interfere. End: rebuild results.csv from every row
+file, send the whole table to wandb, write the report, and say where everything is.
+Runs in the launching process only; jobs (maybe in other processes) read sweep.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from runners import rows
+from runners.wandb_log import SINK
+from selfattn.results import COLUMNS
+
+
+def count_jobs(config: DictConfig) -> int | None:
+    """How many jobs the basic sweeper will launch: its own product of params and overrides."""
+    if "BasicSweeper" not in str(config.hydra.sweeper.get("_target_", "")):
+        return None  # another sweeper (optuna, ...) decides as it goes
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = config.hydra.sweeper.get("params") or {}
+    arguments = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
+    overrides = OverridesParser.create().parse_overrides(arguments)
+    return sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))
+
+
+def jobs_sharing_device(launcher: Any, total: int | None) -> int:
+    """Jobs that run at once on this machine's device under the configured launcher.
+
+    basic: 1 (one after another). joblib: n_jobs (-1 = every CPU). submitit_local: the array
+    parallelism. SLURM: 1, each job gets its own GPU (gpus_per_node=1 in our presets).
+    """
+    target = str(launcher.get("_target_", "")) if launcher is not None else ""
+    if "Joblib" in target:
+        n = int(launcher.get("n_jobs", -1) or -1)
+        n = (os.cpu_count() or 1) if n < 0 else n
+    elif "LocalLauncher" in target:
+        n = int(launcher.get("array_parallelism", 256) or 1)
+    else:
+        n = 1
+    return max(1, min(n, total)) if total else max(1, n)
+
+
+def sweep_id(config: Any, sweep_dir: Path) -> str:
+    """The sweep's name in rows and wandb (its group): <name>/<folder>."""
+    return f"{config.get('name', 'sweep')}/{Path(sweep_dir).name}"
+
+
+def skip_prevalidation() -> None:
+    """Stop the basic sweeper from composing every job's config up front, before the first job.
+
+    Hydra composes each job's config twice: once to validate the whole batch, once to run
+    it; at ~0.2 s a composition that is a third of the runner's cost per point on a small
+    CPU. Our jobs turn bad values into rows anyway; an unknown config group option still gets
+    Hydra's own message, at the job that asks for it. `prevalidate=true` restores the pass.
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    BasicSweeper.validate_batch_is_legal = lambda self, batch: None  # type: ignore[method-assign]
+
+
+class SweepCallback(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not config.get("prevalidate", False):
+            skip_prevalidation()
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        total = count_jobs(config)
+        sharing = jobs_sharing_device(config.hydra.launcher, total)
+        meta = {"total": total, "started_unix": time.time(), "jobs_sharing_device": sharing}
+        rows.atomic_write_text(sweep_dir / "sweep.json", json.dumps(meta))
+        print(f"sweep {sweep_id(config, sweep_dir)}: {total or '?'} jobs -> {sweep_dir}", flush=True)
+        if sharing > 1:
+            print(f"warning: {sharing} jobs share the device at once: their timings interfere; trust "
+                  "accuracy/stability columns, and see jobs_sharing_device in each row", file=sys.stderr)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        if not sweep_dir.exists():
+            return
+        csv_path, all_rows = rows.rebuild_csv(sweep_dir)
+        columns = list(dict.fromkeys([*COLUMNS, *(k for r in all_rows for k in r)]))
+        wandb_conf = OmegaConf.to_container(config.wandb, resolve=True) if "wandb" in config else {}
+        SINK.log_table(wandb_conf, all_rows, columns, group=sweep_id(config, sweep_dir), out_dir=sweep_dir)
+        statuses = ", ".join(f"{n} {s}" for s, n in Counter(str(r.get("status")) for r in all_rows).most_common())
+        print(f"results: {len(all_rows)} rows ({statuses}) -> {csv_path}", flush=True)
+        if config.get("report", True):
+            report_dir = write_report(csv_path, sweep_dir / "report")
+            if report_dir is not None:
+                print(f"report: {report_dir}", flush=True)
+
+
+def write_report(csv_path: Path, out_dir: Path) -> Path | None:
+    """Run the analysis report in-process; a missing package or a failure is one line, not a crash."""
+    try:
+        from analysis import report
+    except ImportError as exc:
+        print(f"note: no report ({exc}); results.csv is complete", file=sys.stderr)
+        return None
+    try:
+        report.main([str(csv_path), "--out", str(out_dir)])
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            print(f"warning: report exited with {exc.code}; results.csv is complete", file=sys.stderr)
+            return None
+    except Exception as exc:  # a plotting bug must not hide the results
+        print(f"warning: report failed ({type(exc).__name__}: {exc}); results.csv is complete", file=sys.stderr)
+        return None
+    index = out_dir / "report.md"
+    return index if index.exists() else out_dir

@@ -1,0 +1,94 @@
+"""The one line a person watching a sweep sees per job.
+
+    [17/96] chunked seq_len=4096 causal=true fp32 -> 41.2 ms, 9.3 MiB, ok (ETA 1m12s)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Mapping
+
+# The point's axes worth a `key=value` (back end first and precision last are always shown).
+_SHOWN = ("device", "batch", "heads", "seq_len", "q_len", "head_dim", "d_model", "causal", "scale",
+          "mode", "scope", "input_std", "seed")
+
+
+def describe(row: Mapping[str, Any], keys: Iterable[str]) -> str:
+    """`backend key=value ... precision` for the keys this job varies."""
+    backend = str(row.get("backend") or "?")
+    parts = [backend]
+    for key in keys:
+        if key.startswith("backend."):
+            value = key.split(".", 1)[1]
+            parts[0] = f"{backend}[{value}={_text(_option(row, value))}]"
+            continue
+        if key in _SHOWN:
+            parts.append(f"{key}={_text(row.get(key))}")
+    parts.append(str(row.get("precision") or ""))
+    return " ".join(p for p in parts if p)
+
+
+def _option(row: Mapping[str, Any], name: str) -> Any:
+    import json
+
+    try:
+        return json.loads(row.get("backend_options") or "{}").get(name)
+    except (TypeError, ValueError):
+        return None
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else str(value)
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "- B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "- ms"
+    return f"{ms:.1f} ms" if ms >= 10 else f"{ms:.3g} ms"
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def eta_s(started_unix: float | None, done: int, total: int | None, now: float | None = None) -> float | None:
+    """Time left if the remaining jobs take as long, on average, as the finished ones."""
+    if started_unix is None or not total or done <= 0:
+        return None
+    elapsed = (time.time() if now is None else now) - started_unix
+    return elapsed / done * max(0, total - done)
+
+
+def line(index: int | None, total: int | None, what: str, row: Mapping[str, Any], note: str = "",
+         eta: float | None = None) -> str:
+    """The progress line; index is 1-based, total None when unknown."""
+    head = f"[{index}/{total or '?'}] " if index is not None else ""
+    status = str(row.get("status"))
+    if note:
+        result = note
+    elif status == "ok":
+        result = f"{fmt_ms(row.get('time_ms'))}, {fmt_bytes(row.get('peak_mem_bytes'))}, ok"
+    else:
+        error = str(row.get("error") or "").splitlines()[0][:100] if row.get("error") else ""
+        result = f"{status}{': ' + error if error else ''}"
+    tail = f" (ETA {fmt_duration(eta)})" if eta is not None and total and index and index < total else ""
+    return f"{head}{what} -> {result}{tail}"

@@ -1,0 +1,50 @@
+"""`python -m runners.sweep`: one Hydra job measures one point (see conf/config.yaml).
+
+With no arguments it runs the quick study (experiment=quick) as a multirun and writes the
+report. Everything but reading Hydra's runtime state lives in runners/job.py and friends.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from runners import config, job
+from runners.callbacks import sweep_id
+
+config.register_resolvers()  # ${by_device:...} and ${grid_range:} in conf/experiment/*.yaml
+
+
+def context(cfg: DictConfig) -> job.JobContext:
+    """This job's folders, number and swept keys, from Hydra's runtime config."""
+    hc = HydraConfig.get()
+    multirun = hc.mode == RunMode.MULTIRUN
+    sweep_dir = Path(hc.sweep.dir if multirun else hc.runtime.output_dir)
+    meta = job._sweep_meta(sweep_dir) if multirun else {}
+    varying = [o.split("=", 1)[0].lstrip("+~") for o in hc.overrides.task if "=" in o]
+    return job.JobContext(
+        job_dir=Path(hc.runtime.output_dir), sweep_dir=sweep_dir, multirun=multirun,
+        index=hc.job.num if multirun else None, varying=varying,
+        jobs_sharing_device=int(meta.get("jobs_sharing_device") or 1), sweep_id=sweep_id(cfg, sweep_dir),
+    )
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    ctx = context(cfg)
+    try:
+        job.run_job(OmegaConf.to_container(cfg, resolve=True), ctx)
+    except job.InvalidPoint as exc:  # a single run with a bad value: one line, exit status 2
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 1:  # no arguments: the default study, as the README's first command promises
+        sys.argv.append("experiment=quick")
+    main()

@@ -1,0 +1,57 @@
+"""A stand-in for selfattn.measure with the same API, for runner tests that must not time anything.
+
+`python tests/runners/fake_measure.py ARGS...` runs `runners.sweep` with it installed.
+FAKE_MEASURE_SLEEP_S (env) makes each point take that long, so a test can kill a sweep mid-way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from selfattn.point import Point, scale_label  # noqa: E402
+from selfattn.results import Row  # noqa: E402
+
+
+@dataclass
+class Budget:
+    mem_fraction: float = 0.8
+    max_point_s: float = 60.0
+    timing_s: float = 1.0
+    accuracy_rows: int = 128
+    measure_device_peak: bool = True
+
+
+def measure_point(point: Point, budget: Budget | None = None) -> Row:
+    sleep_s = float(os.environ.get("FAKE_MEASURE_SLEEP_S", "0"))
+    time.sleep(sleep_s)
+    n, d = point.seq_len, point.head_dim
+    return Row(
+        status="ok", backend=point.backend, backend_options=json.dumps(dict(point.backend_options)),
+        precision=point.precision, device=point.device, mode=point.mode, scope=point.scope,
+        batch=point.batch, heads=point.heads, q_len=point.q_len_resolved, seq_len=n, head_dim=d,
+        causal=point.causal, scale=scale_label(point.scale), scale_value=point.scale_value,
+        input_std=point.input_std, seed=point.seed, time_ms=1e-6 * n * n * d, peak_mem_bytes=4 * n * n,
+        logit_std=point.scale_value * d ** 0.5, measure_s=sleep_s,
+    )
+
+
+def install() -> None:
+    module = types.ModuleType("selfattn.measure")
+    module.Budget, module.measure_point = Budget, measure_point
+    sys.modules["selfattn.measure"] = module
+
+
+if __name__ == "__main__":
+    import runpy
+
+    install()
+    sys.argv[0] = "runners.sweep"
+    runpy.run_module("runners.sweep", run_name="__main__", alter_sys=True)
