@@ -1,0 +1,166 @@
+"""Where a row was measured: the environment columns and the device's own matmul peak.
+
+Both are computed once per process (the peak once per device, dtype and TF32 setting) and
+cached, so a sweep of many points pays for them once: no subprocess per row.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import socket
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from selfattn.results import SCHEMA_VERSION
+
+# Square GEMM sizes for the peak: big enough to saturate the device, small enough to be quick.
+# On a CPU the matrix doubles from 256 while the next size's call (8x the work) would stay under
+# CPU_PEAK_CALL_S, up to CPU_PEAK_MAX_N: ~1024 for fp32 on a small machine, less for dtypes the
+# CPU computes slowly (fp16, bf16 without AMX), so the whole measurement stays well under 1 s.
+CPU_PEAK_MAX_N = 2048
+CPU_PEAK_CALL_S = 0.1
+CPU_PEAK_TIMING_S = 0.15
+CUDA_PEAK_N = 8192
+CUDA_PEAK_TIMING_S = 0.1
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def resolve_device(device: str) -> str:
+    """"auto" -> "cuda" when a GPU is usable, else "cpu"; "cpu"/"cuda" pass through."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device: expected auto, cpu or cuda, got {device!r}")
+    return device
+
+
+@functools.lru_cache(maxsize=1)
+def git_sha() -> str:
+    """The harness's git commit (with "-dirty" when the tree has changes), or "" outside git."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=_REPO, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+
+    try:
+        sha = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "selfattn")
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return sha + ("-dirty" if dirty else "")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_mem_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _nvidia_driver() -> str:
+    """The NVIDIA driver version (torch does not expose it): NVML if installed, else nvidia-smi."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # pynvml missing or NVML unusable: try the command line once
+        pass
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout
+        return out.strip().splitlines()[0] if out.strip() else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+@functools.lru_cache(maxsize=4)
+def _environment(device: str) -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "device": device,
+        "cpu_model": cpu_model(),
+        "num_threads": torch.get_num_threads(),
+        "hostname": socket.gethostname(),
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda or "",
+        "git_sha": git_sha(),
+        "schema_version": SCHEMA_VERSION,
+    }
+    if device == "cuda":
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        env.update(
+            device_name=props.name,
+            device_capability=f"{props.major}.{props.minor}",
+            device_mem_bytes=int(props.total_memory),
+            driver_version=_nvidia_driver(),
+        )
+    else:
+        env.update(device_name=cpu_model(), device_capability="", device_mem_bytes=_cpu_mem_bytes(), driver_version="")
+    return env
+
+
+def environment(device: str) -> dict[str, Any]:
+    """Environment columns of a row measured on `device` (cached), plus a fresh UTC timestamp."""
+    env = dict(_environment(resolve_device(device)))
+    env["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return env
+
+
+_PEAKS: dict[tuple[str, torch.dtype, bool], float] = {}
+
+
+def device_peak_tflops(device: str, dtype: torch.dtype) -> float:
+    """Measured matmul throughput of a large square GEMM on `device` in `dtype`, in TFLOP/s.
+
+    Measured under the caller's current TF32 setting (so tf32 points get the TF32 peak) and
+    cached per device, dtype and that setting.
+    """
+    device = resolve_device(device)
+    tf32 = device == "cuda" and torch.backends.cuda.matmul.allow_tf32
+    key = (device, dtype, tf32)
+    if key not in _PEAKS:
+        _PEAKS[key] = _measure_peak(device, dtype)
+    return _PEAKS[key]
+
+
+def _measure_peak(device: str, dtype: torch.dtype) -> float:
+    from selfattn.measure.timing import time_call, wall_call
+
+    generator = torch.Generator(device=device).manual_seed(0)
+    n = CUDA_PEAK_N if device == "cuda" else 256
+    while True:
+        a = torch.randn(n, n, generator=generator, device=device, dtype=torch.float32).to(dtype)
+        b = torch.randn(n, n, generator=generator, device=device, dtype=torch.float32).to(dtype)
+        _, call_s = wall_call(lambda: torch.mm(a, b), device)  # also the warm-up
+        if device == "cuda" or 8 * call_s > CPU_PEAK_CALL_S or n >= CPU_PEAK_MAX_N:
+            break
+        n *= 2
+    timing_s = CUDA_PEAK_TIMING_S if device == "cuda" else CPU_PEAK_TIMING_S
+    timing = time_call(lambda: torch.mm(a, b), device, timing_s, call_s)
+    return 2.0 * n**3 / (timing.median_ms * 1e-3) / 1e12

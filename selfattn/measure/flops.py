@@ -1,0 +1,64 @@
+"""How much arithmetic one call of a point does: the FLOP count behind the `tflops` column.
+
+The count is the field's convention (FlashAttention's benchmarks), not what a particular
+kernel happens to execute: the two matmuls S = Q K^T and O = P V cost 2*D FLOPs each per
+unmasked (query, key) pair, so one forward pass is 4*B*H*D*pairs. Softmax, scaling and
+masking are not counted. A back end that computes masked scores anyway (naive does) still
+gets credit only for the unmasked ones, so its `tflops` shows the waste.
+"""
+
+from __future__ import annotations
+
+from selfattn.point import Point
+
+# Backward recomputes/uses 2.5x the forward matmuls (dQ, dK, dV, dP and, for fused kernels, the
+# recomputed S), so forward + backward counts 1 + 2.5 = 3.5x forward, as FlashAttention counts it.
+FWD_BWD_FACTOR = 3.5
+# A linear layer's backward does two matmuls of the forward's size (grad input, grad weight).
+LINEAR_FWD_BWD_FACTOR = 3.0
+# The multi-head layer's projections: Q, K, V in and the output projection, each d_model x d_model.
+LAYER_PROJECTIONS = 4
+
+
+def unmasked_pairs(q_len: int, seq_len: int, causal: bool) -> int:
+    """The number of (query, key) pairs whose score survives the mask.
+
+    Bottom-right aligned causal mask: query i (0-based) sees keys j <= i + seq_len - q_len.
+    Row i therefore sees clamp(i + seq_len - q_len + 1, 0, seq_len) keys. For a square
+    problem (q_len == seq_len == n) that is 1 + 2 + ... + n = n(n+1)/2 pairs: the diagonal
+    counts, so it is slightly more than half of n^2. Rows that see no key at all (possible
+    only when q_len > seq_len) contribute nothing.
+    """
+    if q_len < 1 or seq_len < 1:
+        raise ValueError(f"q_len, seq_len: expected integers >= 1, got {q_len!r}, {seq_len!r}")
+    if not causal:
+        return q_len * seq_len
+    offset = seq_len - q_len  # row i sees offset + i + 1 keys; the last row sees exactly seq_len
+    first = max(0, -offset)  # rows before this one see no key (only when q_len > seq_len)
+    rows = q_len - first
+    # sum_{i=first}^{q_len-1} (offset + i + 1), an arithmetic series
+    return rows * (offset + 1) + (first + q_len - 1) * rows // 2
+
+
+def attention_flops(batch: int, heads: int, q_len: int, seq_len: int, head_dim: int, causal: bool) -> float:
+    """Forward FLOPs of the attention core: 4 * B * H * D * unmasked pairs."""
+    return 4.0 * batch * heads * head_dim * unmasked_pairs(q_len, seq_len, causal)
+
+
+def projection_flops(batch: int, seq_len: int, d_model: int) -> float:
+    """Forward FLOPs of the layer's four d_model x d_model projections: 2*B*L*d^2 each."""
+    return LAYER_PROJECTIONS * 2.0 * batch * seq_len * d_model * d_model
+
+
+def point_flops(point: Point) -> float:
+    """FLOPs of one timed call of `point` (forward, or forward + backward)."""
+    q_len = point.q_len_resolved
+    core = attention_flops(point.batch, point.heads, q_len, point.seq_len, point.head_dim, point.causal)
+    if point.mode == "fwd_bwd":
+        core *= FWD_BWD_FACTOR
+    if point.scope != "layer":
+        return core
+    projections = projection_flops(point.batch, point.seq_len, point.d_model)
+    if point.mode == "fwd_bwd":
+        projections *= LINEAR_FWD_BWD_FACTOR
+    return core + projections

@@ -1,0 +1,140 @@
+"""Peak memory one call needs beyond what was live before it, measured for real on both devices.
+
+CUDA: the caching allocator's own counters (`reset_peak_memory_stats`, `max_memory_allocated`).
+CPU: the process's peak resident set. Linux lets a process reset its high-water mark by writing
+"5" to /proc/self/clear_refs; after `malloc_trim(0)` has handed freed heap pages back to the OS,
+every byte the call allocates and writes shows up in VmHWM. Large tensors are mmap'ed by glibc and
+returned to the OS on free, which is fine: VmHWM still records their peak. Pages allocated but
+never written are not counted, which is also fine: attention writes every buffer it allocates.
+Where /proc is not available (macOS, Windows) the CPU measurement is None, never a guess.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import gc
+from typing import Callable
+
+import torch
+
+_STATUS = "/proc/self/status"
+_CLEAR_REFS = "/proc/self/clear_refs"
+
+
+@functools.lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+def malloc_trim() -> None:
+    """Give freed heap memory back to the OS (glibc only; a no-op elsewhere)."""
+    libc = _libc()
+    trim = getattr(libc, "malloc_trim", None) if libc is not None else None
+    if trim is not None:
+        trim(0)
+
+
+def _status_kib(field: str) -> int | None:
+    """A `VmXXX:  1234 kB` value of /proc/self/status in KiB, or None when unavailable."""
+    try:
+        with open(_STATUS) as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def rss_bytes() -> int | None:
+    """The process's resident set size now."""
+    kib = _status_kib("VmRSS")
+    return None if kib is None else kib * 1024
+
+
+def peak_rss_bytes() -> int | None:
+    """The process's peak resident set size since start or the last `reset_peak_rss`."""
+    kib = _status_kib("VmHWM")
+    return None if kib is None else kib * 1024
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS; False when the kernel does not allow it."""
+    try:
+        with open(_CLEAR_REFS, "w") as clear_refs:
+            clear_refs.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def cpu_peak_bytes(fn: Callable[[], object]) -> int | None:
+    """Peak RSS growth while `fn` runs (its result included, then dropped), or None."""
+    gc.collect()
+    malloc_trim()
+    if not reset_peak_rss():
+        return None
+    before = rss_bytes()
+    result = fn()
+    peak = peak_rss_bytes()
+    del result
+    if before is None or peak is None:
+        return None
+    return max(0, peak - before)
+
+
+def cuda_peak_bytes(fn: Callable[[], object]) -> int:
+    """Peak bytes allocated on the current CUDA device while `fn` runs, beyond what was live."""
+    gc.collect()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    result = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    del result
+    return max(0, peak - before)
+
+
+def peak_bytes(fn: Callable[[], object], device: str) -> int | None:
+    """Run `fn` once and return the peak memory it needed beyond what was live before."""
+    if device == "cuda":
+        return cuda_peak_bytes(fn)
+    return cpu_peak_bytes(fn)
+
+
+def free_bytes(device: str) -> int | None:
+    """Memory a point may still use: CUDA free + cached-but-unused blocks; CPU MemAvailable."""
+    if device == "cuda":
+        free, _total = torch.cuda.mem_get_info()
+        # Blocks the caching allocator holds but does not use are free to this process too.
+        return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import os
+
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def release_memory(device: str) -> None:
+    """Drop everything a failed point left behind, so the next point measures as if fresh."""
+    gc.collect()
+    if device == "cuda" and torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        malloc_trim()

@@ -1,0 +1,167 @@
+"""measure_point: one point in, one Row out, whatever happens.
+
+Order matters: validate -> resolve dtype and options -> predict and guard (nothing allocated
+yet) -> build inputs -> warm-up (its output feeds the accuracy check) -> memory call -> timed
+calls -> accuracy and stability on the sampled rows. Failures become the row's status:
+invalid (ValueError), unsupported (selfattn.Unsupported), oom (memory released), error.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import torch
+
+from selfattn.errors import Unsupported
+from selfattn.measure.accuracy import compare, sample_rows
+from selfattn.measure.budget import Budget, over_budget
+from selfattn.measure.device import device_peak_tflops, environment, resolve_device
+from selfattn.measure.flops import point_flops
+from selfattn.measure.memory import free_bytes, peak_bytes, release_memory
+from selfattn.measure.predict import (
+    accuracy_bytes,
+    input_bytes,
+    nominal_peak_tflops,
+    predict_call_s,
+    predict_mem_bytes,
+    predict_point_s,
+)
+from selfattn.measure.stability import stability
+from selfattn.measure.timing import MIN_SAMPLES, time_call, wall_call
+from selfattn.point import Point, scale_label
+from selfattn.results import Row
+
+# OutOfMemoryError is torch.OutOfMemoryError since 2.5 and torch.cuda.OutOfMemoryError before.
+_OOM_ERRORS: tuple[type[BaseException], ...] = tuple(
+    {getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None)} - {None}
+)  # type: ignore[arg-type]
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}"[:500]
+
+
+def _point_columns(point: Point, device: str) -> dict[str, Any]:
+    """The point's own columns, filled as far as they can be even for an invalid point."""
+    columns: dict[str, Any] = {
+        "backend": str(point.backend),
+        "backend_options": json.dumps(dict(point.backend_options), sort_keys=True, default=str),
+        "precision": str(point.precision),
+        "device": device,
+        "mode": str(point.mode),
+        "scope": str(point.scope),
+        "batch": point.batch,
+        "heads": point.heads,
+        "q_len": point.seq_len if point.q_len is None else point.q_len,
+        "seq_len": point.seq_len,
+        "head_dim": point.head_dim,
+        "causal": point.causal,
+        "input_std": point.input_std,
+        "seed": point.seed,
+    }
+    try:
+        columns["d_model"] = point.d_model
+        columns["scale"] = scale_label(point.scale)
+        columns["scale_value"] = point.scale_value
+    except (TypeError, ValueError):
+        columns["scale"] = str(point.scale)
+    return columns
+
+
+def measure_point(point: Point, budget: Budget | None = None) -> Row:
+    """Measure one point and return its row; never raises for a failure of the point itself."""
+    budget = Budget() if budget is None else budget
+    device = resolve_device(point.device) if point.device in ("auto", "cpu", "cuda") else str(point.device)
+    row = Row()
+    try:
+        row_values = _point_columns(point, device)
+    except Exception:  # a point so broken its columns cannot be formatted: keep what is safe
+        row_values = {"backend": str(point.backend), "device": device}
+    if device in ("cpu", "cuda") and (device == "cpu" or torch.cuda.is_available()):
+        row_values.update(environment(device))
+    for name, value in row_values.items():
+        setattr(row, name, value)
+    try:
+        _measure(point, budget, device, row)
+    except Unsupported as err:
+        row.status, row.error = "unsupported", _one_line(err)
+    except ValueError as err:
+        row.status, row.error = "invalid", _one_line(err)
+    except _OOM_ERRORS as err:
+        row.status, row.error = "oom", _one_line(err)
+    except Exception as err:  # anything else: the row says what, the sweep goes on
+        row.status, row.error = "error", _one_line(err)
+    finally:
+        if row.status != "ok":
+            release_memory(device)  # so the next point measures as in a fresh process
+    return row
+
+
+def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
+    from selfattn.backends import kernel_label, resolve_options
+    from selfattn.measure.workload import build
+    from selfattn.precision import precision_context
+
+    point.validate()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise Unsupported("device cuda: no CUDA device is available to this process")
+    point = _with_device(point, device)
+    with precision_context(point.precision, device) as dtype:
+        options = resolve_options(point.backend, dict(point.backend_options), device, dtype)
+        row.kernel = kernel_label(point.backend, dict(point.backend_options), device=device, dtype=dtype)
+        row.flops = point_flops(point)
+        row.predicted_mem_bytes = predict_mem_bytes(point, options)
+        if budget.measure_device_peak:
+            row.device_peak_tflops = device_peak_tflops(device, dtype)
+            peak = row.device_peak_tflops
+        else:
+            peak = nominal_peak_tflops(device, point.precision)
+        row.predicted_time_ms = predict_call_s(point, peak) * 1e3
+        rows = sample_rows(point.q_len_resolved, budget.accuracy_rows, point.seed)
+        need = input_bytes(point) + row.predicted_mem_bytes + accuracy_bytes(point, len(rows))
+        point_s = predict_point_s(point, peak, budget.timing_s, MIN_SAMPLES)
+        reason = over_budget(point, budget, need, free_bytes(device), point_s)
+        if reason is not None:
+            row.status, row.error = "skipped_budget", reason
+            return
+        _run(point, budget, device, dtype, rows, row, build)
+
+
+def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, rows: torch.Tensor, row: Row, build) -> None:
+    workload = build(point, dtype, torch.device(device), rows)
+    started = time.perf_counter()
+    checked, call_s = wall_call(workload.check_call, device)  # warm-up; never timed
+    row.peak_mem_bytes = peak_bytes(workload.call, device)
+    timing = time_call(workload.call, device, budget.timing_s, call_s)
+    row.measure_s = time.perf_counter() - started
+    row.time_ms, row.time_ms_p20, row.time_ms_p80, row.time_samples = (
+        timing.median_ms, timing.p20_ms, timing.p80_ms, timing.samples or None
+    )
+    row.tflops = row.flops / (timing.median_ms * 1e-3) / 1e12 if timing.median_ms > 0 else None
+
+    reference = workload.reference()
+    errors = compare(checked.out_rows, reference.out_rows)
+    row.accuracy_rows = len(rows)
+    row.max_abs_err, row.rel_rms_err, row.nonfinite_frac = errors.max_abs_err, errors.rel_rms_err, errors.nonfinite_frac
+    if checked.grads is not None and reference.grads is not None:
+        grad_errors = compare(checked.grads, reference.grads)
+        row.grad_max_abs_err, row.grad_rel_rms_err = grad_errors.max_abs_err, grad_errors.rel_rms_err
+    del checked, reference
+
+    q_rows, k, v, rows_cpu = workload.stability_inputs()
+    metrics = stability(
+        q_rows, k, v, rows_cpu, q_len=point.q_len_resolved, causal=point.causal,
+        scale=point.scale_value, upstream_BHrD=workload.upstream_rows,
+    )
+    for name, value in metrics.to_dict().items():
+        setattr(row, name, value)
+    row.status, row.error = "ok", ""
+
+
+def _with_device(point: Point, device: str) -> Point:
+    from dataclasses import replace
+
+    return point if point.device == device else replace(point, device=device)

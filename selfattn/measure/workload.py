@@ -1,0 +1,169 @@
+"""What one point runs: its inputs, the timed call, and the float64 reference of its sampled rows.
+
+scope=core calls the back end on seeded Q, K, V; scope=layer calls the multi-head layer on a
+seeded X. mode=fwd runs under no_grad; mode=fwd_bwd runs forward, then
+torch.autograd.grad with a fixed upstream gradient, so nothing accumulates in .grad between
+calls. The upstream of the timed calls is dense random; the warm-up call uses one that is
+random on the sampled rows and zero elsewhere (same kernels, same cost), so its gradients can
+be checked against a float64 reference computed on those rows only.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from selfattn.attention import attention
+from selfattn.inputs import make_qkv, make_x
+from selfattn.layer import MultiHeadSelfAttention
+from selfattn.point import Point, parse_scale
+from selfattn.reference import attention_reference
+
+UPSTREAM_SEED_OFFSET = 1_000_003  # the upstream gradient's seed differs from the inputs'
+
+
+@dataclass
+class Result:
+    """What one call produced, reduced to what accuracy needs: sampled output rows, gradients."""
+
+    out_rows: torch.Tensor
+    grads: list[torch.Tensor] | None
+
+
+@dataclass
+class Workload:
+    call: Callable[[], Any]  # one timed call (dense upstream for fwd_bwd)
+    check_call: Callable[[], Result]  # the warm-up: same work, upstream on the sampled rows
+    reference: Callable[[], Result]  # float64, sampled rows only
+    stability_inputs: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
+    upstream_rows: torch.Tensor  # (B, H, rows, D) in the point's dtype, for the stability loss
+    rows: torch.Tensor
+
+
+def _randn(shape: tuple[int, ...], seed: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randn(shape, generator=generator, dtype=torch.float64).to(device=device, dtype=dtype)
+
+
+def _on_rows(upstream: torch.Tensor, rows: torch.Tensor, row_dim: int) -> torch.Tensor:
+    """`upstream` kept on `rows` along `row_dim`, zero elsewhere."""
+    sparse = torch.zeros_like(upstream)
+    index = [slice(None)] * upstream.dim()
+    index[row_dim] = rows
+    sparse[tuple(index)] = upstream[tuple(index)]
+    return sparse
+
+
+def build(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor) -> Workload:
+    if point.scope == "layer":
+        return _build_layer(point, dtype, device, rows)
+    return _build_core(point, dtype, device, rows)
+
+
+def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor) -> Workload:
+    b, h, q_len, seq_len, d = point.batch, point.heads, point.q_len_resolved, point.seq_len, point.head_dim
+    scale = parse_scale(point.scale)
+    options = dict(point.backend_options)
+    grad = point.mode == "fwd_bwd"
+    q, k, v = make_qkv(b, h, q_len, seq_len, d, dtype=dtype, device=device, std=point.input_std, seed=point.seed, requires_grad=grad)
+    upstream = _randn((b, h, q_len, d), point.seed + UPSTREAM_SEED_OFFSET, dtype, device)
+    rows_dev = rows.to(device)
+
+    def forward() -> torch.Tensor:
+        return attention(q, k, v, backend=point.backend, causal=point.causal, scale=scale, **options)
+
+    if grad:
+        sparse_upstream = _on_rows(upstream, rows_dev, 2)
+
+        def call() -> Any:
+            out = forward()
+            return out, torch.autograd.grad(out, (q, k, v), upstream)
+
+        def check_call() -> Result:
+            out = forward()
+            dq, dk, dv = torch.autograd.grad(out, (q, k, v), sparse_upstream)
+            return Result(out.detach()[:, :, rows_dev], [dq[:, :, rows_dev], dk, dv])
+    else:
+
+        def call() -> Any:
+            with torch.no_grad():
+                return forward()
+
+        def check_call() -> Result:
+            return Result(call()[:, :, rows_dev], None)
+
+    def reference() -> Result:
+        q64, k64, v64 = (t.detach().to(torch.float64).requires_grad_(grad) for t in (q, k, v))
+        with torch.enable_grad() if grad else torch.no_grad():
+            ref = attention_reference(q64, k64, v64, causal=point.causal, scale=scale, rows=rows_dev)
+            if not grad:
+                return Result(ref, None)
+            loss = (ref * upstream[:, :, rows_dev].to(torch.float64)).sum()
+            dq, dk, dv = torch.autograd.grad(loss, (q64, k64, v64))
+        return Result(ref.detach(), [dq[:, :, rows_dev], dk, dv])
+
+    def stability_inputs():
+        return q.detach()[:, :, rows_dev], k.detach(), v.detach(), rows
+
+    return Workload(call, check_call, reference, stability_inputs, upstream[:, :, rows_dev], rows)
+
+
+def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor) -> Workload:
+    b, seq_len, d_model = point.batch, point.seq_len, point.d_model
+    scale = parse_scale(point.scale)
+    grad = point.mode == "fwd_bwd"
+    layer = MultiHeadSelfAttention(
+        d_model, point.heads, backend=point.backend, causal=point.causal, scale=scale, **dict(point.backend_options)
+    )
+    layer.reset_parameters(seed=point.seed)
+    layer = layer.to(device=device, dtype=dtype)
+    layer.requires_grad_(grad)
+    x = make_x(b, seq_len, d_model, dtype=dtype, device=device, std=point.input_std, seed=point.seed, requires_grad=grad)
+    upstream = _randn((b, seq_len, d_model), point.seed + UPSTREAM_SEED_OFFSET, dtype, device)
+    rows_dev = rows.to(device)
+    params = list(layer.parameters())
+
+    if grad:
+        sparse_upstream = _on_rows(upstream, rows_dev, 1)
+
+        def call() -> Any:
+            out = layer(x)
+            return out, torch.autograd.grad(out, [x, *params], upstream)
+
+        def check_call() -> Result:
+            out = layer(x)
+            grads = torch.autograd.grad(out, [x, *params], sparse_upstream)
+            return Result(out.detach()[:, rows_dev], list(grads))
+    else:
+
+        def call() -> Any:
+            with torch.no_grad():
+                return layer(x)
+
+        def check_call() -> Result:
+            return Result(call()[:, rows_dev], None)
+
+    def reference() -> Result:
+        # A float64 copy of the same layer, the same X; the core on the sampled rows only.
+        layer64 = copy.deepcopy(layer).to(torch.float64).requires_grad_(grad)
+        x64 = x.detach().to(torch.float64).requires_grad_(grad)
+        with torch.enable_grad() if grad else torch.no_grad():
+            q64, k64, v64 = layer64.project_qkv(x64)
+            core_BHrD = attention_reference(q64, k64, v64, causal=point.causal, scale=scale, rows=rows_dev)
+            out = layer64.w_o(core_BHrD.transpose(1, 2).reshape(b, len(rows), d_model))
+            if not grad:
+                return Result(out, None)
+            loss = (out * upstream[:, rows_dev].to(torch.float64)).sum()
+            grads = torch.autograd.grad(loss, [x64, *layer64.parameters()])
+        return Result(out.detach(), list(grads))
+
+    def stability_inputs():
+        with torch.no_grad():
+            q, k, v = layer.project_qkv(x.detach())
+        return q[:, :, rows_dev], k, v, rows
+
+    upstream_rows = _randn((b, point.heads, len(rows), point.head_dim), point.seed + UPSTREAM_SEED_OFFSET, dtype, device)
+    return Workload(call, check_call, reference, stability_inputs, upstream_rows, rows)
