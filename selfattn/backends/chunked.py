@@ -1,0 +1,200 @@
+"""chunked: exact attention block by block with an online softmax, in O(n) memory.
+
+Rabe & Staats (2021) and FlashAttention: walk over key blocks keeping, per query row, the
+running max m, the running sum l of exp(score - m) and the running output acc; when a new
+block raises the max, rescale l and acc by exp(m_old - m_new). Never more than
+q_chunk x kv_chunk scores exist per (batch, head) at once.
+
+Causal (bottom-right aligned): key blocks that every query of a block is blind to are never
+computed, and only blocks that straddle the diagonal build a mask.
+
+The backward pass is a custom autograd.Function that keeps only the output and the
+log-sum-exp per row and recomputes each block's probabilities, as FlashAttention does, so
+fwd_bwd memory stays O(n) too.
+
+Speed on CPU comes from: batch*heads flattened into one bmm per block, the scale folded
+into Q once, in-place exp/sub and baddbmm_ into the accumulator, and chunk sizes measured
+per device and dtype (DEFAULT_CHUNKS). fp16/bf16 inputs are computed in float32, as fused
+kernels accumulate in fp32; the output is cast back to the input dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from selfattn.validate import check_positive_int
+
+NAME = "chunked"
+OPTIONS: dict[str, Any] = {"q_chunk": None, "kv_chunk": None}  # None: DEFAULT_CHUNKS for the device/dtype
+
+# (device type, dtype) -> (q_chunk, kv_chunk), chosen from a measured sweep (see docs/performance.md).
+DEFAULT_CHUNKS: dict[tuple[str, torch.dtype], tuple[int, int]] = {}
+FALLBACK_CHUNKS = (256, 512)
+
+# Test hook: the largest number of scores (rows x cols) any block held per (batch, head).
+stats = {"max_block_scores": 0}
+
+
+def available(device: torch.device | str) -> bool:
+    return True  # plain torch ops
+
+
+def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
+    device_type = torch.device(device).type
+    q_default, kv_default = DEFAULT_CHUNKS.get((device_type, dtype), FALLBACK_CHUNKS)
+    q_chunk = options.get("q_chunk")
+    kv_chunk = options.get("kv_chunk")
+    return {
+        "q_chunk": q_default if q_chunk is None else check_positive_int("q_chunk", q_chunk),
+        "kv_chunk": kv_default if kv_chunk is None else check_positive_int("kv_chunk", kv_chunk),
+    }
+
+
+def kernel_label(options: Mapping[str, Any]) -> str:
+    return f"q{options['q_chunk']}-kv{options['kv_chunk']}"
+
+
+def attention(
+    q_BHMD: torch.Tensor,
+    k_BHND: torch.Tensor,
+    v_BHND: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float,
+    q_chunk: int,
+    kv_chunk: int,
+) -> torch.Tensor:
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q_BHMD, k_BHND, v_BHND)):
+        return _ChunkedAttention.apply(q_BHMD, k_BHND, v_BHND, causal, scale, q_chunk, kv_chunk)
+    out_BHMD, _ = _forward(q_BHMD, k_BHND, v_BHND, causal, scale, q_chunk, kv_chunk)
+    return out_BHMD.to(q_BHMD.dtype)
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _flat(t_BHLD: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    b, h, length, d = t_BHLD.shape
+    return t_BHLD.reshape(b * h, length, d).to(dtype)
+
+
+def _blocks(q_len: int, seq_len: int, causal: bool, q_chunk: int, kv_chunk: int):
+    """Yield (m0, m1, [(n0, n1, needs_mask), ...]) for every query block: the key blocks to visit.
+
+    Query i sees keys j <= i + offset (offset = seq_len - q_len >= 0 when causal). A query
+    block [m0, m1) therefore needs keys [0, m1 + offset) only, and a key block needs a mask
+    only if its last key lies beyond what the block's first query may see.
+    """
+    offset = seq_len - q_len
+    for m0 in range(0, q_len, q_chunk):
+        m1 = min(m0 + q_chunk, q_len)
+        n_end = min(seq_len, m1 + offset) if causal else seq_len
+        kv = []
+        for n0 in range(0, n_end, kv_chunk):
+            n1 = min(n0 + kv_chunk, n_end)
+            kv.append((n0, n1, causal and n1 - 1 > m0 + offset))
+        yield m0, m1, kv
+
+
+def _hidden(m0: int, m1: int, n0: int, n1: int, offset: int, device: torch.device) -> torch.Tensor:
+    """Bool (m1-m0, n1-n0): True where key n0+j lies in the future of query m0+i."""
+    rows = torch.arange(m0 + offset, m1 + offset, device=device)
+    cols = torch.arange(n0, n1, device=device)
+    return cols[None, :] > rows[:, None]
+
+
+def _forward(q_BHMD, k_BHND, v_BHND, causal: bool, scale: float, q_chunk: int, kv_chunk: int):
+    """Returns out (BH, M, D) and logsumexp (BH, M) in the compute dtype."""
+    b, h, q_len, d = q_BHMD.shape
+    seq_len = k_BHND.shape[2]
+    cdtype = _compute_dtype(q_BHMD.dtype)
+    q_XMD = _flat(q_BHMD, cdtype) * scale  # X = batch*heads; scale folded into Q once
+    kT_XDN = _flat(k_BHND, cdtype).transpose(1, 2)
+    v_XND = _flat(v_BHND, cdtype)
+    out_XMD = torch.empty(b * h, q_len, d, dtype=cdtype, device=q_BHMD.device)
+    lse_XM = torch.empty(b * h, q_len, dtype=cdtype, device=q_BHMD.device)
+    offset = seq_len - q_len
+    for m0, m1, kv_blocks in _blocks(q_len, seq_len, causal, q_chunk, kv_chunk):
+        q_XmD = q_XMD[:, m0:m1]
+        acc_XmD = row_max_Xm1 = row_sum_Xm1 = None
+        for n0, n1, needs_mask in kv_blocks:
+            stats["max_block_scores"] = max(stats["max_block_scores"], (m1 - m0) * (n1 - n0))
+            s_Xmn = torch.bmm(q_XmD, kT_XDN[:, :, n0:n1])
+            if needs_mask:
+                s_Xmn.masked_fill_(_hidden(m0, m1, n0, n1, offset, s_Xmn.device), float("-inf"))
+            block_max_Xm1 = s_Xmn.amax(dim=-1, keepdim=True)
+            if acc_XmD is None:  # first block: nothing to rescale
+                new_max_Xm1 = block_max_Xm1
+            else:
+                new_max_Xm1 = torch.maximum(row_max_Xm1, block_max_Xm1)
+            if needs_mask:  # a row may see no key of this block yet: keep exp() away from -inf - -inf
+                new_max_Xm1 = new_max_Xm1.masked_fill(new_max_Xm1 == float("-inf"), 0.0)
+            p_Xmn = s_Xmn.sub_(new_max_Xm1).exp_()
+            if acc_XmD is None:
+                row_sum_Xm1 = p_Xmn.sum(dim=-1, keepdim=True)
+                acc_XmD = torch.bmm(p_Xmn, v_XND[:, n0:n1])
+            else:
+                correction_Xm1 = torch.exp(row_max_Xm1 - new_max_Xm1)
+                row_sum_Xm1.mul_(correction_Xm1).add_(p_Xmn.sum(dim=-1, keepdim=True))
+                acc_XmD.mul_(correction_Xm1).baddbmm_(p_Xmn, v_XND[:, n0:n1])
+            row_max_Xm1 = new_max_Xm1
+        torch.div(acc_XmD, row_sum_Xm1, out=out_XMD[:, m0:m1])
+        lse_XM[:, m0:m1] = (row_max_Xm1 + row_sum_Xm1.log()).squeeze(-1)
+    return out_XMD.view(b, h, q_len, d), lse_XM
+
+
+def _backward(grad_BHMD, q_BHMD, k_BHND, v_BHND, out_XMD, lse_XM, causal, scale, q_chunk, kv_chunk):
+    """dq, dk, dv by recomputing each block's probabilities P = exp(S - lse)."""
+    b, h, q_len, d = q_BHMD.shape
+    seq_len = k_BHND.shape[2]
+    cdtype = out_XMD.dtype
+    q_XMD = _flat(q_BHMD, cdtype) * scale
+    k_XND = _flat(k_BHND, cdtype)
+    v_XND = _flat(v_BHND, cdtype)
+    do_XMD = _flat(grad_BHMD, cdtype)
+    # delta_i = sum_j P_ij dP_ij = dO_i . O_i (FlashAttention-2, eq. for D_i)
+    delta_XM1 = (do_XMD * out_XMD).sum(dim=-1, keepdim=True)
+    lse_XM1 = lse_XM.unsqueeze(-1)
+    dq_XMD = torch.zeros_like(q_XMD)  # gradient w.r.t. the scaled q; times scale at the end
+    dk_XND = torch.zeros_like(k_XND)
+    dv_XND = torch.zeros_like(v_XND)
+    offset = seq_len - q_len
+    for m0, m1, kv_blocks in _blocks(q_len, seq_len, causal, q_chunk, kv_chunk):
+        q_XmD, do_XmD = q_XMD[:, m0:m1], do_XMD[:, m0:m1]
+        for n0, n1, needs_mask in kv_blocks:
+            stats["max_block_scores"] = max(stats["max_block_scores"], (m1 - m0) * (n1 - n0))
+            s_Xmn = torch.bmm(q_XmD, k_XND[:, n0:n1].transpose(1, 2))
+            if needs_mask:
+                s_Xmn.masked_fill_(_hidden(m0, m1, n0, n1, offset, s_Xmn.device), float("-inf"))
+            p_Xmn = s_Xmn.sub_(lse_XM1[:, m0:m1]).exp_()
+            dv_XND[:, n0:n1].baddbmm_(p_Xmn.transpose(1, 2), do_XmD)
+            dp_Xmn = torch.bmm(do_XmD, v_XND[:, n0:n1].transpose(1, 2))
+            ds_Xmn = dp_Xmn.sub_(delta_XM1[:, m0:m1]).mul_(p_Xmn)
+            dq_XMD[:, m0:m1].baddbmm_(ds_Xmn, k_XND[:, n0:n1])
+            dk_XND[:, n0:n1].baddbmm_(ds_Xmn.transpose(1, 2), q_XmD)
+    dq_XMD.mul_(scale)
+    dtype = q_BHMD.dtype
+    return (
+        dq_XMD.view(b, h, q_len, d).to(dtype),
+        dk_XND.view(b, h, seq_len, d).to(dtype),
+        dv_XND.view(b, h, seq_len, d).to(dtype),
+    )
+
+
+class _ChunkedAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, q_chunk, kv_chunk):
+        out_BHMD, lse_XM = _forward(q, k, v, causal, scale, q_chunk, kv_chunk)
+        out_XMD = out_BHMD.flatten(0, 1)
+        ctx.save_for_backward(q, k, v, out_XMD, lse_XM)  # O(n d) and O(n): no score block survives
+        ctx.config = (causal, scale, q_chunk, kv_chunk)
+        return out_BHMD.to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out_XMD, lse_XM = ctx.saved_tensors
+        dq, dk, dv = _backward(grad_out, q, k, v, out_XMD, lse_XM, *ctx.config)
+        return dq, dk, dv, None, None, None, None

@@ -1,0 +1,86 @@
+"""The multi-head self-attention layer around the core (the chapter's steps 1-2 and W_O).
+
+X (B, L, d_model) -> Q, K, V = X W_Q, X W_K, X W_V -> split into `heads` heads of
+d_k = d_model / heads -> any back end -> concat heads -> W_O.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from selfattn.attention import attention
+from selfattn.backends import resolve_options
+from selfattn.validate import check_bool, check_positive_int, resolve_scale
+
+
+class MultiHeadSelfAttention(nn.Module):
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        *,
+        backend: str = "naive",
+        causal: bool = False,
+        scale: float | None = None,
+        bias: bool = False,
+        **backend_options: Any,
+    ) -> None:
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        check_positive_int("heads", heads)
+        if d_model % heads:
+            raise ValueError(f"heads: must divide d_model={d_model}, got heads={heads}")
+        check_bool("causal", causal)
+        check_bool("bias", bias)
+        self.d_model, self.heads, self.head_dim = d_model, heads, d_model // heads
+        resolve_scale(scale, self.head_dim)  # fail at construction, not at the first forward
+        resolve_options(backend, backend_options)  # unknown back end or option: fail now too
+        self.backend, self.causal, self.scale = backend, causal, scale
+        self.backend_options = dict(backend_options)
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.reset_parameters(seed=0)
+
+    @torch.no_grad()
+    def reset_parameters(self, seed: int = 0) -> None:
+        """Deterministic init from `seed`: weights N(0, 1/d_model) so Q, K, V keep X's scale.
+
+        Drawn in float64 on the CPU from a private generator and copied into the current
+        dtype and device, so a layer point is reproducible anywhere. Biases start at zero.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
+        generator = torch.Generator(device="cpu").manual_seed(seed)
+        std = 1.0 / math.sqrt(self.d_model)
+        for linear in (self.w_q, self.w_k, self.w_v, self.w_o):
+            w = torch.randn(linear.weight.shape, generator=generator, dtype=torch.float64) * std
+            linear.weight.copy_(w)
+            if linear.bias is not None:
+                linear.bias.zero_()
+
+    def project_qkv(self, x_BLD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The core's inputs for X: q, k, v each (B, heads, L, d_k)."""
+        if not isinstance(x_BLD, torch.Tensor) or x_BLD.dim() != 3 or x_BLD.shape[-1] != self.d_model:
+            shape = tuple(x_BLD.shape) if isinstance(x_BLD, torch.Tensor) else type(x_BLD).__name__
+            raise ValueError(f"x: expected shape (batch, seq_len, {self.d_model}), got {shape}")
+        b, length, _ = x_BLD.shape
+
+        def split(t_BLD: torch.Tensor) -> torch.Tensor:
+            return t_BLD.view(b, length, self.heads, self.head_dim).transpose(1, 2)
+
+        return split(self.w_q(x_BLD)), split(self.w_k(x_BLD)), split(self.w_v(x_BLD))
+
+    def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.project_qkv(x_BLD)
+        out_BHLD = attention(q, k, v, backend=self.backend, causal=self.causal, scale=self.scale, **self.backend_options)
+        b, _, length, _ = out_BHLD.shape
+        return self.w_o(out_BHLD.transpose(1, 2).reshape(b, length, self.d_model))
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, heads={self.heads}, backend={self.backend!r}, causal={self.causal}"
