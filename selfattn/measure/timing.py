@@ -48,13 +48,19 @@ def time_cpu(fn: Callable[[], object], timing_s: float, call_s_estimate: float) 
     `Timer.blocked_autorange` groups fast calls into blocks and times each block; its
     `Measurement.times` are already per call (block time / calls per block), so the quantiles
     below are of per-call times. A call slower than the budget allows for blocks runs in blocks
-    of one, and the run time is stretched to MIN_SAMPLES calls so p20/p80 exist.
+    of one, and the run time is stretched to MIN_SAMPLES calls so p20/p80 exist; a short budget
+    that still ends with fewer blocks is topped up with blocks of the same size.
     """
     timer = torch_benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
     # (MIN_SAMPLES - 0.5) calls of run time yield MIN_SAMPLES blocks when the estimate is right.
     min_run_time = max(timing_s, (MIN_SAMPLES - 0.5) * call_s_estimate)
     measurement = timer.blocked_autorange(min_run_time=min_run_time)
-    return summarize([t * 1e3 for t in measurement.times])
+    per_call_s = list(measurement.times)
+    # A short budget can end after one or two big blocks; top up with blocks of the same size
+    # (timeit's own warm-up of max(number // 100, 2) calls is not counted either).
+    while len(per_call_s) < MIN_SAMPLES:
+        per_call_s.extend(timer.timeit(measurement.number_per_run).times)
+    return summarize([t * 1e3 for t in per_call_s])
 
 
 def time_cuda(fn: Callable[[], object], timing_s: float) -> Timing:

@@ -1,0 +1,74 @@
+"""The FLOP convention: checked by brute force and against torch's own FLOP counter."""
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from selfattn import Point
+from selfattn.attention import attention
+from selfattn.inputs import make_qkv, make_x
+from selfattn.layer import MultiHeadSelfAttention
+from selfattn.measure import point_flops, unmasked_pairs
+from selfattn.measure.flops import attention_flops
+
+
+@pytest.mark.parametrize("q_len", [1, 2, 5, 8])
+@pytest.mark.parametrize("seq_len", [1, 3, 8, 13])
+def test_causal_pairs_match_brute_force(q_len, seq_len):
+    brute = sum(1 for i in range(q_len) for j in range(seq_len) if j <= i + seq_len - q_len)
+    assert unmasked_pairs(q_len, seq_len, causal=True) == brute
+    assert unmasked_pairs(q_len, seq_len, causal=False) == q_len * seq_len
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 1024, 65536])
+def test_causal_square_is_n_times_n_plus_one_over_two(n):
+    # Row i of a square causal mask sees keys 0..i, i.e. i + 1 of them: 1 + 2 + ... + n.
+    assert unmasked_pairs(n, n, causal=True) == n * (n + 1) // 2
+
+
+def test_decode_step_sees_every_key():
+    assert unmasked_pairs(1, 4096, causal=True) == 4096
+
+
+def _counted(fn) -> int:
+    counter = FlopCounterMode(display=False)
+    with counter:
+        fn()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("q_len,seq_len", [(64, 64), (17, 96)], ids=["square", "rect"])
+def test_forward_formula_matches_flop_counter(q_len, seq_len):
+    q, k, v = make_qkv(2, 3, q_len, seq_len, 16, dtype=torch.float32)
+    counted = _counted(lambda: attention(q, k, v, backend="naive"))
+    point = Point(backend="naive", batch=2, heads=3, q_len=q_len, seq_len=seq_len, head_dim=16)
+    assert point_flops(point) == counted == 4 * 2 * 3 * 16 * q_len * seq_len
+
+
+def test_backward_counter_is_3x_forward_and_convention_is_3_5x():
+    # torch counts the four backward matmuls (dV, dP, dQ, dK): 2x forward, 3x in total. The
+    # FlashAttention convention we report adds the recomputation of S: 3.5x forward.
+    q, k, v = make_qkv(1, 2, 32, 32, 8, dtype=torch.float32, requires_grad=True)
+    upstream = torch.randn(1, 2, 32, 8)
+
+    def fwd_bwd():
+        torch.autograd.grad(attention(q, k, v, backend="naive"), (q, k, v), upstream)
+
+    forward = attention_flops(1, 2, 32, 32, 8, causal=False)
+    assert _counted(fwd_bwd) == 3 * forward
+    assert point_flops(Point(batch=1, heads=2, seq_len=32, head_dim=8, mode="fwd_bwd")) == 3.5 * forward
+
+
+def test_layer_adds_four_projections():
+    layer = MultiHeadSelfAttention(32, 4, backend="naive")
+    x = make_x(2, 24, 32)
+    with torch.no_grad():
+        counted = _counted(lambda: layer(x))
+    point = Point(backend="naive", batch=2, heads=4, seq_len=24, head_dim=8, scope="layer")
+    assert point_flops(point) == counted == 4 * 2 * 4 * 8 * 24 * 24 + 4 * 2 * 2 * 24 * 32 * 32
+
+
+def test_causal_flops_count_only_unmasked_pairs():
+    full = point_flops(Point(seq_len=1000, causal=False))
+    causal = point_flops(Point(seq_len=1000, causal=True))
+    assert causal == full * (1000 * 1001 / 2) / 1000**2

@@ -1,0 +1,81 @@
+"""Real CPU peak memory: naive's O(n^2) matches the analytic model, chunked stays far below."""
+
+import pytest
+import torch
+
+from selfattn import Point
+from selfattn.measure import Budget, measure_point, predict_mem_bytes
+from selfattn.measure.accuracy import sample_rows
+from selfattn.measure.memory import peak_bytes, peak_rss_bytes, reset_peak_rss, rss_bytes
+from selfattn.measure.workload import build
+
+pytestmark = pytest.mark.skipif(not reset_peak_rss(), reason="needs Linux /proc/self/clear_refs")
+
+# H=8 fp32: the score matrix alone is 8 * n^2 * 4 bytes = 128 MiB at n=2048, 512 MiB at 4096,
+# large enough that allocator and interpreter noise (a few MiB) is negligible.
+HEADS = 8
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # Memory does not depend on the thread count, but on a shared, busy machine OpenMP's
+    # barriers make the chunked loop's many small ops slow; one thread keeps these tests quick.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _measured(point: Point) -> int:
+    workload = build(point, torch.float32, torch.device("cpu"), sample_rows(point.seq_len, 8, 0))
+    workload.call()  # warm-up: one-time allocations are not the point's
+    return peak_bytes(workload.call, "cpu")
+
+
+def test_peak_measures_what_is_allocated():
+    n = 4 * 2**20  # 16 MiB of fp32, written
+    measured = peak_bytes(lambda: torch.ones(n), "cpu")
+    assert 16 * 2**20 <= measured < 24 * 2**20
+
+
+@pytest.mark.parametrize("n", [2048, 4096])
+def test_naive_peak_within_25_percent_of_prediction(n):
+    point = Point(backend="naive", heads=HEADS, seq_len=n, head_dim=64)
+    measured = _measured(point)
+    predicted = predict_mem_bytes(point)
+    assert predicted >= 2 * HEADS * n * n * 4  # scores and weights alive together
+    assert abs(measured - predicted) <= 0.25 * predicted, (measured, predicted)
+
+
+def test_chunked_peak_far_below_naive():
+    n = 4096
+    naive = predict_mem_bytes(Point(backend="naive", heads=HEADS, seq_len=n))
+    chunked = _measured(Point(backend="chunked", heads=HEADS, seq_len=n))
+    assert chunked < naive / 8, (chunked, naive)
+
+
+def test_fwd_bwd_prediction_tracks_naive():
+    point = Point(backend="naive", heads=HEADS, seq_len=1024, mode="fwd_bwd")
+    measured = _measured(point)
+    assert abs(measured - predict_mem_bytes(point)) <= 0.25 * predict_mem_bytes(point)
+
+
+def test_row_carries_measured_and_predicted_memory():
+    row = measure_point(Point(backend="naive", heads=HEADS, seq_len=2048), Budget(timing_s=0.05, accuracy_rows=16))
+    assert row.status == "ok", row.error
+    assert abs(row.peak_mem_bytes - row.predicted_mem_bytes) <= 0.25 * row.predicted_mem_bytes
+
+
+def test_budget_guard_skips_without_allocating():
+    # naive at n=65536 predicts 2 * 8 * 65536^2 * 4 bytes = 256 GiB of scores: skipped at once.
+    point = Point(backend="naive", heads=HEADS, seq_len=65536)
+    budget = Budget()
+    measure_point(Point(backend="naive", seq_len=16), budget)  # environment, GEMM peak: cached
+    reset_peak_rss()
+    before = rss_bytes()
+    row = measure_point(point, budget)
+    grown = peak_rss_bytes() - before
+    assert row.status == "skipped_budget"
+    assert "memory" in row.error and row.time_ms is None and row.peak_mem_bytes is None
+    assert row.predicted_mem_bytes > 200 * 2**30
+    assert grown < 16 * 2**20, grown  # not even Q, K, V (3 * 8 * 65536 * 64 * 4 = 384 MiB)
