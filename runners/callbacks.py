@@ -98,26 +98,28 @@ class SweepCallback(Callback):
         statuses = ", ".join(f"{n} {s}" for s, n in Counter(str(r.get("status")) for r in all_rows).most_common())
         print(f"results: {len(all_rows)} rows ({statuses}) -> {csv_path}", flush=True)
         if config.get("report", True):
-            report_dir = write_report(csv_path, sweep_dir / "report")
-            if report_dir is not None:
-                print(f"report: {report_dir}", flush=True)
+            write_report(csv_path, sweep_dir / "report")  # prints its own `report: ...` line
 
 
 def write_report(csv_path: Path, out_dir: Path) -> Path | None:
-    """Run the analysis report in-process; a missing package or a failure is one line, not a crash."""
+    """Run the analysis report in-process; a missing package or a failure is one line, not a crash.
+
+    PNG only: the figures a person looks at right after a sweep, at half the cost of PNG+PDF
+    (`python -m analysis.report DIR --out DIR/report` writes both).
+    """
     try:
         from analysis import report
     except ImportError as exc:
         print(f"note: no report ({exc}); results.csv is complete", file=sys.stderr)
         return None
     try:
-        report.main([str(csv_path), "--out", str(out_dir)])
+        code = report.main([str(csv_path), "--out", str(out_dir), "--formats", "png"])
     except SystemExit as exc:
-        if exc.code not in (0, None):
-            print(f"warning: report exited with {exc.code}; results.csv is complete", file=sys.stderr)
-            return None
+        code = exc.code
     except Exception as exc:  # a plotting bug must not hide the results
         print(f"warning: report failed ({type(exc).__name__}: {exc}); results.csv is complete", file=sys.stderr)
         return None
-    index = out_dir / "report.md"
-    return index if index.exists() else out_dir
+    if code not in (0, None):
+        print(f"warning: report exited with status {code}; results.csv is complete", file=sys.stderr)
+        return None
+    return out_dir / "report.md"

@@ -106,7 +106,7 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     if pid in done and (done[pid] == "ok" or not cfg.get("retry_failed")):
         stub = _stub(cfg, done[pid])
         print(progress.line(index, total, progress.describe(stub, varying), stub,
-                            note=f"{done[pid]} already (resume, skipped)"), flush=True)
+                            note=f"skipped: a {done[pid]} row for this point is already in the sweep folder"), flush=True)
         _last_row_written = time.perf_counter()
         return stub
 
@@ -115,6 +115,8 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     except Exception as exc:  # measure_point never raises by contract; a bug must still leave a row
         row = invalid_row(cfg, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         row["status"] = "error"
+    if row.get("status") == "invalid" and not ctx.multirun:
+        raise InvalidPoint(row.get("error") or "invalid point")  # e.g. a back end option it rejects
     row.update(point_id=pid, sweep_id=ctx.sweep_id, jobs_sharing_device=ctx.jobs_sharing_device)
     if not row.get("timestamp"):
         row["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")

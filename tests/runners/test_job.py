@@ -1,0 +1,88 @@
+"""One job in-process (fake measurement): rows, resume, retry, invalid points, progress line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runners import job, progress, rows
+
+BASE = {"name": "t", "backend": {"name": "naive", "upcast_softmax": False}, "precision": {"name": "fp32"},
+        "device": "cpu", "batch": 1, "heads": 2, "seq_len": 64, "q_len": None, "head_dim": 16, "d_model": None,
+        "causal": False, "scale": "auto", "mode": "fwd", "scope": "core", "input_std": 1.0, "seed": 0,
+        "budget": {"timing_s": 0.1}, "retry_failed": False, "grids": None, "grid_point": None,
+        "wandb": {"mode": "disabled"}}
+
+
+def ctx(tmp_path, num=0, multirun=True, varying=("seq_len",)):
+    return job.JobContext(job_dir=tmp_path / str(num), sweep_dir=tmp_path, multirun=multirun, index=num,
+                          varying=list(varying), sweep_id="t/x")
+
+
+def test_a_job_writes_its_row_and_the_csv(tmp_path, fake_measure, capsys):
+    row = job.run_job(BASE, ctx(tmp_path))
+    saved = json.loads((tmp_path / "0" / "row.json").read_text())
+    assert saved["status"] == "ok" and saved["point_id"] == row["point_id"] and saved["sweep_id"] == "t/x"
+    assert saved["job_wall_s"] >= saved["measure_s"] >= 0 and saved["jobs_sharing_device"] == 1
+    assert (tmp_path / "results.csv").read_text().count("\n") == 2
+    assert "naive seq_len=64 fp32 -> " in capsys.readouterr().out
+
+
+def test_resume_skips_done_points_and_retry_failed_reruns_failures(tmp_path, fake_measure, monkeypatch, capsys):
+    job.run_job(BASE, ctx(tmp_path))
+    calls = []
+    real = fake_measure.measure_point
+    monkeypatch.setattr(fake_measure, "measure_point", lambda p, b=None: calls.append(p) or real(p, b))
+    import sys
+
+    sys.modules["selfattn.measure"].measure_point = fake_measure.measure_point
+    job.run_job(BASE, ctx(tmp_path))  # same point again: skipped
+    assert calls == [] and "skipped" in capsys.readouterr().out
+    # a failed row is kept by default and measured again with retry_failed=true
+    saved = json.loads((tmp_path / "0" / "row.json").read_text())
+    rows.write_row(tmp_path / "0", {**saved, "status": "error", "error": "boom"})
+    job.run_job(BASE, ctx(tmp_path))
+    assert calls == []
+    job.run_job({**BASE, "retry_failed": True}, ctx(tmp_path))
+    assert len(calls) == 1
+    assert rows.done_points(tmp_path) == {saved["point_id"]: "ok"}
+
+
+def test_invalid_point_in_a_sweep_is_a_row_and_in_a_single_run_an_error(tmp_path, fake_measure):
+    bad = {**BASE, "d_model": 100, "heads": 3}
+    row = job.run_job(bad, ctx(tmp_path))
+    assert row["status"] == "invalid" and row["error"].startswith("heads: 3 does not divide d_model=100")
+    assert row["heads"] == 3 and row["backend"] == "naive"
+    job.run_job(bad, ctx(tmp_path, num=1))  # resume: the invalid point is known, not a duplicate
+    assert len(rows.read_rows(tmp_path)) == 1
+    with pytest.raises(job.InvalidPoint, match=r"^seq_len: expected an integer >= 1, got 0$"):
+        job.run_job({**BASE, "seq_len": 0}, ctx(tmp_path / "single", multirun=False))
+
+
+def test_a_crashing_measurement_still_leaves_an_error_row(tmp_path, fake_measure, monkeypatch):
+    import sys
+
+    def broken(point, budget=None):
+        raise RuntimeError("bug in measure")
+
+    monkeypatch.setattr(sys.modules["selfattn.measure"], "measure_point", broken)
+    row = job.run_job(BASE, ctx(tmp_path))
+    assert row["status"] == "error" and "bug in measure" in row["error"]
+
+
+def test_grid_points_apply_their_keys(tmp_path, fake_measure):
+    grids = {"a": {"backend": ["sdpa"], "seq_len": [32]}, "b": {"head_dim": [8, 32], "scale": ["none"]}}
+    first = job.run_job({**BASE, "grids": grids, "grid_point": 0}, ctx(tmp_path, 0, varying=()))
+    last = job.run_job({**BASE, "grids": grids, "grid_point": 2}, ctx(tmp_path, 1, varying=()))
+    assert (first["backend"], first["seq_len"]) == ("sdpa", 32)
+    assert (last["backend"], last["head_dim"], last["scale"]) == ("naive", 32, "none")
+
+
+def test_progress_line():
+    row = {"status": "ok", "backend": "chunked", "seq_len": 4096, "causal": True, "precision": "fp32",
+           "time_ms": 41.23, "peak_mem_bytes": 9.3 * 2**20}
+    text = progress.line(17, 96, progress.describe(row, ["seq_len", "causal", "experiment"]), row, eta=72)
+    assert text == "[17/96] chunked seq_len=4096 causal=true fp32 -> 41.2 ms, 9.3 MiB, ok (ETA 1m12s)"
+    failed = {**row, "status": "oom", "error": "CUDA out of memory\nmore"}
+    assert progress.line(None, None, "x", failed) == "x -> oom: CUDA out of memory"
