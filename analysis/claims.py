@@ -151,6 +151,12 @@ def _range_text(values: np.ndarray) -> str:
     return f"{np.min(values):.2f}–{np.max(values):.2f}"
 
 
+def _too_few(part: pd.DataFrame, which: str) -> str:
+    if part.empty:
+        return f"no {which} rows with a logit std"
+    return f"{which} logit std measured at d_k={number_text(float(part['head_dim'].iloc[0]))} only; needs two or more d_k"
+
+
 def _dk_text(part: pd.DataFrame) -> str:
     d = sorted(part["head_dim"].unique())
     return f"d_k={number_text(float(d[0]))}–{number_text(float(d[-1]))} ({', '.join(sorted(part['precision'].unique()))})"
@@ -158,18 +164,20 @@ def _dk_text(part: pd.DataFrame) -> str:
 
 def _scaled_std_claim(points: pd.DataFrame, input_std: float) -> Claim:
     part = _scaled(points, "auto")
+    if part.empty or part["head_dim"].nunique() < 2:
+        return Claim("scaled_std_one", "With the 1/√d_k scale the logits' std stays near 1 at any d_k",
+                     _too_few(part, "scaled"), NOT_MEASURED, RULES["scaled_std_one"], "scaling_stability")
     ratio = (part["logit_std"] / input_std ** 2).to_numpy() if len(part) else np.array([])
-    evidence = (f"logit std / s² = {_range_text(ratio)} over {_dk_text(part)}, s={number_text(input_std)}"
-                if len(part) else "no scaled rows with a logit std")
+    evidence = f"logit std / s² = {_range_text(ratio)} over {_dk_text(part)}, s={number_text(input_std)}"
     return Claim("scaled_std_one", "With the 1/√d_k scale the logits' std stays near 1 at any d_k", evidence,
                  _verdict([_in(r, STD_BAND) for r in ratio]), RULES["scaled_std_one"], "scaling_stability")
 
 
 def _unscaled_std_claim(points: pd.DataFrame, input_std: float) -> Claim:
     part = _scaled(points, "none")
-    if part.empty:
+    if part.empty or part["head_dim"].nunique() < 2:
         return Claim("unscaled_std_sqrt", "Without it the logits' std grows as √d_k (≈22.6 at d_k=512)",
-                     "no unscaled rows with a logit std", NOT_MEASURED, RULES["unscaled_std_sqrt"],
+                     _too_few(part, "unscaled"), NOT_MEASURED, RULES["unscaled_std_sqrt"],
                      "scaling_stability")
     ratio = (part["logit_std"] / (input_std ** 2 * np.sqrt(part["head_dim"]))).to_numpy()
     passes = [_in(r, STD_BAND) for r in ratio]

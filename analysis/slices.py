@@ -19,7 +19,7 @@ import pandas as pd
 # The conventional value of each axis, used to break ties between equally rich slices.
 PREFERRED: dict[str, Any] = {
     "precision": "fp32", "scale": "auto", "causal": False, "mode": "fwd", "scope": "core",
-    "input_std": 1.0, "backend": "naive", "batch": 1.0,
+    "input_std": 1.0, "backend": "naive", "batch": 1.0, "head_dim": 64.0,
 }
 # Every sweep axis a figure must either vary, facet, fix, or (seed) aggregate over.
 AXES: tuple[str, ...] = (

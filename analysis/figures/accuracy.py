@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from analysis.cost import variant_labels
-from analysis.figures.common import Context, Made, Skipped, save, set_log2_ticks, subplots
+from analysis.figures.common import Context, Made, Skipped, save, set_log2_ticks, subplots, tidy_log_axis
 from analysis.figures.cost import _precision_order
 from analysis.slices import fix_axes, self_attention
 
@@ -48,6 +48,7 @@ def accuracy_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         set_log2_ticks(ax, ok["seq_len"])
         ax.set_xlabel("sequence length n (tokens)")
         ax.set_ylabel("relative RMS error vs float64 (unitless)")
+        tidy_log_axis(ax)
         ax.set_title(f"{device}\n{chosen.describe(always=('head_dim', 'scale'))}")
         precisions = sorted(ok["precision"].unique(), key=_precision_order)
         labels = sorted(ok["label"].unique())

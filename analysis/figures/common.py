@@ -130,8 +130,22 @@ def log_if_spans(ax, values: Iterable[float], axis: str = "y", decades: float = 
     return False
 
 
+def tidy_log_axis(ax, axis: str = "y") -> None:
+    """Plain numbers ('2', '0.05') instead of 2x10^0 on a log axis; minor labels only when under a decade."""
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    if (ax.get_yscale() if axis == "y" else ax.get_xscale()) != "log":
+        return
+    low, high = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    plain = ticker.FuncFormatter(lambda v, _pos: f"{v:g}")
+    target.set_major_formatter(plain)
+    if low > 0 and high / low < 10:
+        target.set_minor_formatter(plain)
+    else:
+        target.set_minor_formatter(ticker.NullFormatter())
+
+
 def guide_lines(ax, n_min: float, n_max: float, y_at_min: float, slopes=(1, 2)) -> None:
-    """Grey lines of slope 1 and 2 on log-log axes, through (n_min, y_at_min), for reading exponents."""
+    """Grey lines of slope 1 and 2 on log-log axes from (n_min, y_at_min), below the data, for reading slopes."""
     xs = np.array([n_min, n_max], dtype=float)
     styles = {1: ":", 2: "-."}
     for slope in slopes:

@@ -9,7 +9,7 @@ import pandas as pd
 from analysis.cost import Facet, cost_facets
 from analysis.figures.common import (
     Context, Made, Skipped, bytes_formatter, causal_style, color_for, guide_lines, legend_right,
-    log_if_spans, mark_failed, save, set_log2_ticks, subplots,
+    log_if_spans, mark_failed, save, set_log2_ticks, subplots, tidy_log_axis,
 )
 
 EXPERIMENT = "quadratic_cost (or the default sweep)"
@@ -68,11 +68,12 @@ def time_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         first = values[values["seq_len"] == values["seq_len"].min()]["value"]
-        guide_lines(ax, values["seq_len"].min(), values["seq_len"].max(), float(np.exp(np.log(first).mean())))
+        guide_lines(ax, values["seq_len"].min(), values["seq_len"].max(), float(first.min()) / 2.5)
         failed = mark_failed(ax, facet.failed, None, _row_color(facet))
         set_log2_ticks(ax, pd.concat([values["seq_len"], facet.failed["seq_len"]]))
         ax.set_xlabel("sequence length n (tokens)")
         ax.set_ylabel("time per call, median (ms)")
+        tidy_log_axis(ax)
         ax.set_title(f"{facet.title}\n{facet.slice_text}")
         legend_right(ax, failed)
     fig.suptitle("Time vs n, log-log; legend: fitted exponent b with 95% CI (larger sizes); band: p20–p80")
@@ -110,7 +111,7 @@ def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         first = values[values["seq_len"] == values["seq_len"].min()]["value"]
-        guide_lines(ax, values["seq_len"].min(), values["seq_len"].max(), float(np.exp(np.log(first).mean())))
+        guide_lines(ax, values["seq_len"].min(), values["seq_len"].max(), float(first.min()) / 2.5)
         handles = mark_failed(ax, facet.failed, "predicted_mem_bytes", _row_color(facet))
         ceiling = facet.device_mem_bytes
         top = max(values["value"].max(), facet.failed["predicted_mem_bytes"].max() if len(facet.failed) else 0)
@@ -158,6 +159,7 @@ def throughput_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         set_log2_ticks(ax, values["seq_len"])
         ax.set_xlabel("sequence length n (tokens)")
         ax.set_ylabel("achieved throughput (TFLOP/s)")
+        tidy_log_axis(ax)
         ax.set_title(f"{facet.title}\n{facet.slice_text}")
         legend_right(ax)
     fig.suptitle("Achieved TFLOP/s (useful attention FLOPs / median time) vs the device's measured matmul peak")

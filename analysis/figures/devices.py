@@ -5,7 +5,9 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.compare import device_speedups, pick_baseline
-from analysis.figures.common import Context, Made, Skipped, log_if_spans, save, set_log2_ticks, subplots
+from analysis.figures.common import (
+    Context, Made, Skipped, log_if_spans, save, set_log2_ticks, subplots, tidy_log_axis,
+)
 from analysis.slices import fix_axes
 
 DEVICE_COLORS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
@@ -40,6 +42,8 @@ def devices_compared(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_title(label)
         ax.legend(loc="best")
     log_if_spans(axes[0][0], list(data["speedup"]) + [1.0], "y", decades=1.0)
+    for ax in axes[0]:
+        tidy_log_axis(ax)
     text = chosen.describe(always=("precision", "head_dim", "causal"))
     fig.suptitle(f"Time on {baseline} / time on each device, same points — {text}")
     notes = [f"{text}"] + ([note] if note else [])

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.cost import variant_labels
-from analysis.figures.common import Context, Made, Skipped, color_for, log_if_spans, save, set_log2_ticks, subplots
+from analysis.figures.common import (
+    Context, Made, Skipped, color_for, log_if_spans, save, set_log2_ticks, subplots, tidy_log_axis,
+)
 from analysis.slices import fix_axes, number_text, self_attention
 
 HEADS_FIXED = ("d_model", "device_label", "precision", "scope", "mode", "batch", "seq_len", "causal", "scale",
@@ -33,6 +35,7 @@ def heads_at_fixed_width(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         set_log2_ticks(ax, heads, text=lambda h: f"{int(h)}\n(d_k={number_text(float(chosen.fixed['d_model']) / h)})")
         ax.set_xlabel("heads (head dimension d_k)")
         ax.set_ylabel(ylabel)
+        tidy_log_axis(ax)
         if len(data):
             ax.legend(loc="best")
         else:

@@ -6,17 +6,19 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.figures.common import Context, Made, Skipped, log_if_spans, save, set_log2_ticks, subplots
+from analysis.figures.common import (
+    Context, Made, Skipped, log_if_spans, save, set_log2_ticks, subplots, tidy_log_axis,
+)
 from analysis.slices import number_text, scale_text
 from analysis.stability import stability_points, stability_slice, theory_logit_std
 
 SCALE_COLORS = {"auto": "#0072B2", "none": "#D55E00"}
 PRECISION_STYLES = {"fp32": "-", "fp16": "--", "bf16": "-.", "fp64": ":", "tf32": (0, (5, 1, 1, 1))}
-PANELS = (
-    ("logit_std", "logit standard deviation (unitless)", "log"),
-    ("softmax_entropy", "softmax entropy / log(keys) (0 = one-hot, 1 = uniform)", "linear"),
-    ("max_weight", "mean largest attention weight (0–1)", "auto"),
-    ("grad_norm_q", "gradient norm ‖∂loss/∂Q‖ (unitless)", "log"),
+PANELS = (  # metric, panel title, y label, y scale
+    ("logit_std", "Logit std (theory dotted)", "std of the logits fed to softmax", "log"),
+    ("softmax_entropy", "Softmax entropy", "entropy / log(keys) (0 one-hot, 1 uniform)", "linear"),
+    ("max_weight", "Largest attention weight", "mean largest weight per row (0–1)", "auto"),
+    ("grad_norm_q", "Gradient norm w.r.t. Q", "‖∂loss/∂Q‖ (unitless)", "log"),
 )
 
 
@@ -29,9 +31,9 @@ def scaling_stability(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         return Skipped(name, title, "needs ok rows at two or more head_dim values both with and without the scale",
                        experiment)
     input_std = float(chosen.fixed.get("input_std", 1.0))
-    fig, axes = subplots(1, len(PANELS), 4.0, 3.6)
+    fig, axes = subplots(2, 2, 4.4, 3.1)
     notes = []
-    for ax, (metric, ylabel, yscale) in zip(axes[0], PANELS):
+    for ax, (metric, panel_title, ylabel, yscale) in zip(axes.flat, PANELS):
         data = points[points[metric].notna()]
         if data.empty:
             ax.text(0.5, 0.5, f"{metric}: not measured\n(needs mode=fwd_bwd)" if metric.startswith("grad")
@@ -51,18 +53,19 @@ def scaling_stability(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         if ax.get_yscale() == "linear":
             ax.set_ylim(0, 1.05)
         set_log2_ticks(ax, points["head_dim"], text=lambda v: number_text(float(v)))
+        tidy_log_axis(ax)
         ax.set_xlabel("head dimension d_k")
         ax.set_ylabel(ylabel)
-        ax.set_title(metric)
-    sigma = number_text(input_std)
+        ax.set_title(panel_title)
+    sigma2 = "" if input_std == 1 else f"{number_text(input_std)}²·"
     handles = [Line2D([], [], color=c, marker="o", label=scale_text(s)) for s, c in SCALE_COLORS.items()
                if s in set(points["scale"])]
     handles += [Line2D([], [], color="0.2", linestyle=PRECISION_STYLES.get(p, "-"), label=p)
                 for p in sorted(points["precision"].unique())]
-    handles += [Line2D([], [], color="black", linestyle=(0, (1, 1)), label=f"theory unscaled: {sigma}²·√d_k"),
-                Line2D([], [], color="0.5", linestyle=(0, (1, 1)), label=f"theory scaled: {sigma}² ")]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 7))
-    fig.suptitle(f"Scaled (1/√d_k) vs unscaled logits as d_k grows — {chosen.describe(always=('seq_len', 'backend'))}")
+    handles += [Line2D([], [], color="black", linestyle=(0, (1, 1)), label=f"theory unscaled: {sigma2}√d_k"),
+                Line2D([], [], color="0.5", linestyle=(0, (1, 1)), label=f"theory scaled: {sigma2 or '1'}".rstrip("·"))]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4))
+    fig.suptitle(f"Scaled (1/√d_k) vs unscaled logits as d_k grows\n{chosen.describe(always=('seq_len', 'backend'))}")
     return Made(name, title,
                 "Blue is the standard 1/√d_k scale, orange the unscaled ablation; in the first panel the dotted "
                 "theory lines are s²·√d_k and s² (s = input std), and as d_k grows the unscaled logits spread, the "

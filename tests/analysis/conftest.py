@@ -32,10 +32,10 @@ class Laws:
 
 class Fabricator:
     def __init__(self, device: str = "cpu", device_name: str = "Fake CPU 9000", hostname: str = "host-a",
-                 speed: float = 1.0, mem_bytes: float = 64e9, laws: Laws | None = None, seed: int = 0):
+                 speed: float = 1.0, mem_bytes: float = 64e9, laws: Laws | dict | None = None, seed: int = 0):
         self.device, self.device_name, self.hostname = device, device_name, hostname
         self.speed, self.mem_bytes = speed, mem_bytes
-        self.laws = laws or Laws()
+        self.laws = Laws(**laws) if isinstance(laws, dict) else (laws or Laws())
         self.rng = np.random.default_rng(seed)
         self.rows: list[dict] = []
 

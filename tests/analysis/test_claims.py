@@ -1,0 +1,59 @@
+"""Each claim's verdict follows the data: it holds on data that obey the chapter and flips on data that don't."""
+
+import pytest
+
+from analysis.claims import FAILS, HOLDS, NOT_MEASURED, check_claims
+from analysis.load import load
+
+
+def verdicts(tmp_path, fabricator) -> dict:
+    path = fabricator.write(tmp_path / "results.csv")
+    return {c.key: c for c in check_claims(load([path], warn=False).rows)}
+
+
+@pytest.fixture
+def lawful(tmp_path, fabricate):
+    return verdicts(tmp_path, fabricate().quadratic_cost().scaling_stability())
+
+
+def test_data_obeying_the_chapter_make_every_claim_hold_except_measured_exceptions(lawful):
+    expected_hold = ["memory_quadratic", "chunked_linear", "compute_quadratic", "causal_half", "scaled_std_one",
+                     "unscaled_std_sqrt", "unscaled_saturates", "fp16_overflows", "scale_prevents_overflow"]
+    assert {k: lawful[k].verdict for k in expected_hold} == {k: HOLDS for k in expected_hold}
+    assert "b=" in lawful["memory_quadratic"].evidence and "4K→128K" in lawful["memory_quadratic"].evidence
+
+
+@pytest.mark.parametrize("laws, claim", [
+    (dict(mem_exponent=1.0), "memory_quadratic"),
+    (dict(time_exponent=1.0), "compute_quadratic"),
+    (dict(causal_saving=1.0), "causal_half"),
+    (dict(unscaled_std_grows=False), "unscaled_std_sqrt"),
+    (dict(unscaled_std_grows=False), "unscaled_saturates"),
+], ids=["memory-linear", "time-linear", "no-causal-saving", "unscaled-std-flat", "no-saturation"])
+def test_contradicting_data_flip_the_verdict(tmp_path, fabricate, lawful, laws, claim):
+    broken = verdicts(tmp_path, fabricate(laws=laws).quadratic_cost().scaling_stability())
+    assert lawful[claim].verdict == HOLDS
+    assert broken[claim].verdict == FAILS, broken[claim].evidence
+
+
+def test_gradient_claim_is_computed_from_the_norms(lawful):
+    grad = lawful["unscaled_grad_vanishes"]
+    assert grad.verdict in (HOLDS, FAILS) and "ratio" in grad.evidence
+
+
+def test_missing_experiments_are_not_measured_and_name_what_to_run(tmp_path, fabricate):
+    only_cost = verdicts(tmp_path, fabricate().quadratic_cost())
+    for key in ("scaled_std_one", "unscaled_std_sqrt", "unscaled_saturates", "fp16_overflows"):
+        assert only_cost[key].verdict == NOT_MEASURED, key
+        assert "scaling_stability" in only_cost[key].experiment
+    assert only_cost["memory_quadratic"].verdict == HOLDS
+
+
+def test_fp16_that_never_overflows_does_not_hold(tmp_path, fabricate):
+    f = fabricate()
+    for d in (16, 64):
+        for scale in ("auto", "none"):
+            f.point(precision="fp16", head_dim=d, scale=scale, seq_len=256)
+    claims = verdicts(tmp_path, f)
+    assert claims["fp16_overflows"].verdict == FAILS
+    assert claims["scale_prevents_overflow"].verdict == NOT_MEASURED

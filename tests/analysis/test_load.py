@@ -1,0 +1,98 @@
+"""Loading: bad inputs are one-line errors naming the file and column; merges keep the newest row."""
+
+import pandas as pd
+import pytest
+
+from analysis.load import NoUsableResults, load
+from selfattn.results import SCHEMA_VERSION
+
+
+@pytest.fixture
+def good_csv(tmp_path, fabricate):
+    return fabricate().quadratic_cost(sizes=(256, 512)).write(tmp_path / "good" / "results.csv")
+
+
+def test_folder_is_searched_for_results_csv(good_csv):
+    loaded = load([good_csv.parent.parent], warn=False)
+    assert loaded.files == [good_csv] and not loaded.problems
+    assert set(loaded.rows["backend"]) == {"naive", "sdpa", "chunked"}
+
+
+def test_missing_column_names_file_and_column_and_other_files_still_load(tmp_path, good_csv, capsys):
+    broken = tmp_path / "broken.csv"
+    pd.read_csv(good_csv).drop(columns=["head_dim"]).to_csv(broken, index=False)
+    loaded = load([broken, good_csv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(broken) in err[0] and "'head_dim'" in err[0]
+    assert loaded.files == [good_csv] and len(loaded.rows) > 0
+
+
+def test_newer_schema_rows_are_skipped_with_one_line(tmp_path, good_csv, capsys):
+    df = pd.read_csv(good_csv)
+    df.loc[:3, "schema_version"] = SCHEMA_VERSION + 1
+    mixed = tmp_path / "mixed.csv"
+    df.to_csv(mixed, index=False)
+    loaded = load([mixed])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(mixed) in err[0] and "schema_version" in err[0] and "4 rows" in err[0]
+    assert len(loaded.rows) == len(df) - 4
+
+
+@pytest.mark.parametrize("content", ["", "status,backend\n", "not,a,csv\n\x00\x01"], ids=["empty", "header-only", "garbage"])
+def test_unusable_files_alone_raise_no_usable_results(tmp_path, content, capsys):
+    path = tmp_path / "results.csv"
+    path.write_text(content)
+    with pytest.raises(NoUsableResults):
+        load([path])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0]
+
+
+def test_path_without_results_is_named(tmp_path, good_csv, capsys):
+    empty = tmp_path / "nothing_here"
+    empty.mkdir()
+    loaded = load([empty, good_csv])
+    err = capsys.readouterr().err
+    assert f"{empty}: no results.csv found" in err
+    assert len(loaded.rows) > 0
+
+
+def test_invalid_status_rows_are_dropped_with_the_column_named(tmp_path, good_csv, capsys):
+    df = pd.read_csv(good_csv)
+    df.loc[0, "status"] = "exploded"
+    path = tmp_path / "results.csv"
+    df.to_csv(path, index=False)
+    loaded = load([path])
+    assert "'status'" in capsys.readouterr().err
+    assert len(loaded.rows) == len(df) - 1
+
+
+def test_same_point_on_same_device_keeps_the_newest_row(tmp_path, fabricate):
+    old = fabricate().quadratic_cost(sizes=(256, 512)).frame()
+    new = old.copy()
+    new["timestamp"] = "2026-11-30T00:00:00+00:00"
+    new["time_ms"] = 123.0
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    new.to_csv(tmp_path / "a" / "results.csv", index=False)  # newer file first: order must not matter
+    old.to_csv(tmp_path / "b" / "results.csv", index=False)
+    loaded = load([tmp_path], warn=False)
+    assert len(loaded.rows) == len(old) and loaded.duplicates_dropped == len(old)
+    assert (loaded.rows.loc[loaded.rows["status"] == "ok", "time_ms"] == 123.0).all()
+
+
+def test_same_point_on_two_hosts_is_kept_twice_with_distinct_labels(tmp_path, fabricate):
+    fabricate(hostname="node1", device="cuda", device_name="NVIDIA H200").quadratic_cost(sizes=(256,)).write(
+        tmp_path / "1" / "results.csv")
+    fabricate(hostname="node2", device="cuda", device_name="NVIDIA H200").quadratic_cost(sizes=(256,)).write(
+        tmp_path / "2" / "results.csv")
+    rows = load([tmp_path], warn=False).rows
+    assert set(rows["device_label"]) == {"NVIDIA H200 @node1", "NVIDIA H200 @node2"}
+    assert rows.groupby("device_label").size().nunique() == 1
+
+
+def test_types_and_derived_columns(good_csv):
+    rows = load([good_csv], warn=False).rows
+    assert rows["causal"].map(type).eq(bool).all()
+    assert rows["seq_len"].dtype.kind in "if" and set(rows["scale"]) == {"auto"}
+    assert (rows["d_model"] == rows["heads"] * rows["head_dim"]).all()

@@ -1,0 +1,92 @@
+"""The report end to end: every figure from a default-sweep-like CSV, devices compared, the CLI's exits."""
+
+import re
+
+import pandas as pd
+import pytest
+
+from analysis.compare import device_speedups, pick_baseline, speedup_table
+from analysis.figures import Made, Skipped
+from analysis.report import main, write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="session")
+def full_report(full_csv, tmp_path_factory):
+    return write_report([full_csv], tmp_path_factory.mktemp("report"), formats=("png",), warn=False)
+
+
+def test_every_single_device_figure_is_written_and_non_empty(full_report):
+    made = {f.name: f for f in full_report.figures if isinstance(f, Made)}
+    assert len(made) == 8, [f for f in full_report.figures if isinstance(f, Skipped)]
+    for fig in made.values():
+        (png,) = fig.files
+        data = png.read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 20_000, png
+        assert fig.how_to_read and fig.notes  # a sentence to read it by and the slice it shows
+
+
+def test_report_embeds_figures_and_tables_and_names_the_missing_experiment(full_report):
+    text = full_report.path.read_text()
+    for fig in full_report.figures:
+        if isinstance(fig, Made):
+            assert f"](figures/{fig.name}.png)" in text
+    assert "Not drawn: rows come from a single device" in text and "cross_gpu" in text
+    assert "## Fitted exponents" in text and "| Device | Precision | Back end | Mask |" in text
+    verdict_cells = re.findall(r"\| \*\*(holds|does not hold|not measured)\*\*", text)
+    assert len(verdict_cells) == len(full_report.claims) >= 9
+    for csv in ("claims.csv", "exponents.csv"):
+        assert not pd.read_csv(full_report.path.parent / csv).empty
+
+
+def test_exponent_table_recovers_the_synthetic_laws(full_report):
+    table = full_report.exponents
+    fp32 = table[(table["precision"] == "fp32") & ~table["causal"]].set_index("backend")
+    assert abs(fp32.loc["naive", "time_exponent"] - 2.0) < 0.1
+    assert abs(fp32.loc["naive", "mem_exponent"] - 2.0) < 0.1
+    assert fp32.loc["chunked", "mem_exponent"] < 1.2
+
+
+def test_two_devices_give_the_comparison_figure_and_table(tmp_path, fabricate):
+    fabricate().quadratic_cost(sizes=(512, 1024, 2048)).write(tmp_path / "cpu" / "results.csv")
+    fabricate(device="cuda", device_name="NVIDIA H200", hostname="gpu1", speed=50.0, mem_bytes=141e9,
+              seed=1).quadratic_cost(sizes=(512, 1024, 2048)).write(tmp_path / "h200" / "results.csv")
+    report = write_report([tmp_path / "cpu", tmp_path / "h200"], tmp_path / "out", formats=("png",), warn=False)
+    fig9 = report.figures[-1]
+    assert isinstance(fig9, Made) and fig9.files[0].stat().st_size > 10_000
+    table = report.devices.set_index("backend")
+    assert set(report.devices["device"]) == {"NVIDIA H200"} and set(report.devices["baseline"]) == {"Fake CPU 9000"}
+    assert (table["speedup_at_largest_n"] > 20).all() and (table["points"] >= 6).all()
+    assert "## Devices compared" in report.path.read_text()
+
+    rows = report.loaded.rows
+    baseline, note = pick_baseline(rows, "h200")  # a substring of the name picks the baseline
+    assert baseline == "NVIDIA H200" and note is None
+    assert (speedup_table(device_speedups(rows, baseline))["geomean_speedup"] < 1).all()
+    assert pick_baseline(rows, "TPU")[1].startswith("baseline_device: 'TPU' matches none")
+
+
+def test_cli_writes_png_and_pdf_and_skips_what_is_missing(tmp_path, fabricate, capsys):
+    csv = fabricate().quadratic_cost(sizes=(256, 512, 1024)).write(tmp_path / "sweep" / "results.csv")
+    assert main([str(csv.parent), "--out", str(tmp_path / "out")]) == 0
+    assert "report.md" in capsys.readouterr().out
+    assert (tmp_path / "out" / "figures" / "fig1_time_vs_seq_len.pdf").read_bytes().startswith(b"%PDF")
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "### 5. Scaling stability vs d_k\n\n*Not drawn:" in text and "`scaling_stability" in text
+
+
+def test_cli_exits_non_zero_only_when_nothing_is_usable(tmp_path, capsys):
+    bad = tmp_path / "results.csv"
+    bad.write_text("status,backend\nok,naive\n")
+    assert main([str(bad), str(tmp_path / "missing"), "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert any(str(bad) in line and "missing required column" in line for line in err)
+    assert any("missing: no results.csv found" in line for line in err)
+    assert not (tmp_path / "out" / "report.md").exists()
+
+
+def test_cli_rejects_unknown_formats(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([str(tmp_path), "--out", str(tmp_path), "--formats", "png,gif"])
+    assert exc.value.code == 2 and "--formats" in capsys.readouterr().err
