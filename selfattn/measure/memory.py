@@ -15,6 +15,7 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+import time
 from typing import Callable
 
 import torch
@@ -73,36 +74,50 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def cpu_peak_bytes(fn: Callable[[], object]) -> int | None:
-    """Peak RSS growth while `fn` runs (its result included, then dropped), or None."""
-    gc.collect()
+# Young generations only: what a point leaves behind is freed by reference counting, and a full
+# collection walks every object torch ever created (~0.1-0.3 s), too slow to pay per point.
+# A failed point (whose traceback may hold tensors in a cycle) gets a full one in release_memory.
+_GC_GENERATION = 1
+
+
+def cpu_peak_bytes(fn: Callable[[], object]) -> tuple[int | None, float]:
+    """Peak RSS growth while `fn` runs (its result included, then dropped) or None, and fn's seconds."""
+    gc.collect(_GC_GENERATION)
     malloc_trim()
-    if not reset_peak_rss():
-        return None
+    reset = reset_peak_rss()
     before = rss_bytes()
+    start = time.perf_counter()
     result = fn()
+    call_s = time.perf_counter() - start
     peak = peak_rss_bytes()
     del result
-    if before is None or peak is None:
-        return None
-    return max(0, peak - before)
+    if not reset or before is None or peak is None:
+        return None, call_s
+    return max(0, peak - before), call_s
 
 
-def cuda_peak_bytes(fn: Callable[[], object]) -> int:
-    """Peak bytes allocated on the current CUDA device while `fn` runs, beyond what was live."""
-    gc.collect()
+def cuda_peak_bytes(fn: Callable[[], object]) -> tuple[int, float]:
+    """Peak bytes allocated on the current CUDA device while `fn` runs beyond what was live, and fn's seconds."""
+    gc.collect(_GC_GENERATION)
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
     result = fn()
     torch.cuda.synchronize()
+    call_s = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated()
     del result
-    return max(0, peak - before)
+    return max(0, peak - before), call_s
 
 
 def peak_bytes(fn: Callable[[], object], device: str) -> int | None:
     """Run `fn` once and return the peak memory it needed beyond what was live before."""
+    return measure_peak(fn, device)[0]
+
+
+def measure_peak(fn: Callable[[], object], device: str) -> tuple[int | None, float]:
+    """Run `fn` once: (peak bytes beyond what was live before, or None; the call's seconds)."""
     if device == "cuda":
         return cuda_peak_bytes(fn)
     return cpu_peak_bytes(fn)

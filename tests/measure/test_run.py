@@ -151,3 +151,12 @@ def test_cuda_point(backend):
     assert row.status == "ok", row.error
     assert row.device == "cuda" and row.device_capability and row.peak_mem_bytes > 0
     assert row.time_ms_p20 <= row.time_ms <= row.time_ms_p80 and row.rel_rms_err < 1e-3
+
+
+def test_cpu_allocation_failure_is_oom(monkeypatch):
+    def huge(*args, **kwargs):
+        return torch.empty(2**62, dtype=torch.uint8)  # the CPU allocator refuses at once
+
+    monkeypatch.setattr(workload_module, "build", huge)
+    row = measure_point(_small(), QUICK)
+    assert row.status == "oom" and "allocate" in row.error
