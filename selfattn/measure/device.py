@@ -52,7 +52,7 @@ def git_sha() -> str:
 
     try:
         sha = git("rev-parse", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "selfattn")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return ""
     return sha + ("-dirty" if dirty else "")

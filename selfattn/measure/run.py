@@ -80,8 +80,7 @@ def measure_point(point: Point, budget: Budget | None = None) -> Row:
         row_values = _point_columns(point, device)
     except Exception:  # a point so broken its columns cannot be formatted: keep what is safe
         row_values = {"backend": str(point.backend), "device": device}
-    if device in ("cpu", "cuda") and (device == "cpu" or torch.cuda.is_available()):
-        row_values.update(environment(device))
+    row_values.update(_environment_columns(device))
     for name, value in row_values.items():
         setattr(row, name, value)
     try:
@@ -100,6 +99,15 @@ def measure_point(point: Point, budget: Budget | None = None) -> Row:
         if row.status != "ok":
             release_memory(device)  # so the next point measures as in a fresh process
     return row
+
+
+def _environment_columns(device: str) -> dict[str, Any]:
+    """The environment of `device`; for a device this process cannot use, the host's columns only."""
+    if device == "cpu" or (device == "cuda" and torch.cuda.is_available()):
+        return environment(device)
+    host = environment("cpu")
+    host.update(device=device, device_name="", device_capability="", device_mem_bytes=None)
+    return host
 
 
 def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:

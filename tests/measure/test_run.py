@@ -160,3 +160,10 @@ def test_cpu_allocation_failure_is_oom(monkeypatch):
     monkeypatch.setattr(workload_module, "build", huge)
     row = measure_point(_small(), QUICK)
     assert row.status == "oom" and "allocate" in row.error
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the row of a machine without CUDA")
+def test_cuda_point_without_cuda_is_unsupported_with_host_columns():
+    row = measure_point(_small(device="cuda"), QUICK)
+    assert row.status == "unsupported" and "cuda" in row.error.lower()
+    assert row.device == "cuda" and row.hostname and row.torch_version and row.timestamp
