@@ -1,49 +1,23 @@
-"""Runner test helpers: a fake selfattn.measure, and a way to run the real CLI in a subprocess."""
+"""Runner tests: helpers live in runner_helpers.py (importable from here on)."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-FAKE = Path(__file__).resolve().parent / "fake_measure.py"
-# Tiny, fast points for end-to-end runs: the runner is under test here, not the timings.
-TINY = ["heads=1", "head_dim=8", "budget.timing_s=0.01", "budget.accuracy_rows=4",
-        "budget.measure_device_peak=false", "report=false", "wandb.mode=disabled"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def load_fake():
-    spec = importlib.util.spec_from_file_location("fake_measure", FAKE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+from runner_helpers import load_fake  # noqa: E402
 
 
 @pytest.fixture
 def fake_measure(monkeypatch):
     """Replace selfattn.measure by the fake for in-process job tests."""
     fake = load_fake()
-    import types
-
     module = types.ModuleType("selfattn.measure")
     module.Budget, module.measure_point = fake.Budget, fake.measure_point
     monkeypatch.setitem(sys.modules, "selfattn.measure", module)
     return fake
-
-
-def sweep_cmd(*args: str, fake: bool = False) -> list[str]:
-    entry = [str(FAKE)] if fake else ["-m", "runners.sweep"]
-    return [sys.executable, *entry, *args]
-
-
-def run_sweep(*args: str, fake: bool = False, timeout: float = 60, env: dict | None = None):
-    full_env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline"), "HYDRA_FULL_ERROR": "0",
-                **(env or {})}
-    return subprocess.run(sweep_cmd(*args, fake=fake), cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=full_env)

@@ -1,0 +1,34 @@
+"""Runner test helpers: a fake selfattn.measure, and the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE = Path(__file__).resolve().parent / "fake_measure.py"
+# Tiny, fast points for end-to-end runs: the runner is under test here, not the timings.
+TINY = ["head_dim=8", "budget.timing_s=0.01", "budget.accuracy_rows=4",
+        "budget.measure_device_peak=false", "report=false", "wandb.mode=disabled"]
+
+
+def load_fake():
+    spec = importlib.util.spec_from_file_location("fake_measure", FAKE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def sweep_cmd(*args: str, fake: bool = False) -> list[str]:
+    entry = [str(FAKE)] if fake else ["-m", "runners.sweep"]
+    return [sys.executable, *entry, *args]
+
+
+def run_sweep(*args: str, fake: bool = False, timeout: float = 60, env: dict | None = None):
+    full_env = {**os.environ, "HYDRA_FULL_ERROR": "0", **(env or {})}
+    return subprocess.run(sweep_cmd(*args, fake=fake), cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=full_env)

@@ -1,0 +1,147 @@
+"""`python -m runners.sweep` end to end, in subprocesses: multirun, kill + resume, invalid
+values, a parallel launcher, and wandb's offline run read back."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from runner_helpers import ROOT, TINY, run_sweep, sweep_cmd
+
+pytestmark = pytest.mark.slow
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_tiny_multirun_writes_every_row_once_with_invalid_points_as_rows(tmp_path):
+    out = run_sweep("-m", "backend=naive,sdpa,chunked", "seq_len=16,32", "d_model=8", "heads=1,3", *TINY,
+                    f"hydra.sweep.dir={tmp_path}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    table = read_csv(tmp_path / "results.csv")
+    assert len(table) == 12 and len({r["point_id"] for r in table}) == 12
+    statuses = sorted(r["status"] for r in table)
+    assert statuses == ["invalid"] * 6 + ["ok"] * 6, statuses
+    assert {r["error"] for r in table if r["status"] == "invalid"} == {
+        "heads: 3 does not divide d_model=8 (head_dim = d_model / heads)"}
+    ok = [r for r in table if r["status"] == "ok"]
+    assert all(float(r["time_ms"]) > 0 and float(r["job_wall_s"]) >= float(r["measure_s"]) > 0 for r in ok)
+    assert {r["backend"] for r in ok} == {"naive", "sdpa", "chunked"}
+    assert "[12/12] " in out.stdout and "results: 12 rows (6 ok, 6 invalid)" in out.stdout
+
+
+def test_single_run_with_a_bad_value_exits_nonzero_with_one_line(tmp_path):
+    out = run_sweep("seq_len=0", *TINY, f"hydra.run.dir={tmp_path}")
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == ["error: seq_len: expected an integer >= 1, got 0"]
+    assert not (tmp_path / "results.csv").exists()
+    group = run_sweep("precision=fp8", *TINY, f"hydra.run.dir={tmp_path}")  # Hydra's own message
+    assert group.returncode != 0 and "fp8" in group.stderr and "fp32" in group.stderr
+
+
+def test_killed_sweep_keeps_finished_rows_and_resumes_without_duplicates(tmp_path):
+    args = ["-m", "seq_len=16,24,32,40,48,56,64,72", "causal=false,true", "device=cpu", "heads=1", *TINY,
+            f"hydra.sweep.dir={tmp_path}"]
+    env = {**os.environ, "FAKE_MEASURE_SLEEP_S": "0.3"}
+    proc = subprocess.Popen(sweep_cmd(*args, fake=True), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 40
+    while len(list(tmp_path.glob("*/row.json"))) < 4 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished = len(list(tmp_path.glob("*/row.json")))
+    assert 4 <= finished < 16, "the sweep must be killed half way"
+    table = read_csv(tmp_path / "results.csv")  # complete rows only, maybe one behind the files
+    assert finished - 1 <= len(table) <= finished and all(r["status"] == "ok" and r["schema_version"] for r in table)
+
+    out = run_sweep(*args, fake=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    table = read_csv(tmp_path / "results.csv")
+    assert len(table) == 16 and len({r["point_id"] for r in table}) == 16
+    assert out.stdout.count("skipped: a ok row") == finished
+
+
+@pytest.mark.timeout(120)
+def test_joblib_launcher_with_two_jobs_leaves_an_intact_csv(tmp_path):
+    out = run_sweep("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seq_len=16,24,32,40",
+                    "backend=naive,sdpa", *TINY, f"hydra.sweep.dir={tmp_path}", timeout=110)
+    assert out.returncode == 0, out.stderr[-2000:]
+    table = read_csv(tmp_path / "results.csv")
+    assert len(table) == 8 and len({r["point_id"] for r in table}) == 8
+    assert all(r["status"] == "ok" and r["jobs_sharing_device"] == "2" for r in table)
+    assert "timings interfere" in out.stderr
+
+
+# --- wandb: read the offline run's .wandb log back (wandb.Api is online-only) ----------------
+
+def wandb_records(path: Path):
+    """Records of a .wandb file: a 7-byte header, then LevelDB-style log blocks of protobufs."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, block, pos, buf = path.read_bytes(), 32768, 7, b""
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        buf = chunk if kind in (1, 2) else buf + chunk  # full/first start a record, middle/last extend it
+        if kind in (1, 4):
+            record = pb.Record()
+            record.ParseFromString(buf)
+            yield record
+
+
+def read_run(path: Path) -> dict:
+    run = {"history": [], "summary": {}, "config": {}, "job_type": None}
+    for record in wandb_records(path):
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            run["job_type"], run["group"] = record.run.job_type, record.run.run_group
+            run["config"].update({i.key: json.loads(i.value_json) for i in record.run.config.update})
+        elif kind == "history":
+            run["history"].append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+        elif kind == "summary":
+            run["summary"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.summary.update})
+    return run
+
+
+@pytest.mark.parametrize("per_point", [False, True], ids=["run-per-process", "run-per-point"])
+def test_wandb_offline_run_holds_the_logged_metrics(tmp_path, per_point):
+    args = ["-m", "backend=naive,sdpa", "seq_len=16", "device=cpu", *TINY, "wandb.mode=offline",
+            f"wandb.run_per_point={str(per_point).lower()}", f"hydra.sweep.dir={tmp_path}"]
+    out = run_sweep(*args, fake=True, env={"WANDB_MODE": "offline"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    runs = [read_run(p) for p in sorted(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))]
+    table = read_csv(tmp_path / "results.csv")
+    by_backend = {r["backend"]: r for r in table}
+    group = f"custom/{tmp_path.name}"
+    results = [r for r in runs if any("results/_type" in h for h in r["history"])]
+    assert len(results) == 1  # the whole table, once, at the end of the multirun
+    assert any(h.get("results/nrows") == 2 for h in results[0]["history"])
+    if per_point:
+        points = [r for r in runs if r["job_type"] in ("naive", "sdpa")]
+        assert sorted(r["job_type"] for r in points) == ["naive", "sdpa"]
+        for run in points:
+            assert run["group"] == group and run["config"]["seq_len"] == 16
+            assert run["summary"]["time_ms"] == pytest.approx(float(by_backend[run["job_type"]]["time_ms"]))
+    else:
+        (run,) = [r for r in runs if r["job_type"] == "sweep"]
+        assert run is results[0] and run["group"] == group
+        steps = [h for h in run["history"] if "time_ms" in h]
+        assert sorted(h["backend"] for h in steps) == ["naive", "sdpa"]
+        for step in steps:
+            assert step["time_ms"] == pytest.approx(float(by_backend[step["backend"]]["time_ms"]))
+            assert step["point_id"] == by_backend[step["backend"]]["point_id"]
