@@ -20,14 +20,14 @@ import torch
 from selfattn.results import SCHEMA_VERSION
 
 # Square GEMM sizes for the peak: big enough to saturate the device, small enough to be quick.
-# On a CPU the matrix doubles from 256 while the next size's call (8x the work) would stay under
-# CPU_PEAK_CALL_S, up to CPU_PEAK_MAX_N: ~1024 for fp32 on a small machine, less for dtypes the
-# CPU computes slowly (fp16, bf16 without AMX), so the whole measurement stays well under 1 s.
-CPU_PEAK_MAX_N = 2048
-CPU_PEAK_CALL_S = 0.1
-CPU_PEAK_TIMING_S = 0.15
-CUDA_PEAK_N = 8192
-CUDA_PEAK_TIMING_S = 0.1
+# The matrix doubles from START_N while the next size's call (8x the work) would stay under
+# GROW_CALL_S, up to MAX_N: ~1024 for fp32 on a small CPU, less for dtypes a CPU computes slowly
+# (fp16, bf16 without AMX), 8192 on a datacenter GPU, less for fp64 on a consumer GPU. So the
+# whole measurement stays well under a second, once per process, device, dtype and TF32 setting.
+START_N = {"cpu": 256, "cuda": 2048}
+MAX_N = {"cpu": 2048, "cuda": 8192}
+GROW_CALL_S = {"cpu": 0.1, "cuda": 0.05}
+PEAK_TIMING_S = {"cpu": 0.15, "cuda": 0.1}
 
 _REPO = Path(__file__).resolve().parents[2]
 
@@ -153,14 +153,14 @@ def _measure_peak(device: str, dtype: torch.dtype) -> float:
     from selfattn.measure.timing import time_call, wall_call
 
     generator = torch.Generator(device=device).manual_seed(0)
-    n = CUDA_PEAK_N if device == "cuda" else 256
+    n = START_N[device]
     while True:
         a = torch.randn(n, n, generator=generator, device=device, dtype=torch.float32).to(dtype)
         b = torch.randn(n, n, generator=generator, device=device, dtype=torch.float32).to(dtype)
-        _, call_s = wall_call(lambda: torch.mm(a, b), device)  # also the warm-up
-        if device == "cuda" or 8 * call_s > CPU_PEAK_CALL_S or n >= CPU_PEAK_MAX_N:
+        wall_call(lambda: torch.mm(a, b), device)  # warm-up: library init (cuBLAS handles) is not the GEMM
+        _, call_s = wall_call(lambda: torch.mm(a, b), device)
+        if 8 * call_s > GROW_CALL_S[device] or n >= MAX_N[device]:
             break
         n *= 2
-    timing_s = CUDA_PEAK_TIMING_S if device == "cuda" else CPU_PEAK_TIMING_S
-    timing = time_call(lambda: torch.mm(a, b), device, timing_s, call_s)
+    timing = time_call(lambda: torch.mm(a, b), device, PEAK_TIMING_S[device], call_s)
     return 2.0 * n**3 / (timing.median_ms * 1e-3) / 1e12
