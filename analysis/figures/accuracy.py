@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from analysis.cost import variant_labels
-from analysis.figures.common import Context, Made, Skipped, save, set_log2_ticks, subplots, tidy_log_axis
+from analysis.figures.common import suptitle, Context, Made, Skipped, save, set_log2_ticks, subplots, tidy_log_axis
 from analysis.figures.cost import _precision_order
 from analysis.slices import fix_axes, self_attention
 
@@ -61,7 +61,7 @@ def accuracy_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                 ax.axhline(eps, color=PRECISION_COLORS.get(p, "0.4"), linewidth=0.7, alpha=0.5, linestyle=(0, (1, 3)))
         handles.append(Line2D([], [], color="0.4", linestyle=(0, (1, 3)), label="unit roundoff of the precision"))
         ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    fig.suptitle("Error against a float64 reference of the same inputs (sampled query rows)")
+    suptitle(fig, "Error against a float64 reference of the same inputs (sampled query rows)")
     return Made(name, title,
                 "Colour is the precision, line style the back end; each point is the RMS error of the output divided "
                 "by the RMS of the float64 reference, and the faint dotted lines mark each precision's unit roundoff.",

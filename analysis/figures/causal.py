@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.cost import causal_ratios, cost_facets, ideal_causal_ratio
-from analysis.figures.common import Context, Made, Skipped, color_for, legend_right, save, set_log2_ticks, subplots
+from analysis.figures.common import suptitle, Context, Made, Skipped, color_for, legend_right, save, set_log2_ticks, subplots
 from analysis.figures.cost import _precision_order
 
 
@@ -33,7 +33,7 @@ def causal_saving(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_ylabel("time without mask / time with mask (×)")
         ax.set_title(f"{facet.title}\n{facet.slice_text}")
         legend_right(ax)
-    fig.suptitle("Speed-up from a causal mask: a back end that skips masked blocks approaches 2; one that "
+    suptitle(fig, "Speed-up from a causal mask: a back end that skips masked blocks approaches 2; one that "
                  "computes then masks stays near 1")
     return Made(name, title,
                 "Each line is a back end's median time without a mask divided by its time with a causal mask; the "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -72,6 +73,12 @@ def subplots(nrows: int, ncols: int, width: float, height: float, **kw):
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False,
                              layout="constrained", **kw)
     return fig, axes
+
+
+def suptitle(fig, text: str) -> None:
+    """A figure title wrapped to the figure's width, so a one-panel figure never clips it."""
+    width = max(40, int(fig.get_figwidth() * 12))
+    fig.suptitle("\n".join(textwrap.fill(part, width) for part in text.split("\n")))
 
 
 def save(fig, ctx: Context, name: str) -> list[Path]:

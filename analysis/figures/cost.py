@@ -8,7 +8,7 @@ import pandas as pd
 
 from analysis.cost import Facet, cost_facets
 from analysis.figures.common import (
-    Context, Made, Skipped, bytes_formatter, causal_style, color_for, guide_lines, legend_right,
+    suptitle, Context, Made, Skipped, bytes_formatter, causal_style, color_for, guide_lines, legend_right,
     log_if_spans, mark_failed, save, set_log2_ticks, subplots, tidy_log_axis,
 )
 
@@ -76,7 +76,7 @@ def time_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         tidy_log_axis(ax)
         ax.set_title(f"{facet.title}\n{facet.slice_text}")
         legend_right(ax, failed)
-    fig.suptitle("Time vs n, log-log; legend: fitted exponent b with 95% CI (larger sizes); band: p20–p80")
+    suptitle(fig, "Time vs n, log-log; legend: fitted exponent b with 95% CI (larger sizes); band: p20–p80")
     return Made(name, title,
                 "Each line is one back end with (dashed) or without (solid) a causal mask; on log-log axes a "
                 "slope of 2 (the grey dash-dot guide) is quadratic growth, and the legend gives each line's "
@@ -129,7 +129,7 @@ def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_ylabel("peak memory beyond inputs (bytes)")
         ax.set_title(f"{facet.title}\n{facet.slice_text}")
         legend_right(ax, handles)
-    fig.suptitle("Peak memory vs n, log-log; legend: fitted exponent b (95% CI) and the 4K→128K growth it implies")
+    suptitle(fig, "Peak memory vs n, log-log; legend: fitted exponent b (95% CI) and the 4K→128K growth it implies")
     return Made(name, title,
                 "Solid/dashed lines are measured peak memory beyond the inputs (no mask/causal), dotted lines the "
                 "analytic prediction; the legend's b is the fitted slope over the larger sizes and ×R the growth "
@@ -162,7 +162,7 @@ def throughput_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         tidy_log_axis(ax)
         ax.set_title(f"{facet.title}\n{facet.slice_text}")
         legend_right(ax)
-    fig.suptitle("Achieved TFLOP/s (useful attention FLOPs / median time) vs the device's measured matmul peak")
+    suptitle(fig, "Achieved TFLOP/s (useful attention FLOPs / median time) vs the device's measured matmul peak")
     return Made(name, title,
                 "Each line is the attention FLOPs (only unmasked scores counted) divided by the median time; the "
                 "black line is the same device's measured matmul peak, so the gap is the fraction of the hardware "

@@ -6,7 +6,7 @@ import pandas as pd
 
 from analysis.compare import device_speedups, pick_baseline
 from analysis.figures.common import (
-    Context, Made, Skipped, log_if_spans, save, set_log2_ticks, subplots, tidy_log_axis,
+    suptitle, Context, Made, Skipped, log_if_spans, save, set_log2_ticks, subplots, tidy_log_axis,
 )
 from analysis.slices import fix_axes
 
@@ -45,7 +45,7 @@ def devices_compared(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     for ax in axes[0]:
         tidy_log_axis(ax)
     text = chosen.describe(always=("precision", "head_dim", "causal"))
-    fig.suptitle(f"Time on {baseline} / time on each device, same points — {text}")
+    suptitle(fig, f"Time on {baseline} / time on each device, same points — {text}")
     notes = [f"{text}"] + ([note] if note else [])
     return Made(name, title,
                 f"Each line is one device's speed relative to {baseline} (its time divided into the baseline's time "

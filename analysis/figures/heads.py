@@ -6,7 +6,7 @@ import pandas as pd
 
 from analysis.cost import variant_labels
 from analysis.figures.common import (
-    Context, Made, Skipped, color_for, log_if_spans, save, set_log2_ticks, subplots, tidy_log_axis,
+    suptitle, Context, Made, Skipped, color_for, log_if_spans, save, set_log2_ticks, subplots, tidy_log_axis,
 )
 from analysis.slices import fix_axes, number_text, self_attention
 
@@ -41,7 +41,7 @@ def heads_at_fixed_width(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         else:
             ax.text(0.5, 0.5, f"{metric}: not measured", ha="center", transform=ax.transAxes, color="0.4")
     text = chosen.describe(always=("d_model", "seq_len", "precision"))
-    fig.suptitle(f"Splitting a fixed width into more heads — {text}")
+    suptitle(fig, f"Splitting a fixed width into more heads — {text}")
     return Made(name, title,
                 "The model width d_model is fixed, so more heads means a smaller d_k per head (the second tick line); "
                 "the left panel shows how each back end's time responds, the right its error.",

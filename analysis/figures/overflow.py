@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.figures.common import Context, Made, Skipped, save, set_log2_ticks, subplots
+from analysis.figures.common import suptitle, Context, Made, Skipped, save, set_log2_ticks, subplots
 from analysis.figures.cost import _precision_order
 from analysis.figures.stability import SCALE_COLORS
 from analysis.slices import fix_axes, number_text, scale_text, self_attention
@@ -60,7 +60,7 @@ def low_precision_overflow(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         handles += [Line2D([], [], color="0.3", marker=MARKERS[i], linestyle=STYLES[i], label=f"d_k={number_text(float(d))}")
                     for i, d in enumerate(head_dims)]
     fig.legend(handles=handles, loc="outside right center")
-    fig.suptitle(f"Non-finite outputs (inf/NaN) by precision — {chosen.describe(always=('seq_len', 'backend'))}")
+    suptitle(fig, f"Non-finite outputs (inf/NaN) by precision — {chosen.describe(always=('seq_len', 'backend'))}")
     return Made(name, title,
                 "Each panel is one precision; a line above 0 means some outputs became inf or NaN (fp16's largest "
                 "finite value is 65504, bf16 shares fp32's range), orange without the 1/√d_k scale and blue with it.",

@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from analysis.figures.common import (
-    Context, Made, Skipped, log_if_spans, save, set_log2_ticks, subplots, tidy_log_axis,
+    suptitle, Context, Made, Skipped, log_if_spans, save, set_log2_ticks, subplots, tidy_log_axis,
 )
 from analysis.slices import number_text, scale_text
 from analysis.stability import stability_points, stability_slice, theory_logit_std
@@ -65,7 +65,7 @@ def scaling_stability(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     handles += [Line2D([], [], color="black", linestyle=(0, (1, 1)), label=f"theory unscaled: {sigma2}√d_k"),
                 Line2D([], [], color="0.5", linestyle=(0, (1, 1)), label=f"theory scaled: {sigma2 or '1'}".rstrip("·"))]
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4))
-    fig.suptitle(f"Scaled (1/√d_k) vs unscaled logits as d_k grows\n{chosen.describe(always=('seq_len', 'backend'))}")
+    suptitle(fig, f"Scaled (1/√d_k) vs unscaled logits as d_k grows\n{chosen.describe(always=('seq_len', 'backend'))}")
     return Made(name, title,
                 "Blue is the standard 1/√d_k scale, orange the unscaled ablation; in the first panel the dotted "
                 "theory lines are s²·√d_k and s² (s = input std), and as d_k grows the unscaled logits spread, the "
