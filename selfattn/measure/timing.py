@@ -63,33 +63,31 @@ def time_cpu(fn: Callable[[], object], timing_s: float, call_s_estimate: float) 
     return summarize([t * 1e3 for t in per_call_s])
 
 
-def time_cuda(fn: Callable[[], object], timing_s: float) -> Timing:
-    """Time `fn` on the current CUDA device with CUDA events and an L2 flush between calls."""
+def time_cuda(fn: Callable[[], object], timing_s: float, call_s_estimate: float) -> Timing:
+    """Time `fn` on the current CUDA device with CUDA events and an L2 flush between calls.
+
+    The caller has warmed `fn` up, so do_bench's own warm-up is kept to a token; its rep time
+    is stretched to MIN_SAMPLES calls for calls slower than the budget.
+    """
+    rep_ms = max(1.0, timing_s * 1e3, MIN_SAMPLES * call_s_estimate * 1e3)
     try:
         from triton.testing import do_bench
     except ImportError:  # triton ships with CUDA torch on Linux; elsewhere use the fallback
-        return _time_cuda_events(fn, timing_s)
-    rep_ms = max(1.0, timing_s * 1e3)
+        return _time_cuda_events(fn, rep_ms / 1e3, call_s_estimate)
     try:
         # return_mode="all" (triton >= 3.0) returns every per-call time, so the sample count is known;
         # older releases reject it (an assert or an unknown keyword) and report quantiles only.
-        times_ms = do_bench(fn, warmup=max(1.0, rep_ms / 4), rep=rep_ms, return_mode="all")
+        times_ms = do_bench(fn, warmup=1.0, rep=rep_ms, return_mode="all")
         return summarize(list(times_ms))
     except (TypeError, AssertionError):
-        median, p20, p80 = do_bench(fn, warmup=max(1.0, rep_ms / 4), rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
+        median, p20, p80 = do_bench(fn, warmup=1.0, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
         return Timing(float(median), float(p20), float(p80), 0)
 
 
-def _time_cuda_events(fn: Callable[[], object], timing_s: float) -> Timing:
+def _time_cuda_events(fn: Callable[[], object], timing_s: float, call_s_estimate: float) -> Timing:
     """do_bench's method in a few lines: flush L2, then time each call with a pair of events."""
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-    fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    call_s = max(time.perf_counter() - start, 1e-6)
-    calls = max(MIN_SAMPLES, min(10_000, int(timing_s / call_s)))
+    calls = max(MIN_SAMPLES, min(10_000, int(timing_s / max(call_s_estimate, 1e-6))))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
     for begin, end in zip(starts, ends):
@@ -104,7 +102,7 @@ def _time_cuda_events(fn: Callable[[], object], timing_s: float) -> Timing:
 def time_call(fn: Callable[[], object], device: str, timing_s: float, call_s_estimate: float) -> Timing:
     """Time `fn` on `device` ("cpu" or "cuda") for about `timing_s` seconds."""
     if device == "cuda":
-        return time_cuda(fn, timing_s)
+        return time_cuda(fn, timing_s, call_s_estimate)
     return time_cpu(fn, timing_s, call_s_estimate)
 
 
