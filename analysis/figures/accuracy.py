@@ -7,8 +7,9 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from analysis.cost import variant_labels
-from analysis.figures.common import suptitle, Context, Made, Skipped, save, set_log2_ticks, subplots, tidy_log_axis
-from analysis.figures.cost import _precision_order
+from analysis.figures.common import (
+    Context, Made, Skipped, precision_order, save, set_log2_ticks, subplots, suptitle, tidy_log_axis,
+)
 from analysis.slices import fix_axes, self_attention
 
 PRECISION_COLORS = {"fp64": "#000000", "fp32": "#0072B2", "tf32": "#56B4E9", "bf16": "#009E73", "fp16": "#D55E00"}
@@ -39,7 +40,7 @@ def accuracy_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                          "not drawn on the log axis")
         ok = ok[ok["rel_rms_err"] > 0]
         for (precision, label), group in sorted(ok.groupby(["precision", "label"]),
-                                                key=lambda kv: (_precision_order(kv[0][0]), kv[0][1])):
+                                                key=lambda kv: (precision_order(kv[0][0]), kv[0][1])):
             series = group.groupby("seq_len")["rel_rms_err"].median()
             style, marker = BACKEND_STYLES.get(group["backend"].iloc[0], (":", "D"))
             ax.plot(series.index, series.values, color=PRECISION_COLORS.get(precision, "0.4"), linestyle=style,
@@ -50,7 +51,7 @@ def accuracy_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_ylabel("relative RMS error vs float64 (unitless)")
         tidy_log_axis(ax)
         ax.set_title(f"{device}\n{chosen.describe(always=('head_dim', 'scale'))}")
-        precisions = sorted(ok["precision"].unique(), key=_precision_order)
+        precisions = sorted(ok["precision"].unique(), key=precision_order)
         labels = sorted(ok["label"].unique())
         handles = [Line2D([], [], color=PRECISION_COLORS.get(p, "0.4"), linewidth=3, label=p) for p in precisions]
         handles += [Line2D([], [], color="0.3", linestyle=BACKEND_STYLES.get(lab.split(" ")[0], (":", "D"))[0],

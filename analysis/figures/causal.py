@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.cost import causal_ratios, cost_facets, ideal_causal_ratio
-from analysis.figures.common import suptitle, Context, Made, Skipped, color_for, legend_right, save, set_log2_ticks, subplots
-from analysis.figures.cost import _precision_order
+from analysis.figures.common import (
+    Context, Made, Skipped, color_for, legend_right, precision_order, save, set_log2_ticks, subplots, suptitle,
+)
 
 
 def causal_saving(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
@@ -17,7 +18,7 @@ def causal_saving(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     if not panels:
         return Skipped(name, title, "no back end was timed both with and without a causal mask at the same seq_len",
                        "causal_mask (or the default sweep)")
-    panels.sort(key=lambda p: (p[0].device_label, _precision_order(p[0].precision)))
+    panels.sort(key=lambda p: (p[0].device_label, precision_order(p[0].precision)))
     fig, axes = subplots(1, len(panels), 6.6, 3.6)
     for ax, (facet, ratios) in zip(axes[0], panels):
         for label, group in ratios.groupby("label", sort=True):

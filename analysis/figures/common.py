@@ -65,6 +65,12 @@ def color_for(label: str) -> str:
     return _assigned[label]
 
 
+def precision_order(precision: str) -> int:
+    """Widest to narrowest, so panels and legends read fp64, fp32, tf32, bf16, fp16."""
+    order = ["fp64", "fp32", "tf32", "bf16", "fp16"]
+    return order.index(precision) if precision in order else len(order)
+
+
 def causal_style(causal: bool) -> dict:
     return {"linestyle": "--", "marker": "s"} if causal else {"linestyle": "-", "marker": "o"}
 

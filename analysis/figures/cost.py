@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 
 from analysis.cost import Facet, cost_facets
 from analysis.figures.common import (
-    suptitle, Context, Made, Skipped, bytes_formatter, causal_style, color_for, guide_lines, legend_right,
-    log_if_spans, mark_failed, save, set_log2_ticks, subplots, tidy_log_axis,
+    Context, Made, Skipped, bytes_formatter, causal_style, color_for, guide_lines, legend_right,
+    log_if_spans, mark_failed, precision_order, save, set_log2_ticks, subplots, suptitle, tidy_log_axis,
 )
 
 EXPERIMENT = "quadratic_cost (or the default sweep)"
 
 
 def _grid(facets: list[Facet]):
-    precisions = sorted({f.precision for f in facets}, key=_precision_order)
+    precisions = sorted({f.precision for f in facets}, key=precision_order)
     devices = sorted({f.device_label for f in facets})
     fig, axes = subplots(len(precisions), len(devices), 7.6, 3.7)
     placed = {}
@@ -29,11 +30,6 @@ def _grid(facets: list[Facet]):
                 axes[r][c].text(0.5, 0.5, f"{precision} · {device}: not measured", ha="center",
                                 transform=axes[r][c].transAxes, color="0.4")
     return fig, placed
-
-
-def _precision_order(p: str) -> int:
-    order = ["fp64", "fp32", "tf32", "bf16", "fp16"]
-    return order.index(p) if p in order else len(order)
 
 
 def _draw_lines(ax, facet: Facet, label_of) -> None:
@@ -121,7 +117,6 @@ def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
             notes.append(f"{facet.title}: device memory {ceiling / 2**30:.0f} GiB is >1000x above the largest "
                          "point and not drawn")
         if not pred.empty:
-            from matplotlib.lines import Line2D
             handles.append(Line2D([], [], color="0.3", linestyle=":", label="analytic prediction (dotted)"))
         ax.yaxis.set_major_formatter(bytes_formatter())
         set_log2_ticks(ax, pd.concat([values["seq_len"], facet.failed["seq_len"]]))

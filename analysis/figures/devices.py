@@ -6,7 +6,7 @@ import pandas as pd
 
 from analysis.compare import device_speedups, pick_baseline
 from analysis.figures.common import (
-    suptitle, Context, Made, Skipped, log_if_spans, save, set_log2_ticks, subplots, tidy_log_axis,
+    Context, Made, Skipped, log_if_spans, save, set_log2_ticks, subplots, suptitle, tidy_log_axis,
 )
 from analysis.slices import fix_axes
 

@@ -6,7 +6,7 @@ import pandas as pd
 
 from analysis.cost import variant_labels
 from analysis.figures.common import (
-    suptitle, Context, Made, Skipped, color_for, log_if_spans, save, set_log2_ticks, subplots, tidy_log_axis,
+    Context, Made, Skipped, color_for, log_if_spans, save, set_log2_ticks, subplots, suptitle, tidy_log_axis,
 )
 from analysis.slices import fix_axes, number_text, self_attention
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.figures.common import suptitle, Context, Made, Skipped, save, set_log2_ticks, subplots
-from analysis.figures.cost import _precision_order
+from analysis.figures.common import Context, Made, Skipped, precision_order, save, set_log2_ticks, subplots, suptitle
 from analysis.figures.stability import SCALE_COLORS
 from analysis.slices import fix_axes, number_text, scale_text, self_attention
 
@@ -37,7 +36,7 @@ def low_precision_overflow(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     ok = chosen.rows[chosen.rows["status"] == "ok"]
     if ok[x].nunique() < 2:
         return Skipped(name, title, "fp16/bf16 rows exist but neither input_std nor head_dim varies", EXPERIMENT)
-    precisions = sorted(ok["precision"].unique(), key=_precision_order)
+    precisions = sorted(ok["precision"].unique(), key=precision_order)
     head_dims = sorted(ok["head_dim"].unique())[-len(MARKERS):] if x == "input_std" else [None]
     fig, axes = subplots(1, len(precisions), 4.4, 3.6, sharey=True)
     for ax, precision in zip(axes[0], precisions):

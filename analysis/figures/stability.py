@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from analysis.figures.common import (
-    suptitle, Context, Made, Skipped, log_if_spans, save, set_log2_ticks, subplots, tidy_log_axis,
+    Context, Made, Skipped, log_if_spans, save, set_log2_ticks, subplots, suptitle, tidy_log_axis,
 )
 from analysis.slices import number_text, scale_text
 from analysis.stability import stability_points, stability_slice, theory_logit_std
