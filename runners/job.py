@@ -106,7 +106,7 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     if pid in done and (done[pid] == "ok" or not cfg.get("retry_failed")):
         stub = _stub(cfg, done[pid])
         print(progress.line(index, total, progress.describe(stub, varying), stub,
-                            note=f"skipped: a {done[pid]} row for this point is already in the sweep folder"), flush=True)
+                            note=f"skipped: the sweep folder already has this point ({done[pid]})"), flush=True)
         _last_row_written = time.perf_counter()
         return stub
 

@@ -56,7 +56,9 @@ def fmt_bytes(n: float | None) -> str:
 def fmt_ms(ms: float | None) -> str:
     if ms is None:
         return "- ms"
-    return f"{ms:.1f} ms" if ms >= 10 else f"{ms:.3g} ms"
+    if ms >= 100:
+        return f"{ms:.0f} ms"
+    return f"{ms:.1f} ms" if ms >= 10 else f"{ms:.2f} ms" if ms >= 1 else f"{ms:.3g} ms"
 
 
 def fmt_duration(seconds: float) -> str:

@@ -57,6 +57,12 @@ def write_row(job_dir: Path, row: Mapping[str, Any]) -> Path:
     return path
 
 
+def _job_order(path: Path) -> tuple:
+    """Job folders in launch order (2 before 10), then the file name."""
+    folder = path.parent.name
+    return (int(folder) if folder.isdigit() else -1, folder, path.name)
+
+
 def _load(path: Path) -> dict[str, Any] | None:
     try:
         with open(path) as f:
@@ -69,7 +75,7 @@ def _load(path: Path) -> dict[str, Any] | None:
 def read_rows(sweep_dir: Path) -> list[dict[str, Any]]:
     """Every row file under a sweep folder (or a single run's folder), in a stable order."""
     sweep_dir = Path(sweep_dir)
-    paths = sorted({p for pattern in ROW_GLOBS for p in sweep_dir.glob(pattern)})
+    paths = sorted({p for pattern in ROW_GLOBS for p in sweep_dir.glob(pattern)}, key=_job_order)
     return [row for row in map(_load, paths) if row is not None]
 
 

@@ -84,5 +84,6 @@ def test_progress_line():
            "time_ms": 41.23, "peak_mem_bytes": 9.3 * 2**20}
     text = progress.line(17, 96, progress.describe(row, ["seq_len", "causal", "experiment"]), row, eta=72)
     assert text == "[17/96] chunked seq_len=4096 causal=true fp32 -> 41.2 ms, 9.3 MiB, ok (ETA 1m12s)"
+    assert progress.fmt_ms(8.0) == "8.00 ms" and progress.fmt_ms(0.0123) == "0.0123 ms" and progress.fmt_ms(2682.2) == "2682 ms"
     failed = {**row, "status": "oom", "error": "CUDA out of memory\nmore"}
     assert progress.line(None, None, "x", failed) == "x -> oom: CUDA out of memory"

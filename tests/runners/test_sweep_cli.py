@@ -69,7 +69,7 @@ def test_killed_sweep_keeps_finished_rows_and_resumes_without_duplicates(tmp_pat
     assert out.returncode == 0, out.stderr[-2000:]
     table = read_csv(tmp_path / "results.csv")
     assert len(table) == 16 and len({r["point_id"] for r in table}) == 16
-    assert out.stdout.count("skipped: a ok row") == finished
+    assert out.stdout.count("skipped: the sweep folder already has this point (ok)") == finished
 
 
 @pytest.mark.timeout(120)
