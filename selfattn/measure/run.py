@@ -143,6 +143,17 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
 def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, rows: torch.Tensor, row: Row, build) -> None:
     workload = build(point, dtype, torch.device(device), rows)
     checked, warmup_s = wall_call(workload.check_call, device)  # warm-up; never timed
+    # Second guard, on a measured call this time: the prediction can be far off (a slow dtype on
+    # this CPU, a busy machine), and the memory call, the timer's estimate and MIN_SAMPLES timed
+    # calls still lie ahead.
+    remaining_s = warmup_s * (2 + MIN_SAMPLES)
+    if warmup_s + remaining_s > budget.max_point_s:
+        row.status = "skipped_budget"
+        row.error = (
+            f"warm-up call took {warmup_s:.1f} s, so the point would take ~{warmup_s + remaining_s:.0f} s "
+            f"> max_point_s={budget.max_point_s:g} s"
+        )
+        return
     row.peak_mem_bytes, memory_call_s = measure_peak(workload.call, device)
     started = time.perf_counter()
     timing = time_call(workload.call, device, budget.timing_s, min(warmup_s, memory_call_s))

@@ -31,6 +31,7 @@ class Timing:
     p20_ms: float
     p80_ms: float
     samples: int
+    min_ms: float | None = None  # the fastest sample (a peak's best case); None when not known
 
 
 def summarize(per_call_ms: list[float] | np.ndarray) -> Timing:
@@ -39,7 +40,7 @@ def summarize(per_call_ms: list[float] | np.ndarray) -> Timing:
     if times.size == 0:
         raise ValueError("per_call_ms: expected at least one time, got none")
     p20, median, p80 = np.quantile(times, [0.2, 0.5, 0.8])
-    return Timing(float(median), float(p20), float(p80), int(times.size))
+    return Timing(float(median), float(p20), float(p80), int(times.size), float(times.min()))
 
 
 def time_cpu(fn: Callable[[], object], timing_s: float, call_s_estimate: float) -> Timing:

@@ -61,7 +61,7 @@ def test_fwd_bwd_prediction_tracks_naive():
 
 
 def test_row_carries_measured_and_predicted_memory():
-    row = measure_point(Point(backend="naive", heads=HEADS, seq_len=2048), Budget(timing_s=0.05, accuracy_rows=16))
+    row = measure_point(Point(backend="naive", heads=HEADS, seq_len=2048), Budget(timing_s=0.05, accuracy_rows=16, max_point_s=600.0))
     assert row.status == "ok", row.error
     assert abs(row.peak_mem_bytes - row.predicted_mem_bytes) <= 0.25 * row.predicted_mem_bytes
 

@@ -12,7 +12,8 @@ from selfattn import Point
 from selfattn.measure import Budget, measure_point
 from selfattn.results import COLUMNS, SCHEMA_VERSION, STATUSES
 
-QUICK = Budget(timing_s=0.02, accuracy_rows=32)
+# A generous max_point_s: on a busy shared machine the time guard must not skip these points.
+QUICK = Budget(timing_s=0.02, accuracy_rows=32, max_point_s=600.0)
 ENV_COLUMNS = ("device_name", "cpu_model", "num_threads", "hostname", "torch_version", "timestamp")
 
 
@@ -80,6 +81,12 @@ def test_time_guard_skips_before_running(monkeypatch):
     row = measure_point(_small(seq_len=4096, heads=8), Budget(max_point_s=0.01))
     assert row.status == "skipped_budget" and "time" in row.error
     assert row.predicted_time_ms > 0 and row.time_ms is None
+
+
+def test_guard_after_warm_up_catches_a_bad_prediction(monkeypatch):
+    monkeypatch.setattr(run_module, "predict_point_s", lambda *args, **kwargs: 0.0)  # "free"
+    row = measure_point(_small(), Budget(max_point_s=1e-4))
+    assert row.status == "skipped_budget" and "warm-up" in row.error and row.time_ms is None
 
 
 def test_simulated_cuda_oom_then_next_point_is_fine(monkeypatch):
