@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pandas as pd
 
@@ -36,22 +37,23 @@ class Report:
 
 
 def write_report(paths: Sequence[str | Path], out_dir: str | Path, *, baseline_device: str | None = None,
-                 formats: Sequence[str] = ("png", "pdf"), warn: bool = True) -> Report:
-    """Load `paths`, draw every figure into out_dir/figures, write out_dir/report.md; raises NoUsableResults."""
+                 formats: Sequence[str] = ("png", "pdf"), figures: Sequence[Callable] = FIGURES,
+                 warn: bool = True) -> Report:
+    """Load `paths`, draw `figures` into out_dir/figures, write out_dir/report.md; raises NoUsableResults."""
     out_dir = Path(out_dir)
     loaded = load(paths, warn=warn)
     rows = loaded.rows
     ctx = Context(out_dir / "figures", formats=tuple(formats), baseline_device=baseline_device)
-    figures: list[Made | Skipped] = []
-    for make in FIGURES:
+    made: list[Made | Skipped] = []
+    for make in figures:
         try:
-            figures.append(make(rows, ctx))
+            made.append(make(rows, ctx))
         except Exception as exc:  # one broken figure must not cost the user the rest of the report
             line = f"{make.__name__}: failed ({type(exc).__name__}: {exc})"
             print(f"analysis: {line}", file=sys.stderr)
             if warn:
                 traceback.print_exc(file=sys.stderr)
-            figures.append(Skipped(make.__name__, make.__name__, f"failed: {type(exc).__name__}: {exc}", "—"))
+            made.append(Skipped(make.__name__, make.__name__, f"failed: {type(exc).__name__}: {exc}", "—"))
     claims = claims_frame(check_claims(rows))
     exponents = exponent_table(rows)
     devices = pd.DataFrame()
@@ -65,8 +67,8 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path, *, baseline_d
     if not devices.empty:
         devices.to_csv(out_dir / "devices_compared.csv", index=False)
     path = out_dir / "report.md"
-    path.write_text(render(loaded, figures, claims, exponents, devices, paths, out_dir, baseline_note))
-    return Report(path, loaded, figures, claims, exponents, devices)
+    path.write_text(render(loaded, made, claims, exponents, devices, paths, out_dir, baseline_note))
+    return Report(path, loaded, made, claims, exponents, devices)
 
 
 def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFrame, devices: pd.DataFrame,
@@ -100,8 +102,9 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
         _exponent_table(exponents), "",
         "## Figures", "",
     ]
-    for number, fig in enumerate(figures, start=1):
-        lines.append(f"### {number}. {fig.title}")
+    for index, fig in enumerate(figures, start=1):
+        numbered = re.match(r"fig(\d+)_", fig.name)  # keep the issue's numbering when only some are drawn
+        lines.append(f"### {numbered.group(1) if numbered else index}. {fig.title}")
         lines.append("")
         if isinstance(fig, Skipped):
             lines.append(f"*Not drawn: {fig.reason}. Rows from the `{fig.experiment}` experiment make it.*")

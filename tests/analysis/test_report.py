@@ -7,6 +7,7 @@ import pytest
 
 from analysis.compare import device_speedups, pick_baseline, speedup_table
 from analysis.figures import Made, Skipped
+from analysis.figures.devices import devices_compared
 from analysis.report import main, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -52,8 +53,9 @@ def test_two_devices_give_the_comparison_figure_and_table(tmp_path, fabricate):
     fabricate().quadratic_cost(sizes=(512, 1024, 2048)).write(tmp_path / "cpu" / "results.csv")
     fabricate(device="cuda", device_name="NVIDIA H200", hostname="gpu1", speed=50.0, mem_bytes=141e9,
               seed=1).quadratic_cost(sizes=(512, 1024, 2048)).write(tmp_path / "h200" / "results.csv")
-    report = write_report([tmp_path / "cpu", tmp_path / "h200"], tmp_path / "out", formats=("png",), warn=False)
-    fig9 = report.figures[-1]
+    report = write_report([tmp_path / "cpu", tmp_path / "h200"], tmp_path / "out", formats=("png",),
+                          figures=(devices_compared,), warn=False)
+    (fig9,) = report.figures
     assert isinstance(fig9, Made) and fig9.files[0].stat().st_size > 10_000
     table = report.devices.set_index("backend")
     assert set(report.devices["device"]) == {"NVIDIA H200"} and set(report.devices["baseline"]) == {"Fake CPU 9000"}
