@@ -33,9 +33,6 @@ OPTIONS: dict[str, Any] = {"q_chunk": None, "kv_chunk": None}  # None: DEFAULT_C
 DEFAULT_CHUNKS: dict[tuple[str, torch.dtype], tuple[int, int]] = {}
 FALLBACK_CHUNKS = (256, 512)
 
-# Test hook: the largest number of scores (rows x cols) any block held per (batch, head).
-stats = {"max_block_scores": 0}
-
 
 def available(device: torch.device | str) -> bool:
     return True  # plain torch ops
@@ -121,7 +118,6 @@ def _forward(q_BHMD, k_BHND, v_BHND, causal: bool, scale: float, q_chunk: int, k
         q_XmD = q_XMD[:, m0:m1]
         acc_XmD = row_max_Xm1 = row_sum_Xm1 = None
         for n0, n1, needs_mask in kv_blocks:
-            stats["max_block_scores"] = max(stats["max_block_scores"], (m1 - m0) * (n1 - n0))
             s_Xmn = torch.bmm(q_XmD, kT_XDN[:, :, n0:n1])
             if needs_mask:
                 s_Xmn.masked_fill_(_hidden(m0, m1, n0, n1, offset, s_Xmn.device), float("-inf"))
@@ -158,23 +154,31 @@ def _backward(grad_BHMD, q_BHMD, k_BHND, v_BHND, out_XMD, lse_XM, causal, scale,
     # delta_i = sum_j P_ij dP_ij = dO_i . O_i (FlashAttention-2, eq. for D_i)
     delta_XM1 = (do_XMD * out_XMD).sum(dim=-1, keepdim=True)
     lse_XM1 = lse_XM.unsqueeze(-1)
-    dq_XMD = torch.zeros_like(q_XMD)  # gradient w.r.t. the scaled q; times scale at the end
-    dk_XND = torch.zeros_like(k_XND)
-    dv_XND = torch.zeros_like(v_XND)
+    # Accumulators are contiguous per block (baddbmm_ into a strided slice falls back to a
+    # per-matrix loop); they are concatenated once at the end, an O(n d) copy.
+    kv_starts = range(0, seq_len, kv_chunk)
+    dk_parts = [torch.zeros_like(k_XND[:, n0 : n0 + kv_chunk]) for n0 in kv_starts]
+    dv_parts = [torch.zeros_like(v_XND[:, n0 : n0 + kv_chunk]) for n0 in kv_starts]
+    dq_parts = []
     offset = seq_len - q_len
     for m0, m1, kv_blocks in _blocks(q_len, seq_len, causal, q_chunk, kv_chunk):
         q_XmD, do_XmD = q_XMD[:, m0:m1], do_XMD[:, m0:m1]
+        dq_XmD = torch.zeros_like(q_XmD)  # gradient w.r.t. the scaled q; times scale at the end
         for n0, n1, needs_mask in kv_blocks:
-            stats["max_block_scores"] = max(stats["max_block_scores"], (m1 - m0) * (n1 - n0))
             s_Xmn = torch.bmm(q_XmD, k_XND[:, n0:n1].transpose(1, 2))
             if needs_mask:
                 s_Xmn.masked_fill_(_hidden(m0, m1, n0, n1, offset, s_Xmn.device), float("-inf"))
             p_Xmn = s_Xmn.sub_(lse_XM1[:, m0:m1]).exp_()
-            dv_XND[:, n0:n1].baddbmm_(p_Xmn.transpose(1, 2), do_XmD)
+            part = n0 // kv_chunk
+            dv_parts[part][:, : n1 - n0].baddbmm_(p_Xmn.transpose(1, 2), do_XmD)
             dp_Xmn = torch.bmm(do_XmD, v_XND[:, n0:n1].transpose(1, 2))
             ds_Xmn = dp_Xmn.sub_(delta_XM1[:, m0:m1]).mul_(p_Xmn)
-            dq_XMD[:, m0:m1].baddbmm_(ds_Xmn, k_XND[:, n0:n1])
-            dk_XND[:, n0:n1].baddbmm_(ds_Xmn.transpose(1, 2), q_XmD)
+            dq_XmD.baddbmm_(ds_Xmn, k_XND[:, n0:n1])
+            dk_parts[part][:, : n1 - n0].baddbmm_(ds_Xmn.transpose(1, 2), q_XmD)
+        dq_parts.append(dq_XmD)
+    dq_XMD = torch.cat(dq_parts, dim=1)
+    dk_XND = torch.cat(dk_parts, dim=1)
+    dv_XND = torch.cat(dv_parts, dim=1)
     dq_XMD.mul_(scale)
     dtype = q_BHMD.dtype
     return (

@@ -2,7 +2,9 @@
 
 scores = Q K^T, multiply by the scale, add the -inf causal mask, softmax, A V, all in the
 input dtype (so fp16 logits can overflow exactly as the chapter warns). `upcast_softmax=True`
-runs the softmax in float32, the usual fix, so an ablation can show both.
+runs the softmax of fp16/bf16 scores in float32 (a no-op for fp32/fp64), the usual fix, so
+an ablation can show both. (torch's CPU softmax already accumulates bf16/fp16 in float32
+internally, so on a CPU the two differ only by the final rounding.)
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def attention(
         keep_MN = causal_keep_mask(q_len, seq_len, device=q_BHMD.device)
         mask_MN = torch.zeros(q_len, seq_len, dtype=scores_BHMN.dtype, device=q_BHMD.device)
         scores_BHMN = scores_BHMN + mask_MN.masked_fill_(~keep_MN, float("-inf"))
-    if upcast_softmax:  # step 4: softmax over keys
+    if upcast_softmax and scores_BHMN.dtype in (torch.float16, torch.bfloat16):  # step 4: softmax over keys
         weights_BHMN = torch.softmax(scores_BHMN.float(), dim=-1).to(q_BHMD.dtype)
     else:
         weights_BHMN = torch.softmax(scores_BHMN, dim=-1)

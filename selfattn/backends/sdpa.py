@@ -17,7 +17,6 @@ from typing import Any, Mapping
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.attention.bias import causal_lower_right
 
 from selfattn.errors import Unsupported
 
@@ -62,6 +61,9 @@ def attention(
     if causal and q_len == seq_len:
         is_causal = True  # top-left == bottom-right when square; lets torch use its causal fast path
     elif causal:
+        # imported here: torch.nn.attention.bias pulls in torch._dynamo, seconds of import time
+        from torch.nn.attention.bias import causal_lower_right
+
         mask = causal_lower_right(q_len, seq_len)
     if kernel == "auto":
         return _call(q_BHMD, k_BHND, v_BHND, mask, is_causal, scale)
