@@ -39,7 +39,7 @@ class JobContext:
     sweep_id: str = ""
 
 
-def _sweep_meta(sweep_dir: Path) -> dict[str, Any]:
+def sweep_meta(sweep_dir: Path) -> dict[str, Any]:
     try:
         return json.loads((sweep_dir / "sweep.json").read_text())
     except (OSError, ValueError):
@@ -69,35 +69,29 @@ def invalid_row(cfg: Mapping[str, Any], message: str) -> dict[str, Any]:
     return row
 
 
-def measure(cfg: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-    """Validate and measure one point; returns (row, point_id). Never raises for a bad point."""
-    try:
-        point = C.point_from_config(cfg)
-        budget = C.budget_kwargs(cfg)
-    except ValueError as exc:
-        return invalid_row(cfg, str(exc)), C.raw_point_id(cfg)
+def measure(point: Any, budget: Mapping[str, Any]) -> dict[str, Any]:
+    """Measure one valid point (selfattn.measure never raises for a failure of the point)."""
     from selfattn.measure import Budget, measure_point  # lazy: torch and the back ends load here
 
     row = measure_point(point, Budget(**budget)).to_dict()
-    row.setdefault("d_model", point.d_model)
     if row.get("d_model") is None:
         row["d_model"] = point.d_model
-    return row, C.point_id(point)
+    return row
 
 
 def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     """Measure (or, on resume, skip) one point and record it everywhere; returns the row."""
     global _last_row_written
     start = time.perf_counter() if _last_row_written is None else _last_row_written
-    meta = _sweep_meta(ctx.sweep_dir) if ctx.multirun else {}
+    meta = sweep_meta(ctx.sweep_dir) if ctx.multirun else {}
     total = meta.get("total")
     index = None if ctx.index is None else ctx.index + 1
 
     try:
-        pid = C.point_id(C.point_from_config(cfg))
-        problem = None
+        point, budget = C.point_from_config(cfg), C.budget_kwargs(cfg)
+        pid, problem = C.point_id(point), ""
     except ValueError as exc:
-        pid, problem = C.raw_point_id(cfg), str(exc)
+        point, budget, pid, problem = None, {}, C.raw_point_id(cfg), str(exc)
     if problem and not ctx.multirun:
         raise InvalidPoint(problem)  # a single run: say what is wrong, measure nothing
 
@@ -110,11 +104,14 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
         _last_row_written = time.perf_counter()
         return stub
 
-    try:
-        row, pid = measure(cfg)
-    except Exception as exc:  # measure_point never raises by contract; a bug must still leave a row
-        row = invalid_row(cfg, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-        row["status"] = "error"
+    if point is None:
+        row = invalid_row(cfg, problem)
+    else:
+        try:
+            row = measure(point, budget)
+        except Exception as exc:  # never by contract; a bug must still leave a row, not stop the sweep
+            row = invalid_row(cfg, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            row["status"] = "error"
     if row.get("status") == "invalid" and not ctx.multirun:
         raise InvalidPoint(row.get("error") or "invalid point")  # e.g. a back end option it rejects
     row.update(point_id=pid, sweep_id=ctx.sweep_id, jobs_sharing_device=ctx.jobs_sharing_device)

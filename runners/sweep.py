@@ -25,7 +25,7 @@ def context(cfg: DictConfig) -> job.JobContext:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     sweep_dir = Path(hc.sweep.dir if multirun else hc.runtime.output_dir)
-    meta = job._sweep_meta(sweep_dir) if multirun else {}
+    meta = job.sweep_meta(sweep_dir) if multirun else {}
     varying = [o.split("=", 1)[0].lstrip("+~") for o in hc.overrides.task if "=" in o]
     return job.JobContext(
         job_dir=Path(hc.runtime.output_dir), sweep_dir=sweep_dir, multirun=multirun,
