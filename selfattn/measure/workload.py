@@ -23,6 +23,7 @@ from selfattn.point import Point, parse_scale
 from selfattn.reference import attention_reference
 
 UPSTREAM_SEED_OFFSET = 1_000_003  # the upstream gradient's seed differs from the inputs'
+STABILITY_SEED_OFFSET = 2_000_003  # and the stability loss's upstream from both
 
 
 @dataclass
@@ -69,7 +70,8 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
     options = dict(point.backend_options)
     grad = point.mode == "fwd_bwd"
     q, k, v = make_qkv(b, h, q_len, seq_len, d, dtype=dtype, device=device, std=point.input_std, seed=point.seed, requires_grad=grad)
-    upstream = _randn((b, h, q_len, d), point.seed + UPSTREAM_SEED_OFFSET, dtype, device)
+    # The dense upstream exists only where a backward runs (drawing it costs as much as Q).
+    upstream = _randn((b, h, q_len, d), point.seed + UPSTREAM_SEED_OFFSET, dtype, device) if grad else None
     rows_dev = rows.to(device)
 
     def forward() -> torch.Tensor:
@@ -108,7 +110,13 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
     def stability_inputs():
         return q.detach()[:, :, rows_dev], k.detach(), v.detach(), rows
 
-    return Workload(call, check_call, reference, stability_inputs, upstream[:, :, rows_dev], rows)
+    return Workload(call, check_call, reference, stability_inputs, _stability_upstream(point, len(rows), dtype, device), rows)
+
+
+def _stability_upstream(point: Point, rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The fixed upstream of the stability loss: (B, H, rows, D), seeded, in the point's dtype."""
+    shape = (point.batch, point.heads, rows, point.head_dim)
+    return _randn(shape, point.seed + STABILITY_SEED_OFFSET, dtype, device)
 
 
 def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor) -> Workload:
@@ -118,11 +126,12 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
     layer = MultiHeadSelfAttention(
         d_model, point.heads, backend=point.backend, causal=point.causal, scale=scale, **dict(point.backend_options)
     )
-    layer.reset_parameters(seed=point.seed)
+    if point.seed != 0:  # the constructor already initialized from seed 0
+        layer.reset_parameters(seed=point.seed)
     layer = layer.to(device=device, dtype=dtype)
     layer.requires_grad_(grad)
     x = make_x(b, seq_len, d_model, dtype=dtype, device=device, std=point.input_std, seed=point.seed, requires_grad=grad)
-    upstream = _randn((b, seq_len, d_model), point.seed + UPSTREAM_SEED_OFFSET, dtype, device)
+    upstream = _randn((b, seq_len, d_model), point.seed + UPSTREAM_SEED_OFFSET, dtype, device) if grad else None
     rows_dev = rows.to(device)
     params = list(layer.parameters())
 
@@ -147,11 +156,14 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
             return Result(call()[:, rows_dev], None)
 
     def reference() -> Result:
-        # A float64 copy of the same layer, the same X; the core on the sampled rows only.
+        # A float64 copy of the same layer and X; Q projected for the sampled rows only.
         layer64 = copy.deepcopy(layer).to(torch.float64).requires_grad_(grad)
         x64 = x.detach().to(torch.float64).requires_grad_(grad)
         with torch.enable_grad() if grad else torch.no_grad():
-            q64, k64, v64 = layer64.project_qkv(x64)
+            q64_rows, k64, v64 = _project_rows(layer64, x64, rows_dev)
+            # The reference reads only the sampled rows of Q; the rest is a zero placeholder that
+            # keeps the full q_len, which the bottom-right causal mask is aligned to.
+            q64 = k64.new_zeros(k64.shape).index_copy(2, rows_dev, q64_rows)
             core_BHrD = attention_reference(q64, k64, v64, causal=point.causal, scale=scale, rows=rows_dev)
             out = layer64.w_o(core_BHrD.transpose(1, 2).reshape(b, len(rows), d_model))
             if not grad:
@@ -162,8 +174,17 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
 
     def stability_inputs():
         with torch.no_grad():
-            q, k, v = layer.project_qkv(x.detach())
-        return q[:, :, rows_dev], k, v, rows
+            q_rows, k, v = _project_rows(layer, x.detach(), rows_dev)
+        return q_rows, k, v, rows
 
-    upstream_rows = _randn((b, point.heads, len(rows), point.head_dim), point.seed + UPSTREAM_SEED_OFFSET, dtype, device)
-    return Workload(call, check_call, reference, stability_inputs, upstream_rows, rows)
+    return Workload(call, check_call, reference, stability_inputs, _stability_upstream(point, len(rows), dtype, device), rows)
+
+
+def _project_rows(layer: MultiHeadSelfAttention, x_BLD: torch.Tensor, rows: torch.Tensor):
+    """The layer's q for the sampled rows only, (B, H, rows, d_k), and its full k, v (B, H, L, d_k)."""
+    b, length, _ = x_BLD.shape
+
+    def split(t_BLD: torch.Tensor) -> torch.Tensor:
+        return t_BLD.reshape(b, t_BLD.shape[1], layer.heads, layer.head_dim).transpose(1, 2)
+
+    return split(layer.w_q(x_BLD[:, rows])), split(layer.w_k(x_BLD)), split(layer.w_v(x_BLD))

@@ -174,3 +174,14 @@ def test_cuda_point_without_cuda_is_unsupported_with_host_columns():
     row = measure_point(_small(device="cuda"), QUICK)
     assert row.status == "unsupported" and "cuda" in row.error.lower()
     assert row.device == "cuda" and row.hostname and row.torch_version and row.timestamp
+
+
+@pytest.mark.parametrize("scope,q_len", [("core", None), ("core", 40), ("layer", None)], ids=["core", "core-q40", "layer"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_fp64_point_matches_the_reference_exactly(scope, q_len, causal):
+    # In float64 the back end and the reference do the same math: any indexing or alignment slip
+    # in the sampled-row reference (rows, causal offset, layer projections) would show here.
+    point = _small(precision="fp64", scope=scope, q_len=q_len, causal=causal, mode="fwd_bwd", batch=2)
+    row = measure_point(point, QUICK)
+    assert row.status == "ok", row.error
+    assert row.rel_rms_err < 1e-12 and row.grad_rel_rms_err < 1e-12
