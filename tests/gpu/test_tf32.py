@@ -30,7 +30,7 @@ def test_tf32_runs_and_differs_from_fp32_as_expected() -> None:
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == flags, "TF32 flags leaked"
 
     assert fp32.rel_rms_err < 1e-5, fp32.rel_rms_err
-    assert 1e-5 < tf32.rel_rms_err < 5e-3, tf32.rel_rms_err
+    assert 1e-5 < tf32.rel_rms_err < 1e-2, tf32.rel_rms_err
     assert tf32.rel_rms_err > 10 * fp32.rel_rms_err
     # Same inputs, same math: only the rounding differs, so the stability columns agree.
     assert tf32.logit_std == pytest.approx(fp32.logit_std, rel=1e-2)
