@@ -52,3 +52,35 @@ def test_unknown_launcher_preset_gets_hydras_message() -> None:
 
     with pytest.raises(MissingConfigException, match="slurm_gpux"):
         _compose("hydra/launcher=slurm_gpux")
+
+
+def test_slurm_gpu_preset_becomes_the_expected_sbatch_script(tmp_path, monkeypatch) -> None:
+    """What submitit would submit: the preset's values as #SBATCH lines, the setup lines before srun.
+
+    The parameters go through the same translation as the plugin's launch() (base keys as they
+    are, the others prefixed with slurm_), so a key submitit does not accept fails here, not on
+    a cluster. submitit only checks that `srun` exists; a stub on PATH stands in for SLURM.
+    """
+    submitit = pytest.importorskip("submitit")
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+
+    stub = tmp_path / "bin" / "srun"
+    stub.parent.mkdir()
+    stub.write_text("#!/bin/sh\nexit 0\n")
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stub.parent}:{__import__('os').environ['PATH']}")
+
+    cfg = _compose("experiment=cross_gpu", "device=cuda", "hydra/launcher=slurm_gpu", "hydra.launcher.partition=h100",
+                   "hydra.launcher.setup=[module load cuda]", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    params = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    params.pop("_target_")
+    executor = submitit.AutoExecutor(cluster="slurm", folder=params.pop("submitit_folder"),
+                                     slurm_max_num_timeout=params.pop("max_num_timeout"))
+    base = set(OmegaConf.structured(BaseQueueConf).keys())
+    executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
+    script = executor._executor._make_submission_file_text("python -u -m submitit.core._submit DIR", "uid")
+    for line in ("#SBATCH --partition=h100", "#SBATCH --gpus-per-node=1", "#SBATCH --cpus-per-task=4",
+                 "#SBATCH --mem=32GB", "#SBATCH --time=20", "#SBATCH --job-name=selfattn-cross_gpu"):
+        assert line in script, script
+    assert script.index("module load cuda") < script.index("srun ")
+    assert executor._executor.parameters["array_parallelism"] == 8
