@@ -255,8 +255,10 @@ def _grad_claim(points: pd.DataFrame) -> Claim:
             continue
         ratio = unscaled / scaled
         passes.append(ratio < GRAD_VANISH_RATIO)
+        # Unscaled logits are sqrt(d_k) x larger, so their gradient carries that factor before any
+        # saturation; the ratio / sqrt(d_k) is what the softmax itself contributes.
         parts.append(f"{precision} d_k={number_text(d)}: ‖∂L/∂Q‖ {unscaled:.3g} unscaled vs {scaled:.3g} scaled "
-                     f"(ratio {ratio:.2g})")
+                     f"(ratio {ratio:.2g}; ÷√d_k: {ratio / d ** 0.5:.2g})")
     return Claim("unscaled_grad_vanishes", "…and its gradients vanish", "; ".join(parts)
                  or "no gradient norm measured both ways (needs mode=fwd_bwd)", _verdict(passes),
                  RULES["unscaled_grad_vanishes"], "scaling_stability (mode=fwd_bwd)")
