@@ -1,0 +1,151 @@
+"""The package's public contracts: registry, option resolution, labels, precisions, inputs,
+the reference's row sampling and the sdpa back end's refusal to fall back silently."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import selfattn
+from selfattn import backends
+from selfattn.errors import Unsupported
+from selfattn.inputs import make_qkv, make_x
+from selfattn.precision import PRECISIONS, precision_context, resolve_dtype
+
+
+def test_registry_is_a_plain_dict_of_the_three_backends():
+    assert isinstance(backends.BACKENDS, dict)
+    assert list(backends.BACKENDS) == ["naive", "sdpa", "chunked"]
+    assert backends.available_backends("cpu") == ["naive", "sdpa", "chunked"]
+    assert selfattn.BACKENDS is backends.BACKENDS
+
+
+def test_default_options_are_resolved():
+    assert backends.default_options("naive", "cpu", torch.float32) == {"upcast_softmax": False}
+    assert backends.default_options("sdpa", "cpu", torch.float32) == {"kernel": "auto"}
+    chunked = backends.default_options("chunked", "cpu", torch.float32)
+    assert set(chunked) == {"q_chunk", "kv_chunk"}
+    assert all(isinstance(v, int) and v >= 1 for v in chunked.values())
+
+
+def test_kernel_labels():
+    assert backends.kernel_label("naive", {}) == "materialized"
+    assert backends.kernel_label("naive", {"upcast_softmax": True}) == "materialized-upcast"
+    assert backends.kernel_label("sdpa", {}) == "auto"
+    assert backends.kernel_label("sdpa", {"kernel": "flash"}) == "flash"
+    assert backends.kernel_label("chunked", {"q_chunk": 64, "kv_chunk": 96}) == "q64-kv96"
+    q_default = backends.default_options("chunked", "cpu", torch.float32)["q_chunk"]
+    assert backends.kernel_label("chunked", {"kv_chunk": 96}).startswith(f"q{q_default}-kv96")
+
+
+@pytest.mark.parametrize("kernel", ["efficient", "cudnn"])
+def test_forced_sdpa_kernel_that_cannot_run_raises_unsupported(kernel):
+    if torch.cuda.is_available():
+        pytest.skip("these kernels may run on CUDA")
+    q, k, v = make_qkv(1, 2, 8, 8, 16)
+    with pytest.raises(Unsupported, match=f"kernel={kernel}"):
+        selfattn.attention(q, k, v, backend="sdpa", kernel=kernel)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kernel", ["flash", "math"])
+def test_cpu_sdpa_kernels_that_run(kernel, dtype):
+    """On this torch the CPU flash kernel runs every float dtype; math always does."""
+    q, k, v = make_qkv(1, 2, 9, 13, 16, dtype=dtype)
+    out = selfattn.attention(q, k, v, backend="sdpa", kernel=kernel, causal=True)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+
+
+def test_precisions():
+    assert PRECISIONS == ("fp64", "fp32", "tf32", "fp16", "bf16")
+    assert resolve_dtype("fp16", "cpu") is torch.float16
+    assert resolve_dtype("bf16", "cpu") is torch.bfloat16
+    with pytest.raises(Unsupported, match="tf32"):
+        resolve_dtype("tf32", "cpu")
+    with pytest.raises(ValueError, match="^precision:"):
+        resolve_dtype("fp8", "cpu")
+
+
+def test_precision_context_sets_and_restores_tf32_flags():
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        with precision_context("fp32", "cpu") as dtype:
+            assert dtype is torch.float32
+            assert torch.backends.cuda.matmul.allow_tf32 is False
+            assert torch.backends.cudnn.allow_tf32 is False
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+        with pytest.raises(Unsupported):
+            with precision_context("tf32", "cpu"):
+                pass
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+@pytest.mark.gpu
+def test_precision_context_enables_tf32_on_cuda():
+    with precision_context("tf32", "cuda") as dtype:
+        assert dtype is torch.float32 and torch.backends.cuda.matmul.allow_tf32
+
+
+def test_inputs_same_seed_same_values_across_dtypes():
+    q64, k64, v64 = make_qkv(1, 2, 5, 6, 8, dtype=torch.float64, seed=11)
+    q16, k16, v16 = make_qkv(1, 2, 5, 6, 8, dtype=torch.bfloat16, seed=11)
+    for a, b in ((q64, q16), (k64, k16), (v64, v16)):
+        torch.testing.assert_close(a.to(torch.bfloat16), b, atol=0, rtol=0)
+    q_other, _, _ = make_qkv(1, 2, 5, 6, 8, dtype=torch.float64, seed=12)
+    assert not torch.equal(q64, q_other)
+    assert not torch.equal(q64, k64[:, :, :5])  # q, k, v are distinct draws
+
+
+def test_inputs_std_and_grad_flag():
+    q, k, v = make_qkv(1, 4, 512, 512, 64, std=3.0, seed=0, requires_grad=True)
+    assert q.requires_grad and k.is_leaf
+    assert abs(q.std().item() - 3.0) < 0.05
+    x = make_x(2, 9, 16, dtype=torch.float16, std=0.5, seed=1)
+    assert x.shape == (2, 9, 16) and x.dtype == torch.float16 and not x.requires_grad
+    before = torch.random.get_rng_state()
+    make_x(1, 2, 3)
+    assert torch.equal(before, torch.random.get_rng_state())  # the global RNG is untouched
+
+
+def test_reference_rows_match_full_reference():
+    q, k, v = make_qkv(1, 2, 40, 57, 16, dtype=torch.float32)
+    rows = torch.tensor([0, 3, 39])
+    for causal in (False, True):
+        full = selfattn.attention_reference(q, k, v, causal=causal)
+        assert full.dtype == torch.float64
+        torch.testing.assert_close(selfattn.attention_reference(q, k, v, causal=causal, rows=rows), full[:, :, rows])
+
+
+def test_causal_keep_mask_is_bottom_right_aligned():
+    keep = selfattn.causal_keep_mask(2, 4)
+    assert keep.tolist() == [[True, True, True, False], [True, True, True, True]]
+    assert selfattn.causal_keep_mask(3, 3).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    assert selfattn.causal_keep_mask(2, 4, rows=torch.tensor([1])).tolist() == [[True, True, True, True]]
+
+
+def test_layer_is_reproducible_and_backend_independent():
+    x = make_x(2, 19, 32, seed=3, dtype=torch.float64)
+    layers = {
+        name: selfattn.MultiHeadSelfAttention(32, 4, backend=name, causal=True).double() for name in backends.BACKENDS
+    }
+    outs = {name: layer(x) for name, layer in layers.items()}
+    assert outs["naive"].shape == (2, 19, 32)
+    for out in outs.values():
+        torch.testing.assert_close(out, outs["naive"])
+    layer = layers["naive"]
+    layer.reset_parameters(seed=0)  # in float64 now: .double() above only widened fp32 values
+    w = layer.w_q.weight.detach().clone()
+    layer.reset_parameters(seed=1)
+    assert not torch.equal(w, layer.w_q.weight)
+    layer.reset_parameters(seed=0)
+    assert torch.equal(w, layer.w_q.weight)
+
+
+def test_layer_backward_runs_with_chunked():
+    layer = selfattn.MultiHeadSelfAttention(16, 2, backend="chunked", bias=True, q_chunk=4, kv_chunk=5)
+    x = make_x(1, 11, 16, requires_grad=True)
+    layer(x).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    assert layer.w_q.weight.grad is not None
