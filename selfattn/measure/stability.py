@@ -56,8 +56,8 @@ def stability(
 ) -> Stability:
     """Stability metrics for the query rows `rows` (indices into the full q_len) of one point."""
     seq_len = k_BHLD.shape[2]
-    q = q_rows_BHrD.detach().clone().requires_grad_(True)
-    k = k_BHLD.detach().clone().requires_grad_(True)
+    q = q_rows_BHrD.detach().requires_grad_(True)  # new leaves sharing storage: no copies
+    k = k_BHLD.detach().requires_grad_(True)
     v = v_BHLD.detach()
     with torch.enable_grad():
         logits_BHrL = (q @ k.transpose(-1, -2)) * scale
