@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
@@ -44,11 +44,19 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}"[:500]
 
 
+def _options_json(options: Any) -> str:
+    """The back end's options as given, as JSON (whatever was given, for an invalid point)."""
+    try:
+        return json.dumps(dict(options), sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return json.dumps(options, default=str)
+
+
 def _point_columns(point: Point, device: str) -> dict[str, Any]:
     """The point's own columns, filled as far as they can be even for an invalid point."""
     columns: dict[str, Any] = {
         "backend": str(point.backend),
-        "backend_options": json.dumps(dict(point.backend_options), sort_keys=True, default=str),
+        "backend_options": _options_json(point.backend_options),
         "precision": str(point.precision),
         "device": device,
         "mode": str(point.mode),
@@ -116,6 +124,8 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
     from selfattn.precision import precision_context
 
     point.validate()
+    if not isinstance(point.backend_options, Mapping):
+        raise ValueError(f"backend_options: expected a mapping of option names to values, got {point.backend_options!r}")
     if device == "cuda" and not torch.cuda.is_available():
         raise Unsupported("device cuda: no CUDA device is available to this process")
     point = _with_device(point, device)

@@ -63,9 +63,11 @@ def test_point_columns_and_auto_device():
         ({"backend": "chunked", "backend_options": {"q_chunk": 0}}, "invalid", "q_chunk"),
         ({"backend": "naive", "backend_options": {"kernel": "flash"}}, "invalid", "kernel"),
         ({"causal": True, "q_len": 65}, "invalid", "causal"),
+        ({"backend_options": ["q_chunk"]}, "invalid", "backend_options"),
+        ({"device": "tpu"}, "invalid", "device"),
         ({"precision": "tf32", "device": "cpu"}, "unsupported", "tf32"),
     ],
-    ids=["heads0", "unknown-backend", "chunk0", "foreign-option", "causal-q-gt-seq", "tf32-cpu"],
+    ids=["heads0", "unknown-backend", "chunk0", "foreign-option", "causal-q-gt-seq", "options-list", "tpu", "tf32-cpu"],
 )
 def test_failures_become_rows(fields, status, text):
     row = measure_point(_small(**fields), QUICK)
