@@ -74,6 +74,8 @@ def test_failures_become_rows(fields, status, text):
     assert row.status == status and text in row.error
     assert "\n" not in row.error
     for column in ENV_COLUMNS:  # every row says where it was measured, whatever its status
+        if column == "device_name" and row.device not in ("cpu", "cuda"):
+            continue  # a device that does not exist has no name
         assert getattr(row, column) not in ("", None), column
     assert row.backend == _small(**fields).backend and row.seq_len == 64
 
