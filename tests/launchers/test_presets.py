@@ -54,7 +54,11 @@ def test_unknown_launcher_preset_gets_hydras_message() -> None:
         _compose("hydra/launcher=slurm_gpux")
 
 
-def test_slurm_gpu_preset_becomes_the_expected_sbatch_script(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("preset, device, lines, absent", [
+    ("slurm_gpu", "cuda", ["--gpus-per-node=1", "--cpus-per-task=4", "--mem=32GB"], []),
+    ("slurm_cpu", "cpu", ["--cpus-per-task=8", "--mem=16GB"], ["--gpus-per-node", "--gres"]),
+])
+def test_slurm_preset_becomes_the_expected_sbatch_script(preset, device, lines, absent, tmp_path, monkeypatch) -> None:
     """What submitit would submit: the preset's values as #SBATCH lines, the setup lines before srun.
 
     The parameters go through the same translation as the plugin's launch() (base keys as they
@@ -70,7 +74,7 @@ def test_slurm_gpu_preset_becomes_the_expected_sbatch_script(tmp_path, monkeypat
     stub.chmod(0o755)
     monkeypatch.setenv("PATH", f"{stub.parent}:{__import__('os').environ['PATH']}")
 
-    cfg = _compose("experiment=cross_gpu", "device=cuda", "hydra/launcher=slurm_gpu", "hydra.launcher.partition=h100",
+    cfg = _compose("experiment=cross_gpu", f"device={device}", f"hydra/launcher={preset}", "hydra.launcher.partition=h100",
                    "hydra.launcher.setup=[module load cuda]", f"hydra.sweep.dir={tmp_path / 'sweep'}")
     params = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
     params.pop("_target_")
@@ -79,8 +83,9 @@ def test_slurm_gpu_preset_becomes_the_expected_sbatch_script(tmp_path, monkeypat
     base = set(OmegaConf.structured(BaseQueueConf).keys())
     executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
     script = executor._executor._make_submission_file_text("python -u -m submitit.core._submit DIR", "uid")
-    for line in ("#SBATCH --partition=h100", "#SBATCH --gpus-per-node=1", "#SBATCH --cpus-per-task=4",
-                 "#SBATCH --mem=32GB", "#SBATCH --time=20", "#SBATCH --job-name=selfattn-cross_gpu"):
-        assert line in script, script
+    for line in ["--partition=h100", "--time=20", "--job-name=selfattn-cross_gpu", *lines]:
+        assert f"#SBATCH {line}\n" in script, script
+    for option in absent:
+        assert f"#SBATCH {option}" not in script, script
     assert script.index("module load cuda") < script.index("srun ")
-    assert executor._executor.parameters["array_parallelism"] == 8
+    assert executor._executor.parameters["array_parallelism"] == cfg.hydra.launcher.array_parallelism
