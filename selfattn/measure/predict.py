@@ -23,15 +23,17 @@ FP32 = 4
 FP64 = 8
 
 # Fraction of the measured matmul peak each back end is assumed to reach, for the time guard
-# only: it stops points that would take 10x too long, it does not predict results. Optimistic
+# only: it stops points that would take far too long, it does not predict results. Optimistic
 # on purpose (a skipped point that would have fit is a lost measurement; a point that runs 2x
 # longer than predicted is only slow): fused SDPA is mostly matmul, naive and the chunked loop
-# add memory-bound softmax passes. On an idle 2-core CPU at n = 1024..4096 fp32 the measured
-# fractions were ~0.3-0.6 (naive, chunked) and ~0.5-0.9 (sdpa).
+# add memory-bound softmax passes. A prediction that is still far off is caught by the second
+# guard in run.py, on the measured warm-up call. Compare `predicted_time_ms` with `time_ms` in
+# any results.csv to see how far off these are on a given device.
 EFFICIENCY = {"naive": 0.6, "sdpa": 0.9, "chunked": 0.6}
 DEFAULT_EFFICIENCY = 0.5
-# Without a measured peak (Budget.measure_device_peak=False): nominal TFLOP/s, deliberately low.
-NOMINAL_PEAK_TFLOPS = {("cpu", 4): 0.05, ("cpu", 8): 0.02, ("cpu", 2): 0.002, ("cuda", 8): 10.0}
+# Without a measured peak (Budget.measure_device_peak=False): nominal TFLOP/s by element size,
+# deliberately low for a CPU (fp16/bf16 matmuls are slow on CPUs without AMX).
+NOMINAL_CPU_TFLOPS = {8: 0.02, 4: 0.05, 2: 0.002}
 NOMINAL_CUDA_TFLOPS = 50.0
 # Non-timed calls of a point: warm-up, the memory measurement and the timer's own estimate.
 UNTIMED_CALLS = 3
@@ -184,7 +186,7 @@ def accuracy_bytes(point: Point, rows: int) -> int:
 def nominal_peak_tflops(device: str, precision: str) -> float:
     if device == "cuda":
         return NOMINAL_CUDA_TFLOPS
-    return NOMINAL_PEAK_TFLOPS.get(("cpu", element_bytes(precision)), 0.002)
+    return NOMINAL_CPU_TFLOPS[element_bytes(precision)]
 
 
 def predict_call_s(point: Point, peak_tflops: float) -> float:
@@ -193,11 +195,12 @@ def predict_call_s(point: Point, peak_tflops: float) -> float:
     return point_flops(point) / (max(peak_tflops, 1e-6) * 1e12 * efficiency)
 
 
-def predict_point_s(point: Point, peak_tflops: float, timing_s: float, min_samples: int) -> float:
+def predict_point_s(point: Point, peak_tflops: float, timing_s: float, min_samples: int, rows: int) -> float:
     """Predicted seconds of the whole point: untimed calls, timed calls, accuracy pass."""
     call_s = predict_call_s(point, peak_tflops)
     timed_s = max(timing_s, min_samples * call_s)
-    # The accuracy pass costs about one call restricted to the sampled rows, in float64 (~2x slower).
-    return UNTIMED_CALLS * call_s + timed_s + 2 * call_s * min(1.0, 128 / point.q_len_resolved)
+    # The accuracy and stability pass: about two calls restricted to the `rows` sampled rows
+    # (float64 reference, own-precision stability with its backward).
+    return UNTIMED_CALLS * call_s + timed_s + 2 * call_s * min(1.0, rows / point.q_len_resolved)
 
 

@@ -144,7 +144,7 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
         row.predicted_time_ms = predict_call_s(point, peak) * 1e3
         rows = sample_rows(point.q_len_resolved, budget.accuracy_rows, point.seed)
         need = input_bytes(point) + row.predicted_mem_bytes + accuracy_bytes(point, len(rows))
-        point_s = predict_point_s(point, peak, budget.timing_s, MIN_SAMPLES)
+        point_s = predict_point_s(point, peak, budget.timing_s, MIN_SAMPLES, len(rows))
         reason = over_budget(point, budget, need, free_bytes(device), point_s)
         if reason is not None:
             row.status, row.error = "skipped_budget", reason
