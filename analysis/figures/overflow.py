@@ -49,6 +49,8 @@ def low_precision_overflow(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                     continue
                 ax.plot(series.index, series.values, color=SCALE_COLORS.get(scale, "0.3"), marker=MARKERS[i],
                         linestyle=STYLES[i], markersize=4.5, linewidth=1.5)
+        if (part["nonfinite_frac"] == 0).all():  # say it, so a flat line at 0 is not read as missing data
+            ax.text(0.5, 0.55, f"all {len(part)} points finite", ha="center", transform=ax.transAxes, color="0.35")
         set_log2_ticks(ax, part[x], text=lambda v: number_text(float(v)))
         ax.set_ylim(-0.03, 1.03)
         ax.set_xlabel("input standard deviation s of Q, K, V" if x == "input_std" else "head dimension d_k")
