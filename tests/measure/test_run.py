@@ -189,3 +189,19 @@ def test_fp64_point_matches_the_reference_exactly(scope, q_len, causal):
     row = measure_point(point, QUICK)
     assert row.status == "ok", row.error
     assert row.rel_rms_err < 1e-12 and row.grad_rel_rms_err < 1e-12
+
+
+def test_failed_point_leaves_no_memory_behind(monkeypatch):
+    from selfattn.measure.memory import rss_bytes
+
+    def allocate_then_fail(*args, **kwargs):
+        held = torch.ones(64 * 2**20)  # 256 MiB, referenced from the failing frame
+        raise torch.OutOfMemoryError(f"CUDA out of memory while holding {held.numel()} floats")
+
+    measure_point(_small(), QUICK)  # warm everything up first
+    before = rss_bytes()
+    if before is None:
+        pytest.skip("needs /proc")
+    monkeypatch.setattr(workload_module, "build", allocate_then_fail)
+    assert measure_point(_small(), QUICK).status == "oom"
+    assert rss_bytes() - before < 64 * 2**20
