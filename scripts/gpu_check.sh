@@ -29,6 +29,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+COMMAND="scripts/gpu_check.sh $*"   # as given, for the summary
 PY=${PYTHON:-python3}
 OUT="" WHEELS="" DRY=0 PACK=0 ALLOW_CPU=0 TOTAL_S=330
 SITE=${GPU_CHECK_SITE:-/tmp/gpu_check_site}
@@ -190,6 +191,7 @@ if ((DRY)); then
 fi
 {
   say "gpu_check: $(date -u +%Y-%m-%dT%H:%M:%SZ), ${SECONDS}s of ${TOTAL_S}s, device=$DEVICE, out=$OUT"
+  say "command: $COMMAND (commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown))"
   for entry in "${STAGES[@]}"; do
     IFS='|' read -r name status secs <<<"$entry"
     printf '  %-18s %-40s %4ss\n' "$name" "$status" "$secs"
