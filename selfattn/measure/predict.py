@@ -85,7 +85,10 @@ def _sdpa_bytes(point: Point, options: dict[str, Any], device: str, scores: int,
     q_len, seq_len = point.q_len_resolved, point.seq_len
     kernel = options.get("kernel", "auto")
     math_kernel = kernel == "math" or (device == "cuda" and kernel == "auto" and point.precision == "fp64")
-    mask = q_len * seq_len if point.causal and q_len != seq_len else 0  # a materialized lower-right bool mask
+    # A non-square causal mask goes to SDPA as torch's lower-right CausalBias: fused CUDA kernels
+    # take it natively; elsewhere torch materializes it (bool, then an additive mask in the dtype).
+    native_mask = device == "cuda" and not math_kernel
+    mask = q_len * seq_len * (1 + s) if point.causal and q_len != seq_len and not native_mask else 0
     if math_kernel:  # scaled q, k copies + scores + weights (fwd); + their gradients (bwd)
         per = 2 * s if point.mode == "fwd" else 4 * s
         return scores * per + mask + 2 * out + (grads if point.mode == "fwd_bwd" else 0)
