@@ -183,7 +183,8 @@ def _devices_table(rows: pd.DataFrame) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m analysis.report", description="Figures, fitted exponents and the chapter's claims checked, from results.csv files "
+                                     "(several sweeps and devices merge; the newest row of a point wins).")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="results.csv files or folders holding them")
     parser.add_argument("--out", required=True, metavar="DIR", help="where report.md and figures/ go")
     parser.add_argument("--baseline-device", default=None, metavar="NAME",

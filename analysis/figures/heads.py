@@ -30,7 +30,10 @@ def heads_at_fixed_width(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
             series = group.groupby("heads")[metric].median()
             ax.plot(series.index, series.values, color=color_for(label), marker="o", markersize=4.5,
                     linewidth=1.6, label=label)
-        log_if_spans(ax, data[metric], "y", decades=1.0 if metric == "time_ms" else 0.5)
+        if metric == "rel_rms_err" and (data[metric] > 0).all() and len(data):
+            ax.set_yscale("log")  # errors are read as orders of magnitude, even when they span less than one
+        else:
+            log_if_spans(ax, data[metric], "y", decades=1.0)
         heads = sorted(data["heads"].unique()) if len(data) else sorted(ok["heads"].unique())
         set_log2_ticks(ax, heads, text=lambda h: f"{int(h)}\n(d_k={number_text(float(chosen.fixed['d_model']) / h)})")
         ax.set_xlabel("heads (head dimension d_k)")
