@@ -55,7 +55,9 @@ def test_chunked_peak_far_below_naive():
 
 
 def test_fwd_bwd_prediction_tracks_naive():
-    point = Point(backend="naive", heads=HEADS, seq_len=1024, mode="fwd_bwd")
+    # n=2048: 128 MiB per score matrix, so glibc's heap reuse (tens of MiB either way, depending
+    # on what the process did before) stays well inside the tolerance.
+    point = Point(backend="naive", heads=HEADS, seq_len=2048, mode="fwd_bwd")
     measured = _measured(point)
     assert abs(measured - predict_mem_bytes(point)) <= 0.25 * predict_mem_bytes(point)
 
