@@ -8,7 +8,7 @@ from matplotlib.lines import Line2D
 
 from analysis.cost import variant_labels
 from analysis.figures.common import (
-    Context, Made, Skipped, precision_order, save, set_log2_ticks, subplots, suptitle, tidy_log_axis,
+    Context, Made, Skipped, facet_grid, precision_order, save, set_log2_ticks, suptitle, tidy_log_axis,
 )
 from analysis.slices import fix_axes, self_attention
 
@@ -31,9 +31,9 @@ def accuracy_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     if not panels:
         return Skipped(name, title, "no relative error measured at two or more seq_len values",
                        "precision_accuracy (or the default sweep)")
-    fig, axes = subplots(1, len(panels), 7.0, 3.8)
+    fig, axes = facet_grid(len(panels), 7.0, 3.8)
     notes = []
-    for ax, (device, chosen, ok) in zip(axes[0], panels):
+    for ax, (device, chosen, ok) in zip(axes, panels):
         zero = ok[ok["rel_rms_err"] <= 0]
         if len(zero):
             notes.append(f"{device}: {len(zero)} exact-zero errors ({', '.join(sorted(zero['precision'].unique()))}) "

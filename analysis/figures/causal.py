@@ -7,7 +7,7 @@ import pandas as pd
 
 from analysis.cost import causal_ratios, cost_facets, ideal_causal_ratio
 from analysis.figures.common import (
-    Context, Made, Skipped, color_for, legend_right, precision_order, save, set_log2_ticks, subplots, suptitle,
+    Context, Made, Skipped, color_for, facet_grid, legend_right, precision_order, save, set_log2_ticks, suptitle,
 )
 
 
@@ -19,8 +19,8 @@ def causal_saving(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         return Skipped(name, title, "no back end was timed both with and without a causal mask at the same seq_len",
                        "causal_mask (or the default sweep)")
     panels.sort(key=lambda p: (p[0].device_label, precision_order(p[0].precision)))
-    fig, axes = subplots(1, len(panels), 6.6, 3.6)
-    for ax, (facet, ratios) in zip(axes[0], panels):
+    fig, axes = facet_grid(len(panels), 6.6, 3.6)
+    for ax, (facet, ratios) in zip(axes, panels):
         for label, group in ratios.groupby("label", sort=True):
             ax.plot(group["seq_len"], group["ratio"], marker="o", color=color_for(label), linewidth=1.6,
                     markersize=4.5, label=f"{label}: ×{group['ratio'].iloc[-1]:.2f} at n={int(group['seq_len'].iloc[-1])}")

@@ -87,6 +87,17 @@ def suptitle(fig, text: str) -> None:
     fig.suptitle("\n".join(textwrap.fill(part, width) for part in text.split("\n")))
 
 
+def facet_grid(count: int, width: float, height: float, max_cols: int = 2):
+    """`count` panels wrapped into at most `max_cols` columns (README-friendly); unused cells hidden."""
+    ncols = max(1, min(max_cols, count))
+    nrows = math.ceil(count / ncols)
+    fig, axes = subplots(nrows, ncols, width, height)
+    flat = list(axes.flat)
+    for ax in flat[count:]:
+        ax.set_axis_off()
+    return fig, flat[:count]
+
+
 def save(fig, ctx: Context, name: str) -> list[Path]:
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     paths = []

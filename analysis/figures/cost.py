@@ -10,26 +10,17 @@ from matplotlib.lines import Line2D
 from analysis.cost import Facet, cost_facets
 from analysis.figures.common import (
     Context, Made, Skipped, bytes_formatter, causal_style, color_for, guide_lines, legend_right,
-    log_if_spans, mark_failed, precision_order, save, set_log2_ticks, subplots, suptitle, tidy_log_axis,
+    facet_grid, log_if_spans, mark_failed, precision_order, save, set_log2_ticks, suptitle, tidy_log_axis,
 )
 
 EXPERIMENT = "quadratic_cost (or the default sweep)"
 
 
 def _grid(facets: list[Facet]):
-    precisions = sorted({f.precision for f in facets}, key=precision_order)
-    devices = sorted({f.device_label for f in facets})
-    fig, axes = subplots(len(precisions), len(devices), 7.6, 3.7)
-    placed = {}
-    for f in facets:
-        placed[(f.precision, f.device_label)] = axes[precisions.index(f.precision)][devices.index(f.device_label)]
-    for r, precision in enumerate(precisions):  # an empty cell says so instead of staying blank
-        for c, device in enumerate(devices):
-            if (precision, device) not in placed:
-                axes[r][c].set_axis_off()
-                axes[r][c].text(0.5, 0.5, f"{precision} · {device}: not measured", ha="center",
-                                transform=axes[r][c].transAxes, color="0.4")
-    return fig, placed
+    """One panel per (device, precision), wrapped two to a row; each panel's title names both."""
+    facets.sort(key=lambda f: (f.device_label, precision_order(f.precision)))
+    fig, axes = facet_grid(len(facets), 7.6, 3.7)
+    return fig, {(f.precision, f.device_label): ax for f, ax in zip(facets, axes)}
 
 
 def _draw_lines(ax, facet: Facet, label_of) -> None:
