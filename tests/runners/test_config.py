@@ -75,7 +75,7 @@ def test_sizes_adapt_to_the_device(composer):
 def test_quick_is_the_union_of_its_grids(composer):
     cfg = composer(["experiment=quick", "device=cpu"])
     points = C.grid_points(cfg.grids)
-    assert count_jobs(cfg) == len(points) == 3 * 2 * 4 + 4 * 2
+    assert count_jobs(cfg) == len(points) == 3 * 2 * 6 + 4 * 2
     flat = task_dict(cfg)
     built = {C.point_id(C.point_from_config({**flat, "grid_point": i})) for i in range(len(points))}
     assert len(built) == len(points) - 1  # one stability point (d=64, scale=auto) is also a cost point
