@@ -104,9 +104,10 @@ def read_csv(path: Path) -> tuple[pd.DataFrame | None, list[str]]:
             problems.append(f"{path}: column {col!r}: {int(bad.sum())} rows with invalid value "
                             f"{example!r}; rows skipped")
             keep &= ~bad
-    df = df[keep]
+    df = df[keep].copy()
     if df.empty:
         return None, problems + [f"{path}: no usable rows; file skipped"]
+    df["causal"] = df["causal"].astype(bool)
     df["source_file"] = str(path)
     return df, problems
 
@@ -151,8 +152,9 @@ def _parse_bool(value: str) -> bool | float:
 
 
 def _scale_label(text: str) -> str:
+    """The spelling selfattn.point.scale_label stores: "auto", "none" or the number (empty = the default)."""
     lowered = text.strip().lower()
-    if lowered in ("auto", "", "null", "none_auto"):
+    if lowered in ("auto", "", "null"):
         return "auto"
     if lowered == "none":
         return "none"
