@@ -84,6 +84,7 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
         + (f"; {loaded.duplicates_dropped} older duplicate rows replaced by newer ones" if loaded.duplicates_dropped else "")
         + (f"; measured {times.min():%Y-%m-%d %H:%M} to {times.max():%Y-%m-%d %H:%M} UTC" if len(times) else "")
         + ".", "",
+        *_sweeps_line(rows),
         "## Devices", "", _devices_table(rows), "",
         "## The chapter's claims, checked", "",
         "Each verdict is computed from the rows by the rule under the table: **holds** when every measured group "
@@ -132,6 +133,16 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
     if problems:
         lines += ["## Input problems", "", *[f"- {p}" for p in problems], ""]
     return "\n".join(lines)
+
+
+def _sweeps_line(rows: pd.DataFrame) -> list[str]:
+    """Which sweeps (experiment/folder) and harness commits the rows come from: provenance, not prose."""
+    sweeps = rows.groupby(rows["sweep_id"].replace("", "(no sweep id)")).size()
+    shas = sorted({sha[:12] + ("-dirty" if sha.endswith("-dirty") else "") for sha in rows["git_sha"] if sha})
+    text = "Sweeps: " + ", ".join(f"`{name}` ({count} rows)" for name, count in sweeps.items())
+    if shas:
+        text += "; harness commit" + ("s " if len(shas) > 1 else " ") + ", ".join(f"`{s}`" for s in shas)
+    return [text + ".", ""]
 
 
 def _rel(path: Path, base: Path) -> str:
