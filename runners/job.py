@@ -95,6 +95,14 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     if problem and not ctx.multirun:
         raise InvalidPoint(problem)  # a single run: say what is wrong, measure nothing
 
+    try:
+        wandb_conf = C.check_section("wandb", cfg.get("wandb"), C.WandbConf)
+    except ValueError as exc:
+        if not ctx.multirun:
+            raise InvalidPoint(str(exc)) from None
+        SINK.give_up(str(exc))  # a sweep still measures; only wandb is off
+        wandb_conf = {"mode": "disabled"}
+
     varying = _varying(cfg, ctx.varying)
     done = rows.done_points(ctx.sweep_dir)
     if pid in done and (done[pid] == "ok" or not cfg.get("retry_failed")):
@@ -121,7 +129,7 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     row["job_wall_s"] = _last_row_written - start
     rows.write_row(ctx.job_dir, row)
     rows.rebuild_csv(ctx.sweep_dir)
-    SINK.log_point(cfg.get("wandb") or {}, row, group=ctx.sweep_id or ctx.sweep_dir.name, out_dir=ctx.sweep_dir)
+    SINK.log_point(wandb_conf, row, group=ctx.sweep_id or ctx.sweep_dir.name, out_dir=ctx.sweep_dir)
 
     eta = progress.eta_s(meta.get("started_unix"), index or 0, total)
     print(progress.line(index, total, progress.describe(row, varying), row, eta=eta), flush=True)

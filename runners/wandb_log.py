@@ -40,11 +40,13 @@ class WandbSink:
         try:
             import wandb
         except ImportError:
-            self._give_up("not installed")
+            self.give_up("not installed")
             return None
         return wandb
 
-    def _give_up(self, why: str) -> None:
+    def give_up(self, why: str) -> None:
+        if self.disabled:
+            return  # one warning per process is enough
         self.disabled = True
         print(f"warning: wandb off for this process ({why}); results.csv is complete regardless", file=sys.stderr)
 
@@ -56,7 +58,7 @@ class WandbSink:
             except (TypeError, ValueError):  # an older wandb without these settings / reinit modes
                 return wandb.init(reinit=True, **args)
         except Exception as exc:  # wandb raises many kinds; none may stop the sweep
-            self._give_up(f"init failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            self.give_up(f"init failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return None
 
     def log_point(self, conf: Mapping[str, Any], row: Mapping[str, Any], *, group: str, out_dir: Path) -> None:
@@ -85,7 +87,7 @@ class WandbSink:
                 self.run.log(values, step=self.step)
                 self.step += 1
         except Exception as exc:
-            self._give_up(f"log failed: {type(exc).__name__}")
+            self.give_up(f"log failed: {type(exc).__name__}")
 
     def log_table(self, conf: Mapping[str, Any], rows: list[Mapping[str, Any]], columns: list[str], *,
                   group: str, out_dir: Path) -> None:
@@ -104,7 +106,7 @@ class WandbSink:
                 run.finish()
             self.run = None
         except Exception as exc:
-            self._give_up(f"table failed: {type(exc).__name__}")
+            self.give_up(f"table failed: {type(exc).__name__}")
 
     def close(self) -> None:
         if self.run is not None:

@@ -60,6 +60,17 @@ def test_invalid_point_in_a_sweep_is_a_row_and_in_a_single_run_an_error(tmp_path
         job.run_job({**BASE, "seq_len": 0}, ctx(tmp_path / "single", multirun=False))
 
 
+def test_a_bad_wandb_setting_stops_a_single_run_but_not_a_sweep(tmp_path, fake_measure, monkeypatch, capsys):
+    from runners.wandb_log import SINK
+
+    monkeypatch.setattr(SINK, "disabled", False)  # restored afterwards: the sink is per process
+    bad = {**BASE, "wandb": {"mode": "offlne"}}
+    with pytest.raises(job.InvalidPoint, match=r"^wandb.mode: expected one of offline, online, disabled, got 'offlne'$"):
+        job.run_job(bad, ctx(tmp_path / "single", multirun=False))
+    assert job.run_job(bad, ctx(tmp_path))["status"] == "ok"
+    assert capsys.readouterr().err.count("warning: wandb off") == 1
+
+
 def test_a_crashing_measurement_still_leaves_an_error_row(tmp_path, fake_measure, monkeypatch):
     import sys
 
