@@ -72,11 +72,31 @@ def _load(path: Path) -> dict[str, Any] | None:
         return None  # missing, or not a row: never produced by write_row, so skip it
 
 
+# Parsed row files by path, valid while (inode, mtime, size) match (os.replace makes a new inode): a long sweep rebuilds its CSV after
+# every job, and parsing only the new files keeps that cost flat as the sweep grows.
+_parsed: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+
+
+def _load_cached(path: Path) -> dict[str, Any] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+    hit = _parsed.get(path)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    row = _load(path)
+    if row is not None:
+        _parsed[path] = (stamp, row)
+    return row
+
+
 def read_rows(sweep_dir: Path) -> list[dict[str, Any]]:
     """Every row file under a sweep folder (or a single run's folder), in a stable order."""
     sweep_dir = Path(sweep_dir)
     paths = sorted({p for pattern in ROW_GLOBS for p in sweep_dir.glob(pattern)}, key=_job_order)
-    return [row for row in map(_load, paths) if row is not None]
+    return [dict(row) for row in map(_load_cached, paths) if row is not None]
 
 
 def best_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
