@@ -50,3 +50,17 @@ def test_cuda_environment_and_peak():
     env = environment("cuda")
     assert env["device_name"] and env["device_capability"] and env["device_mem_bytes"] > 0
     assert device_peak_tflops("cuda", torch.float16) > device_peak_tflops("cuda", torch.float64)
+
+
+def test_a_peak_measured_in_a_bad_moment_is_corrected_before_skipping(monkeypatch):
+    import selfattn.measure.device as device_module
+    from selfattn import Point
+    from selfattn.measure import Budget, measure_point
+
+    key = ("cpu", torch.float32, False)
+    device_peak_tflops("cpu", torch.float32)
+    monkeypatch.setattr(device_module, "_REMEASURED", {})
+    monkeypatch.setitem(device_module._PEAKS, key, 1e-9)  # as if measured while the CPU was swamped
+    row = measure_point(Point(heads=2, seq_len=64, head_dim=16), Budget(timing_s=0.02))
+    assert row.status == "ok", row.error
+    assert row.device_peak_tflops > 1e-6 and device_module._REMEASURED[key] == 1
