@@ -20,6 +20,8 @@ kernels accumulate in fp32; the output is cast back to the input dtype.
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
 import torch
@@ -31,7 +33,7 @@ OPTIONS: dict[str, Any] = {"q_chunk": None, "kv_chunk": None}  # None: DEFAULT_C
 
 # (device type, dtype) -> (q_chunk, kv_chunk), chosen from a measured sweep (see docs/performance.md).
 DEFAULT_CHUNKS: dict[tuple[str, torch.dtype], tuple[int, int]] = {}
-FALLBACK_CHUNKS = (256, 512)
+FALLBACK_CHUNKS = (256, 512)  # CPU fp32 sweep winner; CUDA defaults still to be measured
 
 
 def available(device: torch.device | str) -> bool:
@@ -104,15 +106,22 @@ def _hidden(m0: int, m1: int, n0: int, n1: int, offset: int, device: torch.devic
 
 
 def _forward(q_BHMD, k_BHND, v_BHND, causal: bool, scale: float, q_chunk: int, kv_chunk: int):
-    """Returns out (BH, M, D) and logsumexp (BH, M) in the compute dtype."""
+    """Returns out (B, H, M, D) and logsumexp (BH, M), both in the compute dtype."""
     b, h, q_len, d = q_BHMD.shape
-    seq_len = k_BHND.shape[2]
     cdtype = _compute_dtype(q_BHMD.dtype)
     q_XMD = _flat(q_BHMD, cdtype) * scale  # X = batch*heads; scale folded into Q once
-    kT_XDN = _flat(k_BHND, cdtype).transpose(1, 2)
-    v_XND = _flat(v_BHND, cdtype)
-    out_XMD = torch.empty(b * h, q_len, d, dtype=cdtype, device=q_BHMD.device)
-    lse_XM = torch.empty(b * h, q_len, dtype=cdtype, device=q_BHMD.device)
+    k_XND, v_XND = _flat(k_BHND, cdtype), _flat(v_BHND, cdtype)
+    out_XMD, lse_XM = _over_heads(_forward_flat, (q_XMD, k_XND, v_XND), causal, q_chunk, kv_chunk)
+    return out_XMD.view(b, h, q_len, d), lse_XM
+
+
+def _forward_flat(q_XMD, k_XND, v_XND, causal: bool, q_chunk: int, kv_chunk: int):
+    """The online softmax over key blocks for every query block, on heads flattened to X."""
+    x, q_len, d = q_XMD.shape
+    seq_len = k_XND.shape[1]
+    kT_XDN = k_XND.transpose(1, 2)
+    out_XMD = torch.empty(x, q_len, d, dtype=q_XMD.dtype, device=q_XMD.device)
+    lse_XM = torch.empty(x, q_len, dtype=q_XMD.dtype, device=q_XMD.device)
     offset = seq_len - q_len
     for m0, m1, kv_blocks in _blocks(q_len, seq_len, causal, q_chunk, kv_chunk):
         q_XmD = q_XMD[:, m0:m1]
@@ -139,7 +148,7 @@ def _forward(q_BHMD, k_BHND, v_BHND, causal: bool, scale: float, q_chunk: int, k
             row_max_Xm1 = new_max_Xm1
         torch.div(acc_XmD, row_sum_Xm1, out=out_XMD[:, m0:m1])
         lse_XM[:, m0:m1] = (row_max_Xm1 + row_sum_Xm1.log()).squeeze(-1)
-    return out_XMD.view(b, h, q_len, d), lse_XM
+    return out_XMD, lse_XM
 
 
 def _backward(grad_BHMD, q_BHMD, k_BHND, v_BHND, out_XMD, lse_XM, causal, scale, q_chunk, kv_chunk):
@@ -148,10 +157,23 @@ def _backward(grad_BHMD, q_BHMD, k_BHND, v_BHND, out_XMD, lse_XM, causal, scale,
     seq_len = k_BHND.shape[2]
     cdtype = out_XMD.dtype
     q_XMD = _flat(q_BHMD, cdtype) * scale
-    k_XND = _flat(k_BHND, cdtype)
-    v_XND = _flat(v_BHND, cdtype)
-    do_XMD = _flat(grad_BHMD, cdtype)
-    # delta_i = sum_j P_ij dP_ij = dO_i . O_i (FlashAttention-2, eq. for D_i)
+    k_XND, v_XND, do_XMD = _flat(k_BHND, cdtype), _flat(v_BHND, cdtype), _flat(grad_BHMD, cdtype)
+    dq_XMD, dk_XND, dv_XND = _over_heads(
+        _backward_flat, (q_XMD, k_XND, v_XND, do_XMD, out_XMD, lse_XM), causal, q_chunk, kv_chunk
+    )
+    dq_XMD.mul_(scale)  # d/dq = d/d(scaled q) * scale
+    dtype = q_BHMD.dtype
+    return (
+        dq_XMD.view(b, h, q_len, d).to(dtype),
+        dk_XND.view(b, h, seq_len, d).to(dtype),
+        dv_XND.view(b, h, seq_len, d).to(dtype),
+    )
+
+
+def _backward_flat(q_XMD, k_XND, v_XND, do_XMD, out_XMD, lse_XM, causal: bool, q_chunk: int, kv_chunk: int):
+    """Gradients w.r.t. the scaled q, k and v, on heads flattened to X."""
+    q_len, seq_len = q_XMD.shape[1], k_XND.shape[1]
+    # delta_i = sum_j P_ij dP_ij = dO_i . O_i (FlashAttention-2's D_i)
     delta_XM1 = (do_XMD * out_XMD).sum(dim=-1, keepdim=True)
     lse_XM1 = lse_XM.unsqueeze(-1)
     # Accumulators are contiguous per block (baddbmm_ into a strided slice falls back to a
@@ -163,7 +185,7 @@ def _backward(grad_BHMD, q_BHMD, k_BHND, v_BHND, out_XMD, lse_XM, causal, scale,
     offset = seq_len - q_len
     for m0, m1, kv_blocks in _blocks(q_len, seq_len, causal, q_chunk, kv_chunk):
         q_XmD, do_XmD = q_XMD[:, m0:m1], do_XMD[:, m0:m1]
-        dq_XmD = torch.zeros_like(q_XmD)  # gradient w.r.t. the scaled q; times scale at the end
+        dq_XmD = torch.zeros_like(q_XmD)
         for n0, n1, needs_mask in kv_blocks:
             s_Xmn = torch.bmm(q_XmD, k_XND[:, n0:n1].transpose(1, 2))
             if needs_mask:
@@ -176,16 +198,56 @@ def _backward(grad_BHMD, q_BHMD, k_BHND, v_BHND, out_XMD, lse_XM, causal, scale,
             dq_XmD.baddbmm_(ds_Xmn, k_XND[:, n0:n1])
             dk_parts[part][:, : n1 - n0].baddbmm_(ds_Xmn.transpose(1, 2), q_XmD)
         dq_parts.append(dq_XmD)
-    dq_XMD = torch.cat(dq_parts, dim=1)
-    dk_XND = torch.cat(dk_parts, dim=1)
-    dv_XND = torch.cat(dv_parts, dim=1)
-    dq_XMD.mul_(scale)
-    dtype = q_BHMD.dtype
-    return (
-        dq_XMD.view(b, h, q_len, d).to(dtype),
-        dk_XND.view(b, h, seq_len, d).to(dtype),
-        dv_XND.view(b, h, seq_len, d).to(dtype),
-    )
+    return torch.cat(dq_parts, dim=1), torch.cat(dk_parts, dim=1), torch.cat(dv_parts, dim=1)
+
+
+# Head-parallel driver. On a CPU, torch parallelizes each op with OpenMP, so every op ends in
+# a barrier; with hundreds of small ops per call, a core shared with another process stalls
+# each barrier for a scheduler slice (measured: 6x slower than SDPA under load, 1.2x quiet).
+# Instead, split the flattened heads into one contiguous group per intra-op thread and run the
+# groups in Python threads with single-threaded ops (torch releases the GIL inside ops): no
+# barrier until the end, like SDPA's own kernel. Each (batch, head) still has one block alive.
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+_in_worker = threading.local()
+
+
+def _over_heads(fn, tensors_X, *args):
+    """fn(*tensors_X, *args) -> tuple of tensors with X first; run per head group, concatenated."""
+    x = tensors_X[0].shape[0]
+    workers = min(torch.get_num_threads(), x)
+    if (
+        workers <= 1
+        or tensors_X[0].device.type != "cpu"
+        or getattr(_in_worker, "active", False)
+        # Dispatch modes (FLOP counters, memory trackers) are thread-local: stay on this thread
+        or torch._C._len_torch_dispatch_stack() > 0
+    ):
+        return fn(*tensors_X, *args)
+    bounds = [round(i * x / workers) for i in range(workers + 1)]
+    groups = [slice(bounds[i], bounds[i + 1]) for i in range(workers)]
+
+    def run(group: slice):
+        torch.set_num_threads(1)  # this worker's ops stay single-threaded
+        _in_worker.active = True
+        try:
+            with torch.no_grad():  # grad mode is per thread; these blocks never need autograd
+                return fn(*(t[group] for t in tensors_X), *args)
+        finally:
+            _in_worker.active = False
+
+    global _pool
+    threads_before = torch.get_num_threads()
+    with _pool_lock:
+        if _pool is None or _pool._max_workers < workers:
+            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="selfattn-chunked")
+        pool = _pool
+    torch.set_num_threads(1)
+    try:
+        results = list(pool.map(run, groups))
+    finally:
+        torch.set_num_threads(threads_before)
+    return tuple(torch.cat(parts, dim=0) for parts in zip(*results))
 
 
 class _ChunkedAttention(torch.autograd.Function):

@@ -149,3 +149,21 @@ def test_layer_backward_runs_with_chunked():
     layer(x).sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all()
     assert layer.w_q.weight.grad is not None
+
+
+def test_chunked_head_parallel_path_matches_serial_and_restores_threads():
+    """With >1 intra-op thread chunked runs head groups in worker threads; same numbers, and the
+    caller's thread count is restored afterwards (the timer relies on it)."""
+    q, k, v = make_qkv(1, 5, 33, 47, 16, dtype=torch.float64, requires_grad=True)
+    before = torch.get_num_threads()
+    try:
+        results = {}
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            out = selfattn.attention(q, k, v, backend="chunked", causal=True, q_chunk=8, kv_chunk=12)
+            results[threads] = (out, *torch.autograd.grad(out.sum(), (q, k, v)))
+            assert torch.get_num_threads() == threads
+        for a, b in zip(results[1], results[3]):
+            torch.testing.assert_close(a, b, atol=1e-14, rtol=0)
+    finally:
+        torch.set_num_threads(before)

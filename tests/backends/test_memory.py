@@ -4,7 +4,9 @@ Measured for real: a TorchDispatchMode sees every tensor each aten op creates (a
 backward ops included) and tracks the bytes of storages still alive after each op, so the
 peak is the largest set of live tensors at any op boundary. A back end that materialized
 the (q_len x seq_len) matrix would show it; naive is checked to show exactly that, so the
-test cannot pass by the tracker seeing nothing.
+test cannot pass by the tracker seeing nothing. (Under a dispatch mode the chunked back end
+stays on the calling thread, so the tracker sees every op; its head-parallel path runs the
+same per-head code, one block per (batch, head) at a time.)
 """
 
 from __future__ import annotations
