@@ -98,3 +98,18 @@ def test_progress_line():
     assert progress.fmt_ms(8.0) == "8.00 ms" and progress.fmt_ms(0.0123) == "0.0123 ms" and progress.fmt_ms(2682.2) == "2682 ms"
     failed = {**row, "status": "oom", "error": "CUDA out of memory\nmore"}
     assert progress.line(None, None, "x", failed) == "x -> oom: CUDA out of memory"
+
+
+def test_missing_wandb_is_one_warning_and_the_csv_is_complete(tmp_path, fake_measure, monkeypatch, capsys):
+    import sys
+
+    from runners.wandb_log import SINK
+
+    monkeypatch.setattr(SINK, "disabled", False)
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
+    offline = {**BASE, "wandb": {"mode": "offline"}}
+    job.run_job(offline, ctx(tmp_path, 0))
+    job.run_job({**offline, "seq_len": 32}, ctx(tmp_path, 1))
+    err = capsys.readouterr().err
+    assert err.count("warning: wandb off for this process (not installed)") == 1
+    assert len(rows.read_rows(tmp_path)) == 2 and (tmp_path / "results.csv").read_text().count("\n") == 3
