@@ -73,7 +73,9 @@ def measure(point: Any, budget: Mapping[str, Any]) -> dict[str, Any]:
     """Measure one valid point (selfattn.measure never raises for a failure of the point)."""
     from selfattn.measure import Budget, measure_point  # lazy: torch and the back ends load here
 
+    start = time.perf_counter()
     row = measure_point(point, Budget(**budget)).to_dict()
+    row["point_wall_s"] = time.perf_counter() - start  # so job_wall_s - point_wall_s = runner + Hydra
     if row.get("d_model") is None:
         row["d_model"] = point.d_model
     return row

@@ -70,6 +70,7 @@ class Row:
     # harness cost: seconds spent in warm-up + timed calls, and the whole job's wall time
     measure_s: float | None = None
     job_wall_s: float | None = None
+    point_wall_s: float | None = None  # the whole measure_point call: measure_s + inputs, accuracy, stability
     jobs_sharing_device: int | None = None
     # environment: enough to tell two GPUs of the same name apart in a merged table
     device_capability: str = ""

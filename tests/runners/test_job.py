@@ -24,7 +24,7 @@ def test_a_job_writes_its_row_and_the_csv(tmp_path, fake_measure, capsys):
     row = job.run_job(BASE, ctx(tmp_path))
     saved = json.loads((tmp_path / "0" / "row.json").read_text())
     assert saved["status"] == "ok" and saved["point_id"] == row["point_id"] and saved["sweep_id"] == "t/x"
-    assert saved["job_wall_s"] >= saved["measure_s"] >= 0 and saved["jobs_sharing_device"] == 1
+    assert saved["job_wall_s"] >= saved["point_wall_s"] >= saved["measure_s"] >= 0 and saved["jobs_sharing_device"] == 1
     assert (tmp_path / "results.csv").read_text().count("\n") == 2
     assert "naive seq_len=64 fp32 -> " in capsys.readouterr().out
 
