@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import fcntl
+import io
 import json
 import os
 import tempfile
@@ -23,6 +24,8 @@ from selfattn.results import COLUMNS
 
 ROW_GLOBS = ("row*.json", "*/row*.json")  # a single run's folder, or a sweep's job folders
 CSV_NAME = "results.csv"
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read the process umask (os.umask can only read it by setting it)
 LOCK_NAME = ".results.lock"
 
 
@@ -31,6 +34,9 @@ def atomic_write_text(path: Path, text: str) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp creates the file 0600; a sweep folder shared on a cluster must stay readable
+        # by colleagues, so give it the permissions a plain open() would (0666 less the umask).
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "w", newline="") as f:
             f.write(text)
             f.flush()
@@ -151,17 +157,10 @@ def rebuild_csv(sweep_dir: Path) -> tuple[Path, list[dict[str, Any]]]:
         rows = best_rows(read_rows(sweep_dir))
         extra = sorted({k for row in rows for k in row} - set(COLUMNS))
         columns = [*COLUMNS, *extra]
-        fd, tmp = tempfile.mkstemp(dir=sweep_dir, prefix=f".{CSV_NAME}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=columns, restval="")
-                writer.writeheader()
-                for row in rows:
-                    writer.writerow({k: _cell(v) for k, v in row.items()})
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        buffer = io.StringIO(newline="")
+        writer = csv.DictWriter(buffer, fieldnames=columns, restval="")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _cell(v) for k, v in row.items()})
+        atomic_write_text(path, buffer.getvalue())
     return path, rows

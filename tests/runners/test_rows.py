@@ -65,3 +65,16 @@ def test_concurrent_writers_never_corrupt_the_csv(tmp_path):
     table = read_csv(tmp_path / "results.csv")
     assert len(table) == 60 and len({r["point_id"] for r in table}) == 60
     assert all(r["status"] == "ok" for r in table)
+
+
+def test_written_files_are_readable_by_others_like_a_plain_open(tmp_path):
+    """mkstemp makes 0600 files; a sweep folder shared on a cluster must stay readable."""
+    import os
+
+    old = os.umask(0o022)
+    os.umask(old)
+    expected = 0o666 & ~old
+    path = rows.write_row(tmp_path / "0", row("a"))
+    csv_path, _ = rows.rebuild_csv(tmp_path)
+    assert path.stat().st_mode & 0o777 == expected
+    assert csv_path.stat().st_mode & 0o777 == expected
