@@ -121,10 +121,12 @@ def _chunked_bytes(point: Point, options: dict[str, Any], out: int, grads: int) 
     fwd += out if low else 0
     if point.mode == "fwd":
         return fwd
-    # backward: saved output + lse, scaled q, fp32 casts of k, v and dO, delta, dq/dk/dv
-    # accumulators, three blocks (P, dP/dS and one in flight), the gradients cast back
+    # backward: saved output + lse, scaled q, fp32 casts of k, v and dO, delta; then either the
+    # dq/dk/dv accumulators (kept per block) with three blocks (P, dP/dS, one in flight), or, at
+    # the end, those accumulators and their concatenation; the gradients cast back
     saved = q_c + rows_c + (out if low else 0)
-    bwd = saved + q_c + ((2 * kv_c + q_c) if low else 0) + rows_c + (q_c + 2 * kv_c) + 3 * block
+    acc = q_c + 2 * kv_c
+    bwd = saved + q_c + ((2 * kv_c + q_c) if low else 0) + rows_c + max(acc + 3 * block, 2 * acc)
     bwd += grads if low else 0
     return max(fwd, bwd)
 

@@ -81,6 +81,7 @@ def _point_columns(point: Point, device: str) -> dict[str, Any]:
 
 def measure_point(point: Point, budget: Budget | None = None) -> Row:
     """Measure one point and return its row; never raises for a failure of the point itself."""
+    started = time.perf_counter()
     budget = Budget() if budget is None else budget
     device = resolve_device(point.device) if point.device in ("auto", "cpu", "cuda") else str(point.device)
     row = Row()
@@ -108,6 +109,7 @@ def measure_point(point: Point, budget: Budget | None = None) -> Row:
     finally:
         if row.status != "ok":
             release_memory(device)  # so the next point measures as in a fresh process
+    row.point_wall_s = time.perf_counter() - started  # measure_s + inputs, accuracy, stability, guard
     return row
 
 

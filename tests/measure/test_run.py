@@ -42,7 +42,7 @@ def test_ok_row_is_complete_and_accurate(backend, mode, scope):
         assert row.grad_rel_rms_err is None
     assert 0 < row.softmax_entropy <= 1 and 0 < row.max_weight <= 1
     assert row.grad_norm_q > 0 and row.grad_nonfinite_frac == 0.0
-    assert 0 < row.measure_s
+    assert 0 < row.measure_s < row.point_wall_s
     assert row.kernel and json.loads(row.backend_options) == {}
     assert row.schema_version == SCHEMA_VERSION and set(row.to_dict()) == set(COLUMNS)
 
