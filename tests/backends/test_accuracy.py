@@ -116,3 +116,12 @@ def test_layer_matches_reference_composition():
     assert q.shape == (2, 4, 37, 12)
     ref = selfattn.attention_reference(q, k, v, causal=True).transpose(1, 2).reshape(2, 37, 48)
     torch.testing.assert_close(layer(x), layer.w_o(ref))
+
+
+def test_chunked_rows_hidden_in_a_diagonal_block_stay_finite():
+    """Chunk sizes that leave some query rows of a diagonal block with no visible key in it."""
+    q, k, v = make_qkv(1, 2, 10, 23, 8, dtype=torch.float32, seed=6)
+    for q_chunk, kv_chunk in ((4, 3), (3, 16), (1, 1), (10, 23)):
+        out = selfattn.attention(q, k, v, backend="chunked", causal=True, q_chunk=q_chunk, kv_chunk=kv_chunk)
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out.double(), selfattn.attention_reference(q, k, v, causal=True), atol=1e-5, rtol=0)
