@@ -21,6 +21,7 @@ kernels accumulate in fp32; the output is cast back to the input dtype.
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
@@ -218,6 +219,15 @@ def _backward_flat(q_XMD, k_XND, v_XND, do_XMD, out_XMD, lse_XM, causal: bool, q
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 _in_worker = threading.local()
+
+
+def _forget_pool_after_fork() -> None:
+    """A forked child inherits the pool object but not its threads: start a fresh one there."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
 def _over_heads(fn, tensors_X, *args):

@@ -167,3 +167,23 @@ def test_chunked_head_parallel_path_matches_serial_and_restores_threads():
             torch.testing.assert_close(a, b, atol=1e-14, rtol=0)
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_chunked_works_in_a_forked_child():
+    """The worker pool does not survive fork(); the child must start its own, not hang."""
+    import os
+
+    q, k, v = make_qkv(1, 4, 100, 100, 16)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        expected = selfattn.attention(q, k, v, backend="chunked", q_chunk=32, kv_chunk=32)
+        pid = os.fork()
+        if pid == 0:  # child: exit code says whether the result matched
+            got = selfattn.attention(q, k, v, backend="chunked", q_chunk=32, kv_chunk=32)
+            os._exit(0 if torch.equal(got, expected) else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        torch.set_num_threads(before)
