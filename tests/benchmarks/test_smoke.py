@@ -1,0 +1,70 @@
+"""Smoke tests of benchmarks/*.py: each script's tiny mode runs and prints its figures beside targets.
+
+They check that the scripts work, never how fast anything is (the figures are measured by
+running the scripts themselves, see docs/performance.md). The scripts run in this process
+(torch is already imported), which keeps the whole file to a few seconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+TARGET_LINE = re.compile(r"^(?P<target>[1-6])\s+\S.*\s(?:<=|>=)\s+\S+(?: \w+)?\s+(?:PASS|MISS)", re.MULTILINE)
+
+
+def load(script: str):
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))  # the scripts import their shared _common module
+    spec = importlib.util.spec_from_file_location(f"benchmark_{script}", BENCHMARKS / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "script, args, target",
+    [
+        ("chunked_speed", ["--quick"], "1"),
+        ("chunked_memory", ["--quick", "--in-process", "--sizes", "128", "256", "--naive-sizes", "256",
+                            "--compare-size", "256"], "2"),
+        ("chunked_fwd_bwd", ["--quick"], "3"),
+        ("timing_fidelity", ["--quick", "--cases", "sdpa:64"], "5"),
+    ],
+    ids=["target1-speed", "target2-memory", "target3-fwd_bwd", "target5-fidelity"],
+)
+def test_quick_mode_prints_targets(script, args, target, capsys):
+    assert load(script).main(args) == 0
+    out = capsys.readouterr().out
+    targets = {m.group("target") for m in TARGET_LINE.finditer(out)}
+    assert targets == {target}, out
+
+
+def test_overhead_reads_a_sweep_csv(tmp_path, capsys):
+    rows = [  # measure_s, point_wall_s, job_wall_s: overheads 0.3, 0.5, 0.7 s -> median 0.5 s
+        {"status": "ok", "measure_s": 1.0, "point_wall_s": 1.2, "job_wall_s": 1.3},
+        {"status": "ok", "measure_s": 2.0, "point_wall_s": 2.4, "job_wall_s": 2.5},
+        {"status": "ok", "measure_s": 0.5, "point_wall_s": 1.0, "job_wall_s": 1.2},
+        {"status": "skipped_budget", "measure_s": "", "point_wall_s": 0.1, "job_wall_s": 0.2},
+    ]
+    csv_path = tmp_path / "results.csv"
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert load("harness_overhead").main(["--results", str(csv_path)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^4\s+median job_wall_s - measure_s\s+0\.5 s\s+<= 0\.5 s\s+PASS", out, re.MULTILINE), out
+    assert "{'ok': 3, 'skipped_budget': 1}" in out
+
+
+def test_chunk_sweep_marks_default_and_ranks_pairs(capsys):
+    assert load("chunk_sizes").main(["--sizes", "64", "--q-chunks", "32", "256", "--kv-chunks", "512"]) == 0
+    out = capsys.readouterr().out
+    assert "q_chunk   256 kv_chunk   512" in out and out.count("seq_len 64,") == 2, out
