@@ -125,3 +125,23 @@ def test_chunked_rows_hidden_in_a_diagonal_block_stay_finite():
         out = selfattn.attention(q, k, v, backend="chunked", causal=True, q_chunk=q_chunk, kv_chunk=kv_chunk)
         assert torch.isfinite(out).all()
         torch.testing.assert_close(out.double(), selfattn.attention_reference(q, k, v, causal=True), atol=1e-5, rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=precision_name)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_cuda_backends_match_reference(dtype, causal):
+    """On CUDA: every back end (and every sdpa kernel that runs) within the FlashAttention rule."""
+    q, k, v = make_qkv(2, 4, 113, 256, 64, dtype=dtype, device="cuda", seed=1)
+    ref = selfattn.attention_reference(q, k, v, causal=causal)
+    naive_err = (selfattn.attention(q, k, v, backend="naive", causal=causal).double() - ref).abs().max().item()
+    eps = {torch.float32: 1e-4, torch.bfloat16: 1e-3, torch.float16: 2e-4}[dtype]
+    variants = [("chunked", {"q_chunk": 48, "kv_chunk": 80}), ("sdpa", {})]
+    variants += [("sdpa", {"kernel": kernel}) for kernel in ("flash", "efficient", "math", "cudnn")]
+    for backend, options in variants:
+        try:
+            out = selfattn.attention(q, k, v, backend=backend, causal=causal, **options)
+        except selfattn.Unsupported:
+            continue  # a forced kernel this GPU/dtype cannot run: refused, never a silent fallback
+        err = (out.double() - ref).abs().max().item()
+        assert err <= 2 * naive_err + eps, f"{backend} {options}: {err:.3g} vs naive {naive_err:.3g}"
