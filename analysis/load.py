@@ -223,7 +223,12 @@ def _label_devices(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def describe_devices(rows: pd.DataFrame) -> pd.DataFrame:
-    """One line per device: what identifies it and how many rows it contributed."""
+    """One line per device: what identifies it and how many rows it contributed.
+
+    Rows with status `invalid` never reached a device (their device may still read "auto"), so
+    they are left out here; the report's header counts them.
+    """
+    rows = rows[rows["status"] != "invalid"]
     cols = ["device_label", "device", "device_name", "device_capability", "device_mem_bytes",
             "hostname", "torch_version", "cuda_version", "num_threads"]
     present = [c for c in cols if c in rows]

@@ -16,7 +16,7 @@ SCALE_COLORS = {"auto": "#0072B2", "none": "#D55E00"}
 PRECISION_STYLES = {"fp32": "-", "fp16": "--", "bf16": "-.", "fp64": ":", "tf32": (0, (5, 1, 1, 1))}
 PANELS = (  # metric, panel title, y label, y scale
     ("logit_std", "Logit std (theory dotted)", "std of the logits fed to softmax", "log"),
-    ("softmax_entropy", "Softmax entropy", "entropy / log(keys) (0 one-hot, 1 uniform)", "linear"),
+    ("softmax_entropy", "Softmax entropy (0 one-hot, 1 uniform)", "entropy / log(keys seen)", "linear"),
     ("max_weight", "Largest attention weight", "mean largest weight per row (0–1)", "auto"),
     ("grad_norm_q", "Gradient norm w.r.t. Q", "‖∂loss/∂Q‖ (unitless)", "log"),
 )
