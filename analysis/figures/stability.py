@@ -68,6 +68,7 @@ def scaling_stability(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     suptitle(fig, f"Scaled (1/√d_k) vs unscaled logits as d_k grows\n{chosen.describe(always=('seq_len', 'backend'))}")
     return Made(name, title,
                 "Blue is the standard 1/√d_k scale, orange the unscaled ablation; in the first panel the dotted "
-                "theory lines are s²·√d_k and s² (s = input std), and as d_k grows the unscaled logits spread, the "
-                "softmax turns one-hot (entropy → 0, largest weight → 1) and its gradient shrinks.",
+                "theory lines are s²·√d_k and s² (s = input std); the chapter expects the unscaled softmax to turn "
+                "one-hot as d_k grows (entropy → 0, largest weight → 1) and its gradient to shrink, which the "
+                "claims table checks against these points.",
                 save(fig, ctx, name), [f"{chosen.describe(always=('seq_len', 'backend'))}"] + notes)
