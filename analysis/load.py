@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from selfattn.results import COLUMNS, SCHEMA_VERSION, STATUSES
+from analysis.schema import COLUMNS, SCHEMA_VERSION, STATUSES
 
 # Without these a row cannot be placed in any figure or merged with another file.
 REQUIRED_COLUMNS: tuple[str, ...] = (

@@ -96,3 +96,18 @@ def test_types_and_derived_columns(good_csv):
     assert rows["causal"].map(type).eq(bool).all()
     assert rows["seq_len"].dtype.kind in "if" and set(rows["scale"]) == {"auto"}
     assert (rows["d_model"] == rows["heads"] * rows["head_dim"]).all()
+
+
+def test_analysis_reads_the_schema_without_importing_torch():
+    # The report only reads CSV files; torch's import alone costs seconds on a small machine.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import analysis.report, analysis.schema as s, selfattn.results as r; "
+            "assert s.COLUMNS == r.COLUMNS and s.SCHEMA_VERSION == r.SCHEMA_VERSION")
+    probe = ("import sys, analysis.report; print('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
+    subprocess.run([sys.executable, "-c", code], cwd=root, check=True)
