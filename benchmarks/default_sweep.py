@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     if done.returncode != 0:
         print("\n".join(done.stderr.strip().splitlines()[-5:]))
     csvs = sorted(cwd.glob("sweeps/*/*/results.csv"))
-    figures = sorted(cwd.glob("sweeps/*/*/report/*.png"))
+    figures = sorted(cwd.glob("sweeps/*/*/report/**/*.png"))
     rows, measure_s, job_s = 0, 0.0, 0.0
     if csvs:
         with open(csvs[-1], newline="") as f:
