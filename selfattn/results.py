@@ -66,6 +66,7 @@ class Row:
     saturated_frac: float | None = None
     grad_norm_q: float | None = None
     grad_norm_k: float | None = None
+    grad_norm_logits: float | None = None  # median over sampled rows of ||dloss/dlogits_row|| (softmax input)
     grad_nonfinite_frac: float | None = None
     # harness cost: seconds spent in warm-up + timed calls, and the whole job's wall time
     measure_s: float | None = None

@@ -8,8 +8,16 @@ What is computed, and how: the textbook steps, in the point's dtype, on the samp
 (logits = (q_rows K^T) * scale, the bottom-right causal mask, softmax, P V), so the cost is
 O(rows x seq_len) at any n. They are a property of the math at that precision, not of a
 back end's kernel: fused back ends never expose their weights. Gradients are those of the fixed
-loss sum(out_rows * upstream_rows) (seeded random upstream) w.r.t. q_rows and K, by autograd.
-A back end's own numerics (overflow in its output) show in `nonfinite_frac` instead.
+loss sum(out_rows * upstream_rows) (seeded random upstream) w.r.t. q_rows, K and the logits, by
+autograd. A back end's own numerics (overflow in its output) show in `nonfinite_frac` instead.
+
+Which gradient witnesses "the gradient vanishes": `grad_norm_logits`, the median over sampled
+(batch, head, row) of the row's L2 norm of dloss/dlogits, the gradient at the softmax's input.
+For a row, dL/dlogits = w * (g - <w, g>) with g = dL/dw: it goes to 0 as w turns one-hot, and
+that is the chapter's mechanism. `grad_norm_q` is a poor witness of it for two reasons:
+dL/dQ = dL/dlogits @ K * scale carries the scale, so unscaled it is sqrt(d_k) times larger
+before any saturation; and a Frobenius norm over all rows is dominated by the few rows that did
+not saturate, while the median per-row norm reports the typical row.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ class Stability:
     saturated_frac: float | None  # rows whose largest weight exceeds SATURATED_WEIGHT
     grad_norm_q: float | None
     grad_norm_k: float | None
+    grad_norm_logits: float | None  # median over (batch, head, row) of ||dloss/dlogits_row||; see module doc
     grad_nonfinite_frac: float | None
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,7 +78,8 @@ def stability(
         weights_BHrL = torch.softmax(logits_BHrL, dim=-1)
         out_BHrD = weights_BHrL @ v
         loss = (out_BHrD * upstream_BHrD).sum()
-        grad_q, grad_k = torch.autograd.grad(loss, (q, k))
+        # logits_BHrL is softmax's input (scaled, masked): its gradient is 0 at masked keys
+        grad_q, grad_k, grad_logits = torch.autograd.grad(loss, (q, k, logits_BHrL))
 
     with torch.no_grad():
         # Statistics in float32 (float64 for fp64 points): exact enough for a mean over many
@@ -99,6 +109,12 @@ def stability(
         grad_nonfinite = 1.0 - (finite_q.sum().item() + finite_k.sum().item()) / (gq.numel() + gk.numel())
         norm_q = gq[finite_q].norm().item() if bool(finite_q.any()) else math.nan
         norm_k = gk[finite_k].norm().item() if bool(finite_k.any()) else math.nan
+        # Per-row norms, then the median: the typical row, not the few unsaturated rows that
+        # dominate a norm over all rows. Rows with a non-finite entry are left out (overflow
+        # shows in nonfinite_frac and grad_nonfinite_frac).
+        row_norms = grad_logits.to(torch.float64).norm(dim=-1).flatten()
+        row_norms = row_norms[torch.isfinite(row_norms)]
+        norm_logits = row_norms.quantile(0.5).item() if row_norms.numel() else math.nan
     return Stability(
         logit_std=_finite_or_none(logit_std),
         softmax_entropy=_finite_or_none(norm_entropy),
@@ -106,5 +122,6 @@ def stability(
         saturated_frac=_finite_or_none(saturated),
         grad_norm_q=_finite_or_none(norm_q),
         grad_norm_k=_finite_or_none(norm_k),
+        grad_norm_logits=_finite_or_none(norm_logits),
         grad_nonfinite_frac=grad_nonfinite,
     )
