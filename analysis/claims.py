@@ -30,6 +30,10 @@ SQRT_EXPONENT_BAND = (0.35, 0.65)  # fitted exponent of unscaled logit std vs d_
 SATURATED_MAX_WEIGHT = 0.5  # unscaled mean largest weight at the largest d_k is at least this...
 SATURATION_FACTOR = 2.0  # ...and at least this many times the scaled one
 GRAD_VANISH_RATIO = 0.5  # unscaled / scaled gradient norm at the largest d_k below this = "vanishes"
+# The witness of "gradients vanish": the median row's ‖∂loss/∂logits‖, the gradient at softmax's input
+# (see selfattn/measure/stability.py). Older CSVs lack it; there the ‖∂loss/∂Q‖ rule is used, which is
+# a poor witness: it carries √d_k unscaled and a norm over all rows follows the unsaturated few.
+GRAD_WITNESS, GRAD_FALLBACK = "grad_norm_logits", "grad_norm_q"
 FP16_MAX = 65504.0
 OVERFLOW_REGIME_STD = FP16_MAX / 6  # unscaled logit std from which a max over many logits nears FP16_MAX
 
@@ -49,8 +53,10 @@ RULES = {
                          "when >= 3 d_k were measured",
     "unscaled_saturates": f"at the largest d_k: unscaled mean largest weight >= {SATURATED_MAX_WEIGHT} and >= "
                           f"{SATURATION_FACTOR:g}x the scaled one, for every precision",
-    "unscaled_grad_vanishes": f"at the largest d_k: unscaled / scaled ‖∂loss/∂Q‖ < {GRAD_VANISH_RATIO}, "
-                              "for every precision",
+    "unscaled_grad_vanishes": f"at the largest d_k: unscaled / scaled median per-row ‖∂loss/∂logits‖ (the "
+                              f"gradient at softmax's input) < {GRAD_VANISH_RATIO}, for every precision; CSVs "
+                              "without grad_norm_logits (older ones): unscaled / scaled ‖∂loss/∂Q‖ < "
+                              f"{GRAD_VANISH_RATIO} instead",
     "fp16_overflows": "some unscaled fp16 point has a non-finite output fraction > 0; not measured unless some "
                       f"unscaled fp16 logit std reached {OVERFLOW_REGIME_STD:.0f} (65504/6) or overflowed",
     "scale_prevents_overflow": "wherever unscaled fp16 has non-finite outputs, the scaled twin has a smaller fraction",
@@ -250,15 +256,23 @@ def _saturation_claim(points: pd.DataFrame) -> Claim:
 
 def _grad_claim(points: pd.DataFrame) -> Claim:
     passes, parts = [], []
-    for precision, d, scaled, unscaled in _pairs_at_largest_dk(points, "grad_norm_q") if not points.empty else []:
+    witness = {p: (d, s, u) for p, d, s, u in _pairs_at_largest_dk(points, GRAD_WITNESS)}
+    fallback = {p: (d, s, u) for p, d, s, u in _pairs_at_largest_dk(points, GRAD_FALLBACK)}
+    for precision in sorted(set(witness) | set(fallback)):  # per precision: a merge may mix old and new CSVs
+        d, scaled, unscaled = witness.get(precision) or fallback[precision]
         if scaled <= 0:
             continue
         ratio = unscaled / scaled
         passes.append(ratio < GRAD_VANISH_RATIO)
-        # Unscaled logits are sqrt(d_k) x larger, so their gradient carries that factor before any
-        # saturation; the ratio / sqrt(d_k) is what the softmax itself contributes.
-        parts.append(f"{precision} d_k={number_text(d)}: ‖∂L/∂Q‖ {unscaled:.3g} unscaled vs {scaled:.3g} scaled "
-                     f"(ratio {ratio:.2g}; ÷√d_k: {ratio / d ** 0.5:.2g})")
+        if precision in witness:
+            parts.append(f"{precision} d_k={number_text(d)}: median per-row ‖∂L/∂logits‖ {unscaled:.3g} unscaled "
+                         f"vs {scaled:.3g} scaled (ratio {ratio:.2g})")
+        else:
+            # Unscaled logits are sqrt(d_k) x larger, so their gradient carries that factor before any
+            # saturation; the ratio / sqrt(d_k) is what the softmax itself contributes.
+            parts.append(f"{precision} d_k={number_text(d)}: ‖∂L/∂Q‖ {unscaled:.3g} unscaled vs {scaled:.3g} scaled "
+                         f"(ratio {ratio:.2g}; ÷√d_k: {ratio / d ** 0.5:.2g}; no grad_norm_logits in these rows, "
+                         "so the ‖∂L/∂Q‖ rule)")
     return Claim("unscaled_grad_vanishes", "…and its gradients vanish", "; ".join(parts)
                  or "no gradient norm measured both ways (needs mode=fwd_bwd)", _verdict(passes),
                  RULES["unscaled_grad_vanishes"], "scaling_stability (mode=fwd_bwd)")

@@ -12,7 +12,7 @@ import pandas as pd
 from analysis.slices import Slice, fix_axes, self_attention
 
 METRICS = ("logit_std", "softmax_entropy", "max_weight", "saturated_frac", "grad_norm_q", "grad_norm_k",
-           "nonfinite_frac", "grad_nonfinite_frac")
+           "grad_norm_logits", "nonfinite_frac", "grad_nonfinite_frac")  # grad_norm_logits: NaN in older CSVs
 STABILITY_FIXED = ("device_label", "backend", "scope", "mode", "seq_len", "causal", "input_std", "heads", "batch")
 STABILITY_VARY = ("head_dim", "scale", "precision")
 
@@ -30,6 +30,7 @@ def stability_slice(rows: pd.DataFrame) -> Slice | None:
 def stability_points(chosen: Slice) -> pd.DataFrame:
     """Median over seeds of every stability metric per (precision, scale, head_dim)."""
     ok = chosen.rows[chosen.rows["status"] == "ok"]
+    ok = ok.assign(**{m: np.nan for m in METRICS if m not in ok.columns})  # a frame not from load() may lack newer ones
     return ok.groupby(["precision", "scale", "head_dim"], sort=True)[list(METRICS)].median().reset_index()
 
 

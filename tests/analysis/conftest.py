@@ -37,6 +37,7 @@ class Fabricator:
         self.speed, self.mem_bytes = speed, mem_bytes
         self.laws = Laws(**laws) if isinstance(laws, dict) else (laws or Laws())
         self.rng = np.random.default_rng(seed)
+        self.grad_rng = np.random.default_rng(seed + 1)  # its own stream: self.rng's draws stay as they were
         self.rows: list[dict] = []
 
     def _noise(self) -> float:
@@ -93,6 +94,10 @@ class Fabricator:
         spread = float((weights * (1 - weights)).sum(axis=1).mean())
         row.grad_norm_q = scale_value * input_std * math.sqrt(d) * spread + 1e-9
         row.grad_norm_k = row.grad_norm_q * 0.9
+        # dL/dlogits per row = w * (g - <w, g>), g = dL/dw = upstream . v_j (std s·sqrt(d_k)); median row
+        g = self.grad_rng.normal(0.0, input_std * math.sqrt(d), size=weights.shape)
+        grad_logits = weights * (g - (weights * g).sum(axis=1, keepdims=True))
+        row.grad_norm_logits = float(np.median(np.linalg.norm(grad_logits, axis=1)))
         row.rel_rms_err = EPS[precision] * math.sqrt(math.log2(n)) * self._noise()
         row.max_abs_err = row.rel_rms_err * 4
         row.nonfinite_frac = 0.6 if overflow else 0.0
@@ -144,12 +149,13 @@ class Fabricator:
     def everything(self) -> "Fabricator":
         return self.default_sweep().quadratic_cost().scaling_stability().heads().precision_accuracy()
 
-    def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.rows, columns=list(COLUMNS))
+    def frame(self, without: tuple[str, ...] = ()) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=[c for c in COLUMNS if c not in without])
 
-    def write(self, path: Path) -> Path:
+    def write(self, path: Path, without: tuple[str, ...] = ()) -> Path:
+        """`without`: columns left out, like a CSV written before they were added."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.frame().to_csv(path, index=False)
+        self.frame(without).to_csv(path, index=False)
         return path
 
 

@@ -23,9 +23,12 @@ def test_real_stability_claims_hold():
     claims = {c.key: c for c in check_claims(load([REAL], warn=False).rows)}
     for key in ("scaled_std_one", "unscaled_std_sqrt", "unscaled_saturates"):
         assert claims[key].verdict == HOLDS, claims[key].evidence
+    # This CSV predates grad_norm_logits: the gradient claim falls back to ‖∂L/∂Q‖ and says so
+    assert "‖∂L/∂Q‖ rule" in claims["unscaled_grad_vanishes"].evidence
 
 
 def test_real_csv_draws_cost_and_stability_figures(tmp_path):
     report = write_report([REAL], tmp_path, formats=("png",), figures=(memory_vs_seq_len, scaling_stability),
                           warn=False)
     assert all(isinstance(f, Made) and f.files[0].stat().st_size > 20_000 for f in report.figures)
+    assert any("gradient panel shows ‖∂loss/∂Q‖" in note for note in report.figures[1].notes)

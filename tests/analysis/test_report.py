@@ -26,6 +26,8 @@ def test_every_single_device_figure_is_written_and_non_empty(full_report):
         data = png.read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 20_000, png
         assert fig.how_to_read and fig.notes  # a sentence to read it by and the slice it shows
+    # rows with grad_norm_logits: the gradient panel plots it, not the ‖∂L/∂Q‖ fallback
+    assert not any("‖∂loss/∂Q‖" in note for note in made["fig5_scaling_stability"].notes)
 
 
 def test_report_embeds_figures_and_tables_and_names_the_missing_experiment(full_report):
