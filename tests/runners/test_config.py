@@ -75,12 +75,15 @@ def test_sizes_adapt_to_the_device(composer):
 def test_quick_is_the_union_of_its_grids(composer):
     cfg = composer(["experiment=quick", "device=cpu"])
     points = C.grid_points(cfg.grids)
-    assert count_jobs(cfg) == len(points) == 3 * 2 * 7 + 4 * 2
+    assert count_jobs(cfg) == len(points) == 3 * 2 * 7 + 4 * 2 + 2 * 2 * 2 * 2
     flat = task_dict(cfg)
     built = {C.point_id(C.point_from_config({**flat, "grid_point": i})) for i in range(len(points))}
     assert len(built) == len(points) - 1  # one stability point (d=64, scale=auto) is also a cost point
-    stability = C.point_from_config({**flat, "grid_point": len(points) - 1})
+    stability = C.point_from_config({**flat, "grid_point": 3 * 2 * 7 + 4 * 2 - 1})
     assert (stability.backend, stability.head_dim, stability.scale) == ("naive", 1024, "none")
+    overflow = C.point_from_config({**flat, "grid_point": len(points) - 1})
+    assert (overflow.backend, overflow.precision, overflow.head_dim, overflow.scale, overflow.input_std) == (
+        "sdpa", "fp16", 1024, "none", 32.0)
 
 
 def test_help_lists_groups_and_experiments():
