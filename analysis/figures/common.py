@@ -162,9 +162,12 @@ def tidy_log_axis(ax, axis: str = "y") -> None:
     low, high = ax.get_ylim() if axis == "y" else ax.get_xlim()
     plain = ticker.FuncFormatter(lambda v, _pos: f"{v:g}")
     target.set_major_formatter(plain)
-    if low > 0 and high / low < 10:  # under a decade: label minor ticks 2, 3 and 5 (all would crowd)
+    # Under two decades a log axis shows at most two labelled powers of ten, too few to read a
+    # value: label some minor ticks too (2, 3, 5 under a decade; 2, 5 under two; all would crowd).
+    labelled = (2, 3, 5) if low > 0 and high / low < 10 else (2, 5) if low > 0 and high / low < 100 else ()
+    if labelled:
         target.set_minor_formatter(ticker.FuncFormatter(
-            lambda v, _pos: f"{v:g}" if v > 0 and round(v / 10 ** math.floor(math.log10(v)), 6) in (2, 3, 5) else ""))
+            lambda v, _pos: f"{v:g}" if v > 0 and round(v / 10 ** math.floor(math.log10(v)), 6) in labelled else ""))
     else:
         target.set_minor_formatter(ticker.NullFormatter())
 
