@@ -154,3 +154,12 @@ def test_jobs_sharing_device_per_launcher():
     assert jobs_sharing_device({"_target_": local, "array_parallelism": 256}, 5) == 5
     slurm = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
     assert jobs_sharing_device({"_target_": slurm}, 5) == 1
+
+
+def test_budget_conf_mirrors_measure_budget():
+    """conf's budget block is checked by BudgetConf (no torch import); it must not drift from Budget."""
+    from dataclasses import fields
+
+    from selfattn.measure import Budget
+
+    assert {f.name: f.default for f in fields(C.BudgetConf)} == {f.name: f.default for f in fields(Budget)}
