@@ -7,6 +7,7 @@ ratio alike) and the load average is printed beside the figures.
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -130,3 +131,12 @@ def paired_ratio(numerator_ms: list[float], denominator_ms: list[float]) -> floa
 
 def fmt_ms(values_ms: list[float]) -> str:
     return "/".join(f"{v:.0f}" if v >= 10 else f"{v:.2f}" for v in values_ms)
+
+
+def add_common_args(parser: argparse.ArgumentParser, *, shape: bool = True, strict: bool = True) -> None:
+    """The options every target script shares: the issue's shape (H8 D64) and --strict."""
+    if shape:
+        parser.add_argument("--heads", type=int, default=8)
+        parser.add_argument("--head-dim", type=int, default=64)
+    if strict:
+        parser.add_argument("--strict", action="store_true", help="exit with status 1 when a target is missed")

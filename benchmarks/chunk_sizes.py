@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import itertools
 
-from _common import paired_ratio, print_header, time_interleaved, time_once_s
+from _common import add_common_args, paired_ratio, print_header, time_interleaved, time_once_s
 
 import numpy as np
 import torch
@@ -25,11 +25,10 @@ import selfattn
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(parser, strict=False)
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
     parser.add_argument("--q-chunks", type=int, nargs="+", default=[128, 256, 512])
     parser.add_argument("--kv-chunks", type=int, nargs="+", default=[256, 512, 1024, 2048])
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=1, help="interleaved rounds per setting")
     parser.add_argument("--quick", action="store_true", help="tiny sizes and grid (a smoke run)")
     args = parser.parse_args(argv)

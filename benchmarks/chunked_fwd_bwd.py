@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from _common import Check, fmt_ms, paired_ratio, print_checks, print_header, time_interleaved
+from _common import add_common_args, Check, fmt_ms, paired_ratio, print_checks, print_header, time_interleaved
 
 import torch
 
@@ -21,13 +21,11 @@ import selfattn
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(parser)
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096], help="seq_len values")
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds per size")
     parser.add_argument("--min-run-time", type=float, default=0.5, help="seconds per blocked_autorange of a fast call")
     parser.add_argument("--quick", action="store_true", help="tiny size and one repeat (a smoke run)")
-    parser.add_argument("--strict", action="store_true", help="exit with status 1 when a target is missed")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.repeats, args.min_run_time = [256], 1, 0.05

@@ -23,7 +23,7 @@ import json
 import subprocess
 import sys
 
-from _common import Check, print_checks, print_header
+from _common import add_common_args, Check, print_checks, print_header
 
 import numpy as np
 import torch
@@ -33,17 +33,15 @@ WARMUP_SEQ_LEN = 256
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(parser)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384], help="chunked seq_len values")
     parser.add_argument("--naive-sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192], help="naive seq_len values (fwd)")
     parser.add_argument("--compare-size", type=int, default=8192, help="seq_len of the chunked/naive forward peak ratio")
     parser.add_argument("--modes", nargs="+", choices=["fwd", "fwd_bwd"], default=["fwd", "fwd_bwd"])
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--causal", action="store_true", help="measure causal attention instead")
     parser.add_argument("--in-process", action="store_true",
                         help="measure every size in this process (fast, but freed heap pages of earlier sizes can hide growth)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
-    parser.add_argument("--strict", action="store_true", help="exit with status 1 when a target is missed")
     parser.add_argument("--child", nargs=3, metavar=("BACKEND", "MODE", "SEQ_LEN"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import REPO, Check, print_checks, print_header
+from _common import add_common_args, REPO, Check, print_checks, print_header
 
 LIMIT_S = 300.0
 QUICK_ARGS = ["-m", "backend=sdpa", "seq_len=64,128", "budget.timing_s=0.02", "name=quick_smoke"]
@@ -31,9 +31,9 @@ QUICK_ARGS = ["-m", "backend=sdpa", "seq_len=64,128", "budget.timing_s=0.02", "n
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(parser, shape=False)
     parser.add_argument("--cwd", type=Path, help="folder to run in (default: a new temp folder)")
     parser.add_argument("--quick", action="store_true", help="a 2-point sweep instead of the default (a smoke run)")
-    parser.add_argument("--strict", action="store_true", help="exit with status 1 when a target is missed")
     return parser.parse_args(argv)
 
 

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import REPO, Check, print_checks, print_header
+from _common import add_common_args, REPO, Check, print_checks, print_header
 
 import numpy as np
 
@@ -33,12 +33,12 @@ QUICK_OVERRIDES = ["-m", "backend=sdpa,chunked", "seq_len=128,256", "budget.timi
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(parser, shape=False)
     parser.add_argument("--results", type=Path, help="analyse this results.csv instead of running a sweep")
     parser.add_argument("--experiment", default="quick", help="the experiment to sweep (default: quick)")
     parser.add_argument("--sweep-dir", type=Path, help="where the sweep writes (default: a new temp folder)")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the sweep")
     parser.add_argument("--quick", action="store_true", help="a 4-point sweep instead of the experiment (a smoke run)")
-    parser.add_argument("--strict", action="store_true", help="exit with status 1 when a target is missed")
     return parser.parse_args(argv)
 
 

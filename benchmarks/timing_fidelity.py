@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from _common import Check, print_checks, print_header
+from _common import add_common_args, Check, print_checks, print_header
 
 import numpy as np
 import torch
@@ -33,14 +33,12 @@ SAMPLES = 3
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(parser)
     parser.add_argument("--cases", nargs="+", default=["sdpa:2048", "chunked:4096"], help="BACKEND:SEQ_LEN pairs")
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3, help="rounds per case")
     parser.add_argument("--timing-s", type=float, default=1.0, help="the harness's budget.timing_s (the sweep default)")
     parser.add_argument("--min-run-time", type=float, default=1.0, help="the independent Timer's min_run_time")
     parser.add_argument("--quick", action="store_true", help="tiny sizes and one round (a smoke run)")
-    parser.add_argument("--strict", action="store_true", help="exit with status 1 when a target is missed")
     args = parser.parse_args(argv)
     if args.quick:
         args.cases, args.repeats, args.timing_s, args.min_run_time = ["sdpa:128", "chunked:256"], 1, 0.05, 0.05

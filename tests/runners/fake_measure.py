@@ -11,22 +11,13 @@ import os
 import sys
 import time
 import types
-from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from selfattn.measure.budget import Budget  # noqa: E402  (the real one: same fields and checks)
 from selfattn.point import Point, scale_label  # noqa: E402
 from selfattn.results import Row  # noqa: E402
-
-
-@dataclass
-class Budget:
-    mem_fraction: float = 0.8
-    max_point_s: float = 60.0
-    timing_s: float = 1.0
-    accuracy_rows: int = 128
-    measure_device_peak: bool = True
 
 
 def measure_point(point: Point, budget: Budget | None = None) -> Row:
