@@ -15,8 +15,10 @@ fwd_bwd memory stays O(n) too.
 Speed on CPU comes from: batch*heads flattened into one bmm per block, the scale folded
 into Q once, in-place exp/sub and baddbmm_ into the accumulator, chunk sizes measured per
 device and dtype (DEFAULT_CHUNKS), and head groups run in worker threads with
-single-threaded ops instead of one OpenMP barrier per op (see _over_heads). fp16/bf16 inputs are computed in float32, as fused
-kernels accumulate in fp32; the output is cast back to the input dtype.
+single-threaded ops instead of one OpenMP barrier per op (see _over_heads;
+HEAD_THREADS = 1 keeps every op on the calling thread, as a TorchDispatchMode needs).
+fp16/bf16 inputs are computed in float32, as fused kernels accumulate in fp32; the output
+is cast back to the input dtype.
 """
 
 from __future__ import annotations
@@ -216,32 +218,52 @@ def _backward_flat(q_XMD, k_XND, v_XND, do_XMD, out_XMD, lse_XM, causal: bool, q
 # Instead, split the flattened heads into one contiguous group per intra-op thread and run the
 # groups in Python threads with single-threaded ops (torch releases the GIL inside ops): no
 # barrier until the end, like SDPA's own kernel. Each (batch, head) still has one block alive.
+#
+# Worker threads do not inherit the caller's thread-local torch state: a TorchDispatchMode
+# (FLOP counter, live-tensor tracker) entered around the call sees none of the workers' ops.
+# torch has no public way to ask whether such a mode is active, so this is a setting:
+HEAD_THREADS: int | None = None
+"""Threads the head groups run on. None: torch.get_num_threads(). 1: every op on the calling
+thread, which a TorchDispatchMode needs to see all of them; set it (or torch.set_num_threads(1))
+around such a mode. Tensor subclasses (FakeTensor), torch.compile tracing and non-CPU tensors
+always stay on the calling thread."""
+
 _pool: ThreadPoolExecutor | None = None
+_pool_workers = 0  # the threads _pool was made with; a larger request replaces it
 _pool_lock = threading.Lock()
 _in_worker = threading.local()
 
 
 def _forget_pool_after_fork() -> None:
     """A forked child inherits the pool object but not its threads: start a fresh one there."""
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
+    global _pool, _pool_workers, _pool_lock
+    _pool, _pool_workers, _pool_lock = None, 0, threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
+def _head_workers(tensors_X) -> int:
+    """How many threads to split the heads over; 1 keeps everything on the calling thread."""
+    first = tensors_X[0]
+    if (
+        first.device.type != "cpu"
+        or getattr(_in_worker, "active", False)
+        # a subclass may route ops through per-thread state (FakeTensor's mode); so may tracing
+        or any(type(t) is not torch.Tensor for t in tensors_X)
+        or torch.compiler.is_compiling()
+    ):
+        return 1
+    threads = torch.get_num_threads() if HEAD_THREADS is None else HEAD_THREADS
+    return max(1, min(threads, first.shape[0]))
+
+
 def _over_heads(fn, tensors_X, *args):
     """fn(*tensors_X, *args) -> tuple of tensors with X first; run per head group, concatenated."""
-    x = tensors_X[0].shape[0]
-    workers = min(torch.get_num_threads(), x)
-    if (
-        workers <= 1
-        or tensors_X[0].device.type != "cpu"
-        or getattr(_in_worker, "active", False)
-        # Dispatch modes (FLOP counters, memory trackers) are thread-local: stay on this thread
-        or torch._C._len_torch_dispatch_stack() > 0
-    ):
+    workers = _head_workers(tensors_X)
+    if workers == 1:
         return fn(*tensors_X, *args)
+    x = tensors_X[0].shape[0]
     bounds = [round(i * x / workers) for i in range(workers + 1)]
     groups = [slice(bounds[i], bounds[i + 1]) for i in range(workers)]
 
@@ -254,11 +276,14 @@ def _over_heads(fn, tensors_X, *args):
         finally:
             _in_worker.active = False
 
-    global _pool
+    global _pool, _pool_workers
     threads_before = torch.get_num_threads()
     with _pool_lock:
-        if _pool is None or _pool._max_workers < workers:
+        if _pool is None or _pool_workers < workers:
+            # no shutdown() of the old pool: another caller may be about to map on it; its
+            # threads exit once it is unreferenced
             _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="selfattn-chunked")
+            _pool_workers = workers
         pool = _pool
     torch.set_num_threads(1)
     try:

@@ -169,6 +169,42 @@ def test_chunked_head_parallel_path_matches_serial_and_restores_threads():
         torch.set_num_threads(before)
 
 
+def test_chunked_head_groups_run_on_workers_unless_head_threads_is_1(monkeypatch):
+    """One head group per intra-op thread, each on a worker; HEAD_THREADS = 1 (what a
+    TorchDispatchMode needs to see every op) keeps the single call on the calling thread."""
+    import threading
+
+    from selfattn.backends import chunked
+
+    calls = []
+    real = chunked._forward_flat
+
+    def recording(q_XMD, *rest):
+        calls.append((threading.get_ident(), q_XMD.shape[0]))
+        return real(q_XMD, *rest)
+
+    monkeypatch.setattr(chunked, "_forward_flat", recording)
+    q, k, v = make_qkv(2, 3, 20, 20, 8, dtype=torch.float64)  # 6 flattened heads
+    before = torch.get_num_threads()
+    try:
+        results = {}
+        for threads in (2, 3):
+            torch.set_num_threads(threads)
+            calls.clear()
+            results[threads] = selfattn.attention(q, k, v, backend="chunked", q_chunk=8, kv_chunk=8)
+            assert sorted(size for _, size in calls) == [6 // threads] * threads
+            assert threading.get_ident() not in {ident for ident, _ in calls}
+            assert chunked._pool_workers >= threads  # the pool grew to the request
+        monkeypatch.setattr(chunked, "HEAD_THREADS", 1)
+        calls.clear()
+        serial = selfattn.attention(q, k, v, backend="chunked", q_chunk=8, kv_chunk=8)
+        assert calls == [(threading.get_ident(), 6)]
+        torch.testing.assert_close(results[2], serial, atol=1e-14, rtol=0)
+        torch.testing.assert_close(results[3], serial, atol=1e-14, rtol=0)
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
 def test_chunked_works_in_a_forked_child():
     """The worker pool does not survive fork(); the child must start its own, not hang."""

@@ -4,9 +4,9 @@ Measured for real: a TorchDispatchMode sees every tensor each aten op creates (a
 backward ops included) and tracks the bytes of storages still alive after each op, so the
 peak is the largest set of live tensors at any op boundary. A back end that materialized
 the (q_len x seq_len) matrix would show it; naive is checked to show exactly that, so the
-test cannot pass by the tracker seeing nothing. (Under a dispatch mode the chunked back end
-stays on the calling thread, so the tracker sees every op; its head-parallel path runs the
-same per-head code, one block per (batch, head) at a time.)
+test cannot pass by the tracker seeing nothing. (The tracker sets chunked.HEAD_THREADS = 1 so
+the chunked back end stays on the calling thread and every op is seen; its head-parallel path
+runs the same per-head code, one block per (batch, head) at a time.)
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 import selfattn
+from selfattn.backends import chunked
 from selfattn.inputs import make_qkv
 
 
@@ -41,9 +42,11 @@ class LiveTensorPeak(TorchDispatchMode):
         return out
 
 
-def peak_bytes(backend: str, seq_len: int, causal: bool, mode: str, **options) -> int:
+def peak_bytes(backend: str, seq_len: int, causal: bool, mode: str, monkeypatch, **options) -> int:
     q, k, v = make_qkv(1, 2, seq_len, seq_len, 16, requires_grad=mode == "fwd_bwd")
     grad_out = torch.ones_like(q)
+    # The tracker is thread-local: chunked's worker threads would hide their blocks from it
+    monkeypatch.setattr(chunked, "HEAD_THREADS", 1)
     with LiveTensorPeak() as tracker:
         if mode == "fwd":
             with torch.no_grad():
@@ -57,20 +60,20 @@ def peak_bytes(backend: str, seq_len: int, causal: bool, mode: str, **options) -
 
 @pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_chunked_working_set_is_linear_in_seq_len(mode, causal):
+def test_chunked_working_set_is_linear_in_seq_len(mode, causal, monkeypatch):
     small, large = 256, 1024  # 4x the length: 4x for O(n) memory, 16x for O(n^2)
     opts = {"q_chunk": 64, "kv_chunk": 128}
-    peak_small = peak_bytes("chunked", small, causal, mode, **opts)
-    peak_large = peak_bytes("chunked", large, causal, mode, **opts)
+    peak_small = peak_bytes("chunked", small, causal, mode, monkeypatch, **opts)
+    peak_large = peak_bytes("chunked", large, causal, mode, monkeypatch, **opts)
     scores_large = 2 * large * large * 4  # one fp32 (heads x L x L) matrix
     assert peak_large / peak_small < 6, f"peak grew {peak_large / peak_small:.1f}x for 4x the length"
     assert peak_large < 0.25 * scores_large, f"peak {peak_large} bytes vs full scores {scores_large}"
 
 
 @pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
-def test_tracker_sees_naive_materialize_the_matrix(mode):
+def test_tracker_sees_naive_materialize_the_matrix(mode, monkeypatch):
     small, large = 256, 1024
-    peak_small = peak_bytes("naive", small, False, mode)
-    peak_large = peak_bytes("naive", large, False, mode)
+    peak_small = peak_bytes("naive", small, False, mode, monkeypatch)
+    peak_large = peak_bytes("naive", large, False, mode, monkeypatch)
     assert peak_large / peak_small > 10
     assert peak_large >= 2 * large * large * 4
