@@ -9,6 +9,8 @@ import torch
 
 import selfattn
 from selfattn.inputs import make_qkv
+from selfattn.measure.stability import stability
+from selfattn.validate import resolve_scale
 
 BACKENDS = ["naive", "sdpa", "chunked"]
 CHUNKS = {"q_chunk": 16, "kv_chunk": 24}
@@ -16,12 +18,6 @@ CHUNKS = {"q_chunk": 16, "kv_chunk": 24}
 
 def opts(backend: str) -> dict:
     return CHUNKS if backend == "chunked" else {}
-
-
-def test_softmax_of_worked_example():
-    """Scores (2.0, 1.0, 0.5) -> weights about (0.63, 0.23, 0.14)."""
-    weights = torch.softmax(torch.tensor([2.0, 1.0, 0.5], dtype=torch.float64), dim=0)
-    torch.testing.assert_close(weights, torch.tensor([0.63, 0.23, 0.14], dtype=torch.float64), atol=0.005, rtol=0)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -76,22 +72,35 @@ def test_causal_output_ignores_future_tokens(backend):
 
 @pytest.mark.parametrize("head_dim", [64, 512])
 def test_logit_std_grows_like_sqrt_dk_and_scaling_fixes_it(head_dim):
-    """Unit-variance q, k: q.k has std sqrt(d_k) (about 22.6 at 512); times 1/sqrt(d_k) it is about 1."""
-    q, k, _ = make_qkv(1, 4, 256, 256, head_dim, dtype=torch.float64, seed=7)
-    logits = q @ k.transpose(-1, -2)
+    """Unit-variance q, k: q.k has std sqrt(d_k) (about 22.6 at 512); at the default scale
+    1/sqrt(d_k) it is about 1. Measured by the stability metrics the sweep records."""
+    q, k, v = make_qkv(1, 4, 256, 256, head_dim, dtype=torch.float64, seed=7)
+    rows = torch.arange(256)
+
+    def logit_std(scale: float) -> float:
+        return stability(q, k, v, rows, q_len=256, causal=False, scale=scale, upstream_BHrD=torch.ones_like(q)).logit_std
+
     expected = math.sqrt(head_dim)
-    assert abs(logits.std().item() - expected) < 0.05 * expected
-    assert abs((logits / math.sqrt(head_dim)).std().item() - 1.0) < 0.05
+    assert abs(logit_std(1.0) - expected) < 0.05 * expected
+    assert abs(logit_std(resolve_scale(None, head_dim)) - 1.0) < 0.05
 
 
-def test_unscaled_logits_saturate_the_softmax():
-    """Without the scale the softmax at d_k = 512 is close to one-hot; with it, it is not."""
-    q, k, _ = make_qkv(1, 2, 64, 64, 512, dtype=torch.float64, seed=8)
-    logits = q @ k.transpose(-1, -2)
-    max_weight_unscaled = torch.softmax(logits, -1).amax(-1).mean().item()
-    max_weight_scaled = torch.softmax(logits / math.sqrt(512), -1).amax(-1).mean().item()
-    assert max_weight_unscaled > 0.9
-    assert max_weight_scaled < 0.3
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unscaled_logits_saturate_the_softmax(backend):
+    """Without the scale the softmax at d_k = 512 is close to one-hot; with the default scale
+    it is not. Values that are one-hot per key make each output row its row of weights."""
+    seq_len, head_dim = 64, 512
+    q, k, _ = make_qkv(1, 2, seq_len, seq_len, head_dim, dtype=torch.float64, seed=8)
+    v = torch.zeros_like(k)
+    v[:, :, torch.arange(seq_len), torch.arange(seq_len)] = 1.0  # key j -> unit vector e_j
+
+    def mean_max_weight(**scale) -> float:
+        weights = selfattn.attention(q, k, v, backend=backend, **scale, **opts(backend))[..., :seq_len]
+        torch.testing.assert_close(weights.sum(-1), torch.ones(1, 2, seq_len, dtype=torch.float64))
+        return weights.amax(-1).mean().item()
+
+    assert mean_max_weight(scale=1.0) > 0.9
+    assert mean_max_weight() < 0.3  # scale=None: 1/sqrt(d_k)
 
 
 def test_fp16_unscaled_logits_overflow_in_naive():
