@@ -4,7 +4,7 @@ import pytest
 
 from selfattn import Point
 from selfattn.measure import predict_mem_bytes
-from selfattn.measure.predict import input_bytes, predict_call_s, predict_point_s
+from selfattn.measure.predict import UNTIMED_CALLS, input_bytes, predict_call_s, predict_point_s
 
 
 def _ratio(backend: str, **fields) -> float:
@@ -43,7 +43,16 @@ def test_inputs_and_time_predictions():
     point = Point(batch=2, heads=4, seq_len=100, head_dim=8, mode="fwd_bwd")
     assert input_bytes(point) == (2 * 4 * 300 * 8 + 2 * 4 * 100 * 8) * 4  # q, k, v + upstream
     assert predict_call_s(point, 2.0) == pytest.approx(predict_call_s(point, 1.0) / 2)
-    assert predict_point_s(point, 1.0, timing_s=1.0, min_samples=3, rows=32) >= 1.0
+    # untimed calls + the timing budget (or min_samples calls, if longer) + the accuracy pass
+    # on 32 of the 100 rows, about two calls' worth of them
+    call_s = predict_call_s(point, 1e-4)
+    assert 0.01 < 3 * call_s < 1.0  # timing_s outlasts min_samples calls; the calls still count
+    assert predict_point_s(point, 1e-4, timing_s=1.0, min_samples=3, rows=32) == pytest.approx(
+        UNTIMED_CALLS * call_s + 1.0 + 2 * call_s * 0.32)
+    slow_s = predict_call_s(point, 1e-6)  # a peak so low that min_samples calls outlast timing_s
+    assert 3 * slow_s > 1.0
+    assert predict_point_s(point, 1e-6, timing_s=1.0, min_samples=3, rows=500) == pytest.approx(
+        (UNTIMED_CALLS + 3 + 2) * slow_s)
 
 
 def test_bad_precision_is_one_line_value_error():
