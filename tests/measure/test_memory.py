@@ -11,8 +11,8 @@ from selfattn.measure.workload import build
 
 pytestmark = pytest.mark.skipif(not reset_peak_rss(), reason="needs Linux /proc/self/clear_refs")
 
-# H=8 fp32: the score matrix alone is 8 * n^2 * 4 bytes = 128 MiB at n=2048, 512 MiB at 4096,
-# large enough that allocator and interpreter noise (a few MiB) is negligible.
+# H=8 fp32: the score matrix alone is 8 * n^2 * 4 bytes = 128 MiB at n=2048, large enough that
+# allocator and interpreter noise (a few MiB) is negligible; larger n only costs memory and time.
 HEADS = 8
 
 
@@ -38,8 +38,8 @@ def test_peak_measures_what_is_allocated():
     assert 16 * 2**20 <= measured < 24 * 2**20
 
 
-@pytest.mark.parametrize("n", [2048, 4096])
-def test_naive_peak_within_25_percent_of_prediction(n):
+def test_naive_peak_within_25_percent_of_prediction():
+    n = 2048
     point = Point(backend="naive", heads=HEADS, seq_len=n, head_dim=64)
     measured = _measured(point)
     predicted = predict_mem_bytes(point)
@@ -48,6 +48,8 @@ def test_naive_peak_within_25_percent_of_prediction(n):
 
 
 def test_chunked_peak_far_below_naive():
+    # n=4096, not 2048: chunked's own working set is a few tens of MiB, the size of the heap's
+    # reuse noise, so at 2048 the O(n) vs O(n^2) gap is not yet clear of that noise
     n = 4096
     naive = predict_mem_bytes(Point(backend="naive", heads=HEADS, seq_len=n))
     chunked = _measured(Point(backend="chunked", heads=HEADS, seq_len=n))
