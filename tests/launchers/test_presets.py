@@ -47,13 +47,6 @@ def test_slurm_gpu_preset_settings_are_overridable() -> None:
     assert launcher["constraint"] == "h100"
 
 
-def test_unknown_launcher_preset_gets_hydras_message() -> None:
-    from hydra.errors import MissingConfigException
-
-    with pytest.raises(MissingConfigException, match="slurm_gpux"):
-        _compose("hydra/launcher=slurm_gpux")
-
-
 @pytest.mark.parametrize("preset, device, lines, absent", [
     ("slurm_gpu", "cuda", ["--gpus-per-node=1", "--cpus-per-task=4", "--mem=32GB"], []),
     ("slurm_cpu", "cpu", ["--cpus-per-task=8", "--mem=16GB"], ["--gpus-per-node", "--gres"]),
