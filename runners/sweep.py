@@ -34,7 +34,11 @@ def context(cfg: DictConfig) -> job.JobContext:
     )
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+# conf/ beside runners/ in a checkout (editable install or PYTHONPATH); else the copy a regular install
+# carries as the package selfattn_conf (pyproject.toml maps it onto conf/).
+@hydra.main(version_base="1.3", config_name="config",
+            config_path="../conf" if (Path(__file__).resolve().parents[1] / "conf" / "config.yaml").is_file()
+            else "pkg://selfattn_conf")
 def main(cfg: DictConfig) -> None:
     ctx = context(cfg)
     try:
