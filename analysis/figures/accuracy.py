@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
 from analysis.cost import variant_labels
 from analysis.figures.common import (
-    Context, Made, Skipped, facet_grid, precision_order, save, set_log2_ticks, suptitle, tidy_log_axis,
+    Context, Made, Skipped, line_grid, linestyle_of, save, set_log2_ticks, suptitle, tidy_log_axis,
 )
+from analysis.figures.style import precision_color, precision_order
 from analysis.slices import fix_axes, self_attention
 
-PRECISION_COLORS = {"fp64": "#000000", "fp32": "#0072B2", "tf32": "#56B4E9", "bf16": "#009E73", "fp16": "#D55E00"}
-BACKEND_STYLES = {"naive": ("-", "o"), "sdpa": ("--", "s"), "chunked": ("-.", "^")}
+# Colour is the precision here, so the back end is the line style (seaborn dashes) and marker.
+BACKEND_STYLES = {"naive": ("", "o"), "sdpa": ((4, 2), "s"), "chunked": ((4, 1.5, 1, 1.5), "^")}
+OTHER_STYLE = ((1, 1.5), "D")
 ACCURACY_FIXED = ("scope", "mode", "batch", "heads", "head_dim", "scale", "causal", "input_std")
+# Unit roundoff of each precision: the scale its errors are read against.
+UNIT_ROUNDOFF = {"fp64": 2.0**-53, "fp32": 2.0**-24, "tf32": 2.0**-11, "bf16": 2.0**-8, "fp16": 2.0**-11}
+
+
+def _style(label: str) -> tuple:
+    return BACKEND_STYLES.get(label.split(" ")[0], OTHER_STYLE)
 
 
 def accuracy_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
@@ -31,39 +38,41 @@ def accuracy_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     if not panels:
         return Skipped(name, title, "no relative error measured at two or more seq_len values",
                        "precision_accuracy (or the default sweep)")
-    fig, axes = facet_grid(len(panels), 7.0, 3.8)
     notes = []
-    for ax, (device, chosen, ok) in zip(axes, panels):
+    for device, _, ok in panels:
         zero = ok[ok["rel_rms_err"] <= 0]
         if len(zero):
             notes.append(f"{device}: {len(zero)} exact-zero errors ({', '.join(sorted(zero['precision'].unique()))}) "
                          "not drawn on the log axis")
-        ok = ok[ok["rel_rms_err"] > 0]
-        for (precision, label), group in sorted(ok.groupby(["precision", "label"]),
-                                                key=lambda kv: (precision_order(kv[0][0]), kv[0][1])):
-            series = group.groupby("seq_len")["rel_rms_err"].median()
-            style, marker = BACKEND_STYLES.get(group["backend"].iloc[0], (":", "D"))
-            ax.plot(series.index, series.values, color=PRECISION_COLORS.get(precision, "0.4"), linestyle=style,
-                    marker=marker, markersize=4.5, linewidth=1.5, label=f"{precision}, {label}")
-        ax.set_yscale("log")
+    data = pd.concat([ok[ok["rel_rms_err"] > 0] for _, _, ok in panels], ignore_index=True)
+    precisions = sorted(data["precision"].unique(), key=precision_order)
+    labels = sorted(data["label"].unique())
+    g = line_grid(data, x="seq_len", y="rel_rms_err", hue="precision", hue_order=precisions,
+                  palette={p: precision_color(p) for p in precisions}, style="label", style_order=labels,
+                  dashes={lab: _style(lab)[0] for lab in labels}, markers={lab: _style(lab)[1] for lab in labels},
+                  col="device_label", col_order=[d for d, _, _ in panels], col_wrap=2, linewidth=1.5,
+                  panel_width=7.0, panel_height=3.8)
+    g.set(yscale="log")
+    for device, chosen, _ in panels:
+        ax = g.axes_dict[device]
+        ok = data[data["device_label"] == device]
         set_log2_ticks(ax, ok["seq_len"])
         ax.set_xlabel("sequence length n (tokens)")
         ax.set_ylabel("relative RMS error vs float64 (unitless)")
         tidy_log_axis(ax)
         ax.set_title(f"{device}\n{chosen.describe(always=('head_dim', 'scale'))}")
-        precisions = sorted(ok["precision"].unique(), key=precision_order)
-        labels = sorted(ok["label"].unique())
-        handles = [Line2D([], [], color=PRECISION_COLORS.get(p, "0.4"), linewidth=3, label=p) for p in precisions]
-        handles += [Line2D([], [], color="0.3", linestyle=BACKEND_STYLES.get(lab.split(" ")[0], (":", "D"))[0],
-                           marker=BACKEND_STYLES.get(lab.split(" ")[0], (":", "D"))[1], label=lab) for lab in labels]
-        for p in precisions:  # unit roundoff of each precision, the scale errors are read against
-            eps = {"fp64": 2.0**-53, "fp32": 2.0**-24, "tf32": 2.0**-11, "bf16": 2.0**-8, "fp16": 2.0**-11}.get(p)
+        shown = sorted(ok["precision"].unique(), key=precision_order)
+        handles = [Line2D([], [], color=precision_color(p), linewidth=3, label=p) for p in shown]
+        handles += [Line2D([], [], color="0.3", linestyle=linestyle_of(_style(lab)[0]), marker=_style(lab)[1], label=lab)
+                    for lab in sorted(ok["label"].unique())]
+        for p in shown:
+            eps = UNIT_ROUNDOFF.get(p)
             if eps and eps > ax.get_ylim()[0] / 10:
-                ax.axhline(eps, color=PRECISION_COLORS.get(p, "0.4"), linewidth=0.7, alpha=0.5, linestyle=(0, (1, 3)))
+                ax.axhline(eps, color=precision_color(p), linewidth=0.7, alpha=0.5, linestyle=(0, (1, 3)))
         handles.append(Line2D([], [], color="0.4", linestyle=(0, (1, 3)), label="unit roundoff of the precision"))
         ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    suptitle(fig, "Error against a float64 reference of the same inputs (sampled query rows)")
+    suptitle(g.figure, "Error against a float64 reference of the same inputs (sampled query rows)")
     return Made(name, title,
                 "Colour is the precision, line style the back end; each point is the RMS error of the output divided "
                 "by the RMS of the float64 reference, and the faint dotted lines mark each precision's unit roundoff.",
-                save(fig, ctx, name), [f"{d}: {c.describe(always=('head_dim', 'scale'))}" for d, c, _ in panels] + notes)
+                save(g.figure, ctx, name), [f"{d}: {c.describe(always=('head_dim', 'scale'))}" for d, c, _ in panels] + notes)

@@ -6,9 +6,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.cost import causal_ratios, cost_facets, ideal_causal_ratio
-from analysis.figures.common import (
-    Context, Made, Skipped, color_for, facet_grid, legend_right, precision_order, save, set_log2_ticks, suptitle,
-)
+from analysis.figures.common import Context, Made, Skipped, legend_right, line_grid, mask_handle, save, set_log2_ticks, suptitle
+from analysis.figures.style import backend_palette, precision_order
 
 
 def causal_saving(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
@@ -18,12 +17,18 @@ def causal_saving(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     if not panels:
         return Skipped(name, title, "no back end was timed both with and without a causal mask at the same seq_len",
                        "causal_mask (or the default sweep)")
+    # A ratio is one number per point (medians over seeds divided), so there is no interval to draw.
     panels.sort(key=lambda p: (p[0].device_label, precision_order(p[0].precision)))
-    fig, axes = facet_grid(len(panels), 6.6, 3.6)
-    for ax, (facet, ratios) in zip(axes, panels):
-        for label, group in ratios.groupby("label", sort=True):
-            ax.plot(group["seq_len"], group["ratio"], marker="o", color=color_for(label), linewidth=1.6,
-                    markersize=4.5, label=f"{label}: ×{group['ratio'].iloc[-1]:.2f} at n={int(group['seq_len'].iloc[-1])}")
+    data = pd.concat([r.assign(panel=f.title) for f, r in panels], ignore_index=True)
+    palette = backend_palette(data["label"])
+    g = line_grid(data, x="seq_len", y="ratio", hue="label", palette=palette, col="panel",
+                  col_order=[f.title for f, _ in panels], col_wrap=2, errorbar=None, panel_width=6.6,
+                  panel_height=3.6)
+    for facet, ratios in panels:
+        ax = g.axes_dict[facet.title]
+        handles = [mask_handle(palette[label], "no mask",
+                               f"{label}: ×{group['ratio'].iloc[-1]:.2f} at n={int(group['seq_len'].iloc[-1])}")
+                   for label, group in ratios.sort_values("seq_len").groupby("label", sort=True)]
         n = np.geomspace(ratios["seq_len"].min(), ratios["seq_len"].max(), 50)
         ax.plot(n, ideal_causal_ratio(n), color="black", linestyle="--", linewidth=1.1,
                 label="ideal n² / (n(n+1)/2) ≈ 2")
@@ -33,11 +38,11 @@ def causal_saving(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_xlabel("sequence length n (tokens)")
         ax.set_ylabel("time without mask / time with mask (×)")
         ax.set_title(f"{facet.title}\n{facet.slice_text}")
-        legend_right(ax)
-    suptitle(fig, "Speed-up from a causal mask (time without / time with); skipping the masked half "
-                 "of the scores would give 2")
+        legend_right(ax, lead_handles=handles)
+    suptitle(g.figure, "Speed-up from a causal mask (time without / time with); skipping the masked half "
+                       "of the scores would give 2")
     return Made(name, title,
                 "Each line is a back end's median time without a mask divided by its time with a causal mask; the "
                 "dashed line is the ideal n²/(n(n+1)/2) ≈ 2 if only the unmasked half were computed, the dotted "
                 "line 1 means the mask saved nothing.",
-                save(fig, ctx, name), [f"{f.title}: {f.slice_text}" for f, _ in panels])
+                save(g.figure, ctx, name), [f"{f.title}: {f.slice_text}" for f, _ in panels])

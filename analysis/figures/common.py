@@ -1,4 +1,6 @@
-"""What every figure shares: the Agg back end, colours per back end, axis helpers, saving."""
+"""What every figure shares: the Agg back end, the theme, seaborn grids, axis helpers, saving.
+
+Colours live in analysis.figures.style."""
 
 from __future__ import annotations
 
@@ -14,22 +16,28 @@ matplotlib.use("Agg")  # files only, no display: works headless and in CI
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 DPI = 130
-# Fixed colours for the three back ends so every figure reads the same; others cycle after them.
-_PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
-_KNOWN = {"naive": 0, "sdpa": 1, "chunked": 2}
-_assigned: dict[str, str] = {}
-
-plt.rcParams.update({
+RC = {
     "figure.dpi": DPI, "savefig.dpi": DPI, "font.size": 9, "axes.titlesize": 9.5,
-    "axes.labelsize": 9, "legend.fontsize": 7.5, "legend.framealpha": 0.85,
-    "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.6, "axes.spines.top": False,
-    "axes.spines.right": False, "svg.fonttype": "none", "pdf.fonttype": 42,
-})
+    "axes.labelsize": 9, "legend.fontsize": 7.5, "legend.framealpha": 0.85, "xtick.labelsize": 8.5,
+    "ytick.labelsize": 8.5, "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.6,
+    "axes.spines.top": False, "axes.spines.right": False, "svg.fonttype": "none", "pdf.fonttype": 42,
+}
+sns.set_theme(style="ticks", rc=RC)
+
+# The mask is a line's style in every figure: solid circles without, dashed squares with a causal mask.
+MASKS = ("no mask", "causal")
+MASK_MARKERS = {"no mask": "o", "causal": "s"}
+MASK_DASHES = {"no mask": "", "causal": (4, 2)}
+# Each line is the median over seeds at each x; the shaded interval is their p20-p80 where seeds differ.
+ESTIMATOR = "median"
+SEED_INTERVAL = ("pi", 60)
 
 
 @dataclass
@@ -56,50 +64,62 @@ class Skipped:
     experiment: str  # the named experiment whose rows make this figure
 
 
-def color_for(label: str) -> str:
-    """The same colour for a back end in every figure (its options variants get their own)."""
-    if label in _KNOWN:
-        return _PALETTE[_KNOWN[label]]
-    if label not in _assigned:
-        _assigned[label] = _PALETTE[(3 + len(_assigned)) % len(_PALETTE)]
-    return _assigned[label]
-
-
-def precision_order(precision: str) -> int:
-    """Widest to narrowest, so panels and legends read fp64, fp32, tf32, bf16, fp16."""
-    order = ["fp64", "fp32", "tf32", "bf16", "fp16"]
-    return order.index(precision) if precision in order else len(order)
-
-
-def causal_style(causal: bool) -> dict:
-    return {"linestyle": "--", "marker": "s"} if causal else {"linestyle": "-", "marker": "o"}
-
-
-def subplots(nrows: int, ncols: int, width: float, height: float, **kw):
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False,
-                             layout="constrained", **kw)
-    return fig, axes
-
-
 def suptitle(fig, text: str) -> None:
     """A figure title wrapped to the figure's width, so a one-panel figure never clips it."""
     width = max(40, int(fig.get_figwidth() * 12))
     fig.suptitle("\n".join(textwrap.fill(part, width) for part in text.split("\n")))
 
 
-def facet_grid(count: int, width: float, height: float, max_cols: int = 2):
-    """`count` panels wrapped into at most `max_cols` columns (README-friendly); unused cells hidden."""
-    ncols = max(1, min(max_cols, count))
-    nrows = math.ceil(count / ncols)
-    fig, axes = subplots(nrows, ncols, width, height)
-    flat = list(axes.flat)
-    for ax in flat[count:]:
-        ax.set_axis_off()
-    return fig, flat[:count]
+def line_grid(data: pd.DataFrame, *, x: str, y: str, panel_width: float, panel_height: float,
+              hue: str | None = None, palette: dict[str, str] | None = None, style: str | None = None,
+              row: str | None = None, col: str | None = None, col_wrap: int | None = None,
+              errorbar=SEED_INTERVAL, share_y: bool = False, **kw) -> sns.FacetGrid:
+    """`sns.relplot(kind="line")`: per panel, the median over seeds at each x with its interval.
+
+    Panels keep their own axes (sizes, ranges and slices differ between them; `share_y` shares y), titles and legends
+    are left to the figure, and an empty row x col cell is hidden. `style="mask"` draws the mask
+    the same way in every figure; any other `style` gets seaborn's markers and dashes.
+    """
+    if style == "mask":
+        masks = [m for m in MASKS if m in set(data["mask"])]
+        kw.update(style="mask", style_order=masks, markers=MASK_MARKERS, dashes=MASK_DASHES)
+    elif style is not None:
+        kw.update(style=style)
+        kw.setdefault("markers", True)
+        kw.setdefault("dashes", True)
+    else:
+        kw.setdefault("marker", "o")
+    if col_wrap and col and len(kw.get("col_order") or data[col].unique()) <= col_wrap:
+        col_wrap = None  # one row: wrapping would only add empty cells to the right
+    kw.setdefault("linewidth", 1.6)
+    kw.setdefault("markersize", 4.5)
+    g = sns.relplot(data=data, kind="line", x=x, y=y, hue=hue, palette=palette, row=row, col=col,
+                    col_wrap=col_wrap, estimator=ESTIMATOR, errorbar=errorbar, legend=False,
+                    height=panel_height, aspect=panel_width / panel_height,
+                    facet_kws={"sharex": False, "sharey": share_y}, **kw)
+    for ax in g.axes.flat:
+        ax.set_title("")
+        if not ax.lines:
+            ax.set_axis_off()
+    return g
+
+
+def linestyle_of(dashes) -> str | tuple:
+    """seaborn's dashes ('' solid, or an on/off tuple) as a matplotlib linestyle, for legend entries."""
+    return (0, dashes) if dashes else "-"
+
+
+def mask_handle(color: str, mask: str, label: str) -> Line2D:
+    """A legend entry drawn like `line_grid` draws a line of this colour and mask."""
+    return Line2D([], [], color=color, marker=MASK_MARKERS.get(mask, "o"), markersize=4.5, linewidth=1.6,
+                  linestyle=linestyle_of(MASK_DASHES.get(mask, "")), label=label)
 
 
 def save(fig, ctx: Context, name: str) -> list[Path]:
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    # Per-panel legends sit outside their axes: constrained layout makes room for them, which
+    # the tight layout seaborn's grids use does not.
+    fig.set_layout_engine("constrained")
     paths = []
     for i, fmt in enumerate(ctx.formats):
         path = ctx.out_dir / f"{name}.{fmt}"
@@ -207,9 +227,15 @@ def mark_failed(ax, failed, y_column: str | None, color_of, top_fraction: float 
     return handles
 
 
-def legend_right(ax, extra_handles: Sequence[Line2D] = ()) -> None:
-    handles, labels = ax.get_legend_handles_labels()
-    handles = list(handles) + list(extra_handles)
-    labels = list(labels) + [h.get_label() for h in extra_handles]
-    if handles:
-        ax.legend(handles, labels, loc="center left", bbox_to_anchor=(1.02, 0.5), borderaxespad=0.0)
+def legend_right(ax, extra_handles: Sequence[Line2D] = (), lead_handles: Sequence[Line2D] = (),
+                 loc: str = "right") -> None:
+    """The axis's legend: `lead_handles` (the data lines), its own labelled artists, then extras;
+    to the right of the axis, or inside it at `loc` when that is not "right"."""
+    handles, _ = ax.get_legend_handles_labels()
+    handles = list(lead_handles) + list(handles) + list(extra_handles)
+    if not handles:
+        return
+    if loc == "right":
+        ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5), borderaxespad=0.0)
+    else:
+        ax.legend(handles=handles, loc=loc)

@@ -1,44 +1,57 @@
-"""Figures 1-3: time, peak memory and TFLOP/s vs seq_len, per back end and mask,
+"""Figures 1-3: time, peak memory and TFLOP/s vs seq_len, per back end (colour) and mask (line style),
 one panel per precision x device."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import seaborn as sns
 from matplotlib.lines import Line2D
 
 from analysis.cost import Facet, cost_facets
 from analysis.figures.common import (
-    Context, Made, Skipped, bytes_formatter, causal_style, color_for, guide_lines, legend_right,
-    facet_grid, log_if_spans, mark_failed, precision_order, save, set_log2_ticks, suptitle, tidy_log_axis,
+    MASKS, SEED_INTERVAL, Context, Made, Skipped, bytes_formatter, guide_lines, legend_right, line_grid, log_if_spans,
+    mark_failed, mask_handle, save, set_log2_ticks, suptitle, tidy_log_axis,
 )
+from analysis.figures.style import backend_palette, precision_order
 
 EXPERIMENT = "quadratic_cost (or the default sweep)"
-
-
-def _grid(facets: list[Facet]):
-    """One panel per (device, precision), wrapped two to a row; each panel's title names both."""
-    facets.sort(key=lambda f: (f.device_label, precision_order(f.precision)))
-    fig, axes = facet_grid(len(facets), 7.6, 3.7)
-    return fig, {(f.precision, f.device_label): ax for f, ax in zip(facets, axes)}
-
-
-def _draw_lines(ax, facet: Facet, label_of) -> None:
-    for line in facet.lines:
-        pts = line.points
-        color = color_for(line.label)
-        ax.plot(pts["seq_len"], pts["value"], color=color, label=label_of(line), linewidth=1.6,
-                markersize=4.5, **causal_style(line.causal))
-        if (pts["high"] > pts["low"]).any():
-            ax.fill_between(pts["seq_len"], pts["low"], pts["high"], color=color, alpha=0.15, linewidth=0)
 
 
 def _mask_text(causal: bool) -> str:
     return "causal" if causal else "no mask"
 
 
-def _row_color(facet: Facet):
-    return lambda row: color_for(row["label"])
+def _panel_order(facets: list[Facet]) -> list[Facet]:
+    """Device by device, widest precision first: the panels' reading order, two to a row."""
+    return sorted(facets, key=lambda f: (f.device_label, precision_order(f.precision)))
+
+
+def _grid(facets: list[Facet], metric: str, errorbar=SEED_INTERVAL):
+    """relplot of every facet's ok rows: hue = back end, style = mask, one panel per device x precision
+    (wrapped two to a row, so a single device's precisions do not stack into one tall column).
+
+    Returns the grid, its palette and each facet's axis.
+    """
+    facets = _panel_order(facets)
+    data = pd.concat([f.slice_rows.assign(panel=f.title) for f in facets], ignore_index=True)
+    palette = backend_palette(data["label"])  # failed rows' labels too: their markers take the same colour
+    data = data[(data["status"] == "ok") & np.isfinite(data[metric]) & (data[metric] > 0)]
+    data = data.assign(mask=data["causal"].map(lambda c: _mask_text(bool(c))))
+    g = line_grid(data, x="seq_len", y=metric, hue="label", palette=palette, style="mask", col="panel",
+                  col_order=[f.title for f in facets], col_wrap=2, errorbar=errorbar, panel_width=7.6,
+                  panel_height=3.7)
+    return g, palette, {(f.precision, f.device_label): g.axes_dict[f.title] for f in facets}
+
+
+def _legend(ax, facet: Facet, palette: dict[str, str], label_of, extra=()) -> None:
+    """One entry per line (its colour and mask, labelled with its fit), then the figure's extras."""
+    handles = [mask_handle(palette[line.label], _mask_text(line.causal), label_of(line)) for line in facet.lines]
+    legend_right(ax, extra, lead_handles=handles)
+
+
+def _row_color(palette: dict[str, str]):
+    return lambda row: palette.get(row["label"], "0.5")
 
 
 def time_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
@@ -46,29 +59,38 @@ def time_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     facets = cost_facets(rows, "time_ms")
     if not facets:
         return Skipped(name, title, "no back end was timed at two or more seq_len values", EXPERIMENT)
-    fig, placed = _grid(facets)
+    # The band is each point's own spread over timing repeats (p20-p80), not a spread over seeds.
+    g, palette, placed = _grid(facets, "time_ms", errorbar=None)
+    g.set(yscale="log")
     for facet in facets:
         ax = placed[(facet.precision, facet.device_label)]
-        _draw_lines(ax, facet, lambda line: f"{line.label}, {_mask_text(line.causal)}: "
-                    + (line.fit.label() if line.fit else "no fit"))
+        for line in facet.lines:
+            pts = line.points
+            if (pts["high"] > pts["low"]).any():
+                ax.fill_between(pts["seq_len"], pts["low"], pts["high"], color=palette[line.label], alpha=0.15,
+                                linewidth=0)
         values = pd.concat([l.points for l in facet.lines])
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
         first = values[values["seq_len"] == values["seq_len"].min()]["value"]
         guide_lines(ax, values["seq_len"].min(), values["seq_len"].max(), float(first.min()) / 2.5)
-        failed = mark_failed(ax, facet.failed, None, _row_color(facet))
+        failed = mark_failed(ax, facet.failed, None, _row_color(palette))
         set_log2_ticks(ax, pd.concat([values["seq_len"], facet.failed["seq_len"]]))
         ax.set_xlabel("sequence length n (tokens)")
         ax.set_ylabel("time per call, median (ms)")
         tidy_log_axis(ax)
         ax.set_title(f"{facet.title}\n{facet.slice_text}")
-        legend_right(ax, failed)
-    suptitle(fig, "Time vs n, log-log; legend: fitted exponent b with 95% CI (larger sizes); band: p20–p80")
+        _legend(ax, facet, palette, lambda line: f"{line.label}, {_mask_text(line.causal)}: "
+                + (line.fit.label() if line.fit else "no fit"), failed)
+    suptitle(g.figure, "Time vs n, log-log; legend: fitted exponent b with 95% CI (larger sizes); band: p20–p80")
     return Made(name, title,
                 "Each line is one back end with (dashed) or without (solid) a causal mask; on log-log axes a "
                 "slope of 2 (the grey dash-dot guide) is quadratic growth, and the legend gives each line's "
                 "fitted slope b with its 95% interval over the larger sizes.",
-                save(fig, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets])
+                save(g.figure, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets])
+
+
+def _predicted(data: pd.DataFrame, **kw) -> None:
+    """The analytic memory prediction of each line, where the row carries one."""
+    sns.lineplot(data=data[data["predicted_mem_bytes"] > 0], x="seq_len", y="predicted_mem_bytes", **kw)
 
 
 def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
@@ -77,7 +99,11 @@ def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     if not facets:
         return Skipped(name, title, "no back end has a positive peak memory at two or more seq_len values",
                        EXPERIMENT)
-    fig, placed = _grid(facets)
+    g, palette, placed = _grid(facets, "peak_mem_bytes")
+    # The analytic prediction, thin and dotted, so a reader sees where measurement and model part.
+    g.map_dataframe(_predicted, hue="label", palette=palette, style="mask", dashes={m: (1, 1.5) for m in MASKS},
+                    estimator="median", errorbar=None, linewidth=0.9, alpha=0.8, legend=False)
+    g.set(yscale="log")
     notes = []
     for facet in facets:
         ax = placed[(facet.precision, facet.device_label)]
@@ -88,18 +114,11 @@ def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
             ratio = line.fit.ratio(4096, 131072)[0]
             return f"{line.label}, {_mask_text(line.causal)}: {line.fit.label()}, 4K→128K ×{ratio:,.0f}"
 
-        _draw_lines(ax, facet, label)
-        # The analytic prediction, thin and dotted, so a reader sees where measurement and model part.
         pred = facet.slice_rows[(facet.slice_rows["status"] == "ok") & (facet.slice_rows["predicted_mem_bytes"] > 0)]
-        for (lab, causal), group in pred.groupby(["label", "causal"]):
-            g = group.groupby("seq_len")["predicted_mem_bytes"].median()
-            ax.plot(g.index, g.values, color=color_for(lab), linestyle=":", linewidth=0.9, alpha=0.8)
         values = pd.concat([l.points for l in facet.lines])
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
         first = values[values["seq_len"] == values["seq_len"].min()]["value"]
         guide_lines(ax, values["seq_len"].min(), values["seq_len"].max(), float(first.min()) / 2.5)
-        handles = mark_failed(ax, facet.failed, "predicted_mem_bytes", _row_color(facet))
+        handles = mark_failed(ax, facet.failed, "predicted_mem_bytes", _row_color(palette))
         ceiling = facet.device_mem_bytes
         top = max(values["value"].max(), facet.failed["predicted_mem_bytes"].max() if len(facet.failed) else 0)
         if np.isfinite(ceiling) and ceiling > 0 and (len(facet.failed) or ceiling <= 1000 * top):
@@ -114,14 +133,15 @@ def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_xlabel("sequence length n (tokens)")
         ax.set_ylabel("peak memory beyond inputs (bytes)")
         ax.set_title(f"{facet.title}\n{facet.slice_text}")
-        legend_right(ax, handles)
-    suptitle(fig, "Peak memory vs n, log-log; legend: fitted exponent b (95% CI) and the 4K→128K growth it implies")
+        _legend(ax, facet, palette, label, handles)
+    suptitle(g.figure, "Peak memory vs n, log-log; legend: fitted exponent b (95% CI) and the 4K→128K growth it "
+             "implies")
     return Made(name, title,
                 "Solid/dashed lines are measured peak memory beyond the inputs (no mask/causal), dotted lines the "
                 "analytic prediction; the legend's b is the fitted slope over the larger sizes and ×R the growth "
                 "from 4K to 128K tokens it extrapolates (the chapter's 1024x is b = 2); the black line is the "
                 "device's memory and X / v mark points that ran out of memory or were skipped by the budget guard.",
-                save(fig, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets] + notes)
+                save(g.figure, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets] + notes)
 
 
 def throughput_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
@@ -129,10 +149,9 @@ def throughput_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     facets = cost_facets(rows, "tflops")
     if not facets:
         return Skipped(name, title, "no TFLOP/s at two or more seq_len values", EXPERIMENT)
-    fig, placed = _grid(facets)
+    g, palette, placed = _grid(facets, "tflops")
     for facet in facets:
         ax = placed[(facet.precision, facet.device_label)]
-        _draw_lines(ax, facet, lambda line: f"{line.label}, {_mask_text(line.causal)}")
         values = pd.concat([l.points for l in facet.lines])
         peak = facet.device_peak_tflops
         shown = list(values["value"])
@@ -147,10 +166,10 @@ def throughput_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_ylabel("achieved throughput (TFLOP/s)")
         tidy_log_axis(ax)
         ax.set_title(f"{facet.title}\n{facet.slice_text}")
-        legend_right(ax)
-    suptitle(fig, "Achieved TFLOP/s (useful attention FLOPs / median time) vs the device's measured matmul peak")
+        _legend(ax, facet, palette, lambda line: f"{line.label}, {_mask_text(line.causal)}")
+    suptitle(g.figure, "Achieved TFLOP/s (useful attention FLOPs / median time) vs the device's measured matmul peak")
     return Made(name, title,
                 "Each line is the attention FLOPs (only unmasked scores counted) divided by the median time; the "
                 "black line is the same device's measured matmul peak, so the gap is the fraction of the hardware "
                 "a back end leaves unused.",
-                save(fig, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets])
+                save(g.figure, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets])

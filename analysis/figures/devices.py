@@ -6,11 +6,11 @@ import pandas as pd
 
 from analysis.compare import device_speedups, pick_baseline
 from analysis.figures.common import (
-    Context, Made, Skipped, log_if_spans, save, set_log2_ticks, subplots, suptitle, tidy_log_axis,
+    Context, Made, Skipped, legend_right, line_grid, log_if_spans, mask_handle, save, set_log2_ticks, suptitle, tidy_log_axis,
 )
+from analysis.figures.style import device_palette
 from analysis.slices import fix_axes
 
-DEVICE_COLORS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
 DEVICES_FIXED = ("precision", "scope", "mode", "batch", "heads", "head_dim", "scale", "causal", "input_std")
 
 
@@ -26,28 +26,26 @@ def devices_compared(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     chosen = fix_axes(speedups.assign(status="ok"), DEVICES_FIXED, ("seq_len", "label", "device_label"))
     data = chosen.rows
     labels = sorted(data["label"].unique())
-    devices = sorted(data["device_label"].unique())
-    fig, axes = subplots(1, len(labels), 4.6, 3.6, sharey=True)
-    for ax, label in zip(axes[0], labels):
+    palette = device_palette(data["device_label"])
+    # One panel per back end on one shared speed-up axis, one line per device: the median over seeds.
+    g = line_grid(data, x="seq_len", y="speedup", hue="device_label", palette=palette, col="label",
+                  col_order=labels, share_y=True, panel_width=4.6, panel_height=3.6)
+    log_if_spans(g.axes_dict[labels[0]], list(data["speedup"]) + [1.0], "y", decades=1.0)  # shared: all panels
+    for label in labels:
+        ax = g.axes_dict[label]
         part = data[data["label"] == label]
-        for i, device in enumerate(devices):
-            series = part[part["device_label"] == device].groupby("seq_len")["speedup"].median()
-            if len(series):
-                ax.plot(series.index, series.values, marker="o", markersize=4.5, linewidth=1.6,
-                        color=DEVICE_COLORS[i % len(DEVICE_COLORS)], label=device)
         ax.axhline(1.0, color="black", linewidth=1.0, linestyle="--", label=f"baseline: {baseline}")
         set_log2_ticks(ax, part["seq_len"])
         ax.set_xlabel("sequence length n (tokens)")
         ax.set_ylabel(f"speed relative to {baseline} (×, >1 = faster)")
         ax.set_title(label)
-        ax.legend(loc="best")
-    log_if_spans(axes[0][0], list(data["speedup"]) + [1.0], "y", decades=1.0)
-    for ax in axes[0]:
         tidy_log_axis(ax)
+        devices = [mask_handle(palette[d], "no mask", d) for d in sorted(part["device_label"].unique())]
+        legend_right(ax, lead_handles=devices, loc="best")
     text = chosen.describe(always=("precision", "head_dim", "causal"))
-    suptitle(fig, f"Time on {baseline} / time on each device, same points — {text}")
+    suptitle(g.figure, f"Time on {baseline} / time on each device, same points — {text}")
     notes = [f"{text}"] + ([note] if note else [])
     return Made(name, title,
                 f"Each line is one device's speed relative to {baseline} (its time divided into the baseline's time "
                 "on the identical point), so 10 means ten times faster; the dashed line is the baseline itself.",
-                save(fig, ctx, name), notes)
+                save(g.figure, ctx, name), notes)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.figures.common import Context, Made, Skipped, precision_order, save, set_log2_ticks, subplots, suptitle
-from analysis.figures.stability import SCALE_COLORS
+from analysis.figures.common import Context, Made, Skipped, line_grid, linestyle_of, save, set_log2_ticks, suptitle
+from analysis.figures.style import SCALE_COLORS, precision_order, scale_color
 from analysis.slices import fix_axes, number_text, scale_text, self_attention
 
 LOW_PRECISIONS = ("fp16", "bf16")
 MARKERS = ("o", "s", "^", "D", "v", "P")
-STYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (1, 2)))
+DASHES = ("", (4, 2), (4, 1.5, 1, 1.5), (1, 1.5), (5, 1), (1, 2))  # one per d_k, as seaborn dashes
 EXPERIMENT = "scaling_stability (precision=fp16,bf16 with input_std varied)"
 
 
@@ -37,18 +37,20 @@ def low_precision_overflow(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     if ok[x].nunique() < 2:
         return Skipped(name, title, "fp16/bf16 rows exist but neither input_std nor head_dim varies", EXPERIMENT)
     precisions = sorted(ok["precision"].unique(), key=precision_order)
-    head_dims = sorted(ok["head_dim"].unique())[-len(MARKERS):] if x == "input_std" else [None]
-    fig, axes = subplots(1, len(precisions), 4.4, 3.6, sharey=True)
-    for ax, precision in zip(axes[0], precisions):
+    scales = sorted(ok["scale"].unique())
+    style = {}
+    if x == "input_std":  # one line per d_k too: the largest ones, where overflow starts
+        head_dims = sorted(ok["head_dim"].unique())[-len(MARKERS):]
+        ok = ok[ok["head_dim"].isin(head_dims)]
+        ok = ok.assign(d_k=ok["head_dim"].map(lambda d: f"d_k={number_text(float(d))}"))
+        levels = [f"d_k={number_text(float(d))}" for d in head_dims]
+        style = dict(style="d_k", style_order=levels, markers=dict(zip(levels, MARKERS)),
+                     dashes=dict(zip(levels, DASHES)))
+    g = line_grid(ok, x=x, y="nonfinite_frac", hue="scale", hue_order=scales,
+                  palette={s: scale_color(s) for s in scales}, col="precision", col_order=precisions,
+                  linewidth=1.5, panel_width=4.4, panel_height=3.6, **style)
+    for precision, ax in g.axes_dict.items():
         part = ok[ok["precision"] == precision]
-        for scale, by_scale in part.groupby("scale", sort=True):
-            for i, d in enumerate(head_dims):
-                group = by_scale if d is None else by_scale[by_scale["head_dim"] == d]
-                series = group.groupby(x)["nonfinite_frac"].median()
-                if series.empty:
-                    continue
-                ax.plot(series.index, series.values, color=SCALE_COLORS.get(scale, "0.3"), marker=MARKERS[i],
-                        linestyle=STYLES[i], markersize=4.5, linewidth=1.5)
         if (part["nonfinite_frac"] == 0).all():  # say it, so a flat line at 0 is not read as missing data
             ax.text(0.5, 0.55, f"all {len(part)} points finite", ha="center", transform=ax.transAxes, color="0.35")
         set_log2_ticks(ax, part[x], text=lambda v: number_text(float(v)))
@@ -56,13 +58,14 @@ def low_precision_overflow(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_xlabel("input standard deviation s of Q, K, V" if x == "input_std" else "head dimension d_k")
         ax.set_ylabel("fraction of non-finite outputs (0–1)")
         ax.set_title(precision)
-    handles = [Line2D([], [], color=c, label=scale_text(s)) for s, c in SCALE_COLORS.items() if s in set(ok["scale"])]
-    if x == "input_std":
-        handles += [Line2D([], [], color="0.3", marker=MARKERS[i], linestyle=STYLES[i], label=f"d_k={number_text(float(d))}")
-                    for i, d in enumerate(head_dims)]
-    fig.legend(handles=handles, loc="outside right center")
-    suptitle(fig, f"Non-finite outputs (inf/NaN) by precision — {chosen.describe(always=('seq_len', 'backend'))}")
+    handles = [Line2D([], [], color=c, label=scale_text(s)) for s, c in SCALE_COLORS.items() if s in scales]
+    if style:
+        handles += [Line2D([], [], color="0.3", marker=style["markers"][level],
+                           linestyle=linestyle_of(style["dashes"][level]), label=level)
+                    for level in style["style_order"]]
+    g.figure.legend(handles=handles, loc="outside right center")
+    suptitle(g.figure, f"Non-finite outputs (inf/NaN) by precision — {chosen.describe(always=('seq_len', 'backend'))}")
     return Made(name, title,
                 "Each panel is one precision; a line above 0 means some outputs became inf or NaN (fp16's largest "
                 "finite value is 65504, bf16 shares fp32's range), orange without the 1/√d_k scale and blue with it.",
-                save(fig, ctx, name), [f"{chosen.describe(always=('seq_len', 'backend'))}"])
+                save(g.figure, ctx, name), [f"{chosen.describe(always=('seq_len', 'backend'))}"])

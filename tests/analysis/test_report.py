@@ -4,10 +4,16 @@ import re
 
 import pandas as pd
 import pytest
+from matplotlib.colors import to_hex
 
 from analysis.compare import device_speedups, pick_baseline, speedup_table
 from analysis.figures import Made, Skipped
+from analysis.figures import causal as causal_module
+from analysis.figures import cost as cost_module
+from analysis.figures.causal import causal_saving
+from analysis.figures.cost import time_vs_seq_len
 from analysis.figures.devices import devices_compared
+from analysis.figures.style import backend_color, backend_palette
 from analysis.report import main, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -36,7 +42,10 @@ def test_report_embeds_figures_and_tables_and_names_the_missing_experiment(full_
         if isinstance(fig, Made):
             assert f"](figures/{fig.name}.png)" in text
     assert "Not drawn: rows come from a single device" in text and "cross_gpu" in text
-    assert "## Fitted exponents" in text and "| Device | Precision | Back end | Mask |" in text
+    assert "## Fitted exponents" in text
+    header = next(line for line in text.splitlines() if line.startswith("| Device ") and "Mask" in line)
+    assert [cell.strip() for cell in header.strip("|").split("|")][:4] == ["Device", "Precision", "Back end", "Mask"]
+    assert "| 2.00 [" in text or "| 1.9" in text  # fits keep two decimals: tabulate does not re-parse numbers
     verdict_cells = re.findall(r"\| \*\*(holds|does not hold|not measured)\*\*", text)
     assert len(verdict_cells) == len(full_report.claims) >= 9
     for csv in ("claims.csv", "exponents.csv"):
@@ -94,3 +103,58 @@ def test_cli_rejects_unknown_formats(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main([str(tmp_path), "--out", str(tmp_path), "--formats", "png,gif"])
     assert exc.value.code == 2 and "--formats" in capsys.readouterr().err
+
+
+def _legend_colors(fig) -> dict[str, str]:
+    """{back end: colour} read off a drawn figure's legend entries ('naive, no mask: b=...', 'sdpa: ×1.2 ...')."""
+    colors = {}
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        for handle, text in zip(legend.legend_handles if legend else [], legend.get_texts() if legend else []):
+            name = text.get_text().split(",")[0].split(":")[0]
+            if not name.startswith(("guide", "ideal", "no saving", "device", "oom", "skipped")):
+                colors[name] = to_hex(handle.get_color())
+    return colors
+
+
+def test_a_back_end_has_one_colour_in_every_figure_whatever_the_drawing_order(tmp_path, fabricate, monkeypatch):
+    fab = fabricate().quadratic_cost(sizes=(256, 512, 1024))
+    for n in (256, 512, 1024):  # a back end the registry does not know, with and without a mask
+        fab.point(backend="mystery", seq_len=n)
+        fab.point(backend="mystery", seq_len=n, causal=True)
+    csv = fab.write(tmp_path / "results.csv")
+    drawn = []
+
+    def keep(fig, ctx, name):  # look at the figure instead of writing it
+        colors = _legend_colors(fig)
+        lines = {to_hex(line.get_color()) for ax in fig.axes for line in ax.lines}
+        assert set(colors.values()) <= lines, name  # the legend's colours are the drawn lines' colours
+        drawn.append((name, colors))
+        return []
+
+    monkeypatch.setattr(cost_module, "save", keep)
+    monkeypatch.setattr(causal_module, "save", keep)
+    for order in ((time_vs_seq_len, causal_saving), (causal_saving, time_vs_seq_len)):
+        write_report([csv], tmp_path / "out", formats=("png",), figures=order, warn=False)
+    assert len(drawn) == 4
+    for name, colors in drawn:
+        assert set(colors) == {"naive", "sdpa", "chunked", "mystery"}, (name, colors)
+        assert colors == {b: to_hex(backend_color(b)) for b in colors}, name
+    assert len(set(drawn[0][1].values())) == 4  # four back ends, four colours
+
+
+def test_known_back_ends_take_the_registry_colours_and_unknown_ones_a_stable_one():
+    from selfattn.backends import BACKEND_NAMES
+
+    known = [backend_color(name) for name in BACKEND_NAMES]
+    assert len(set(known)) == len(known)
+    assert backend_palette(reversed(BACKEND_NAMES)) == backend_palette(BACKEND_NAMES)
+    # An unknown name's colour depends on its name alone: not on what else is drawn, nor on the order
+    # (it is a digest of the name, so it is the same in a new process too), and never a known one's.
+    alone = backend_palette(["chunked (q_chunk=256)"])["chunked (q_chunk=256)"]
+    among = backend_palette(["sdpa", "chunked (q_chunk=256)", "naive"])["chunked (q_chunk=256)"]
+    assert alone == among == backend_color("chunked (q_chunk=256)") and alone not in known
+    # Two unknown names in one figure never share a colour, even when their digests pick the same one.
+    names = [f"variant {i}" for i in range(5)]
+    palette = backend_palette(names + list(BACKEND_NAMES))
+    assert len(set(palette.values())) == len(palette)

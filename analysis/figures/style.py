@@ -1,0 +1,76 @@
+"""Every colour (and precision line style) the figures use, defined once: a back end, precision or scale reads the same in every figure.
+
+A back end's colour is a function of its name alone, never of which figure or line came first:
+the registry's back ends take the first colours in registry order, and any other name (a back
+end the registry does not know yet, or a variant such as 'chunked (q_chunk=256)') takes one of
+the remaining colours chosen by a digest of the name, so it is stable across figures and runs.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Iterable
+
+from selfattn.backends import BACKEND_NAMES  # a plain tuple: importing it does not import torch
+
+# Colour-blind-safe (Okabe-Ito), in the order the registry's back ends take them.
+_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#8C564B")
+_KNOWN = {name: _COLORS[i % len(_COLORS)] for i, name in enumerate(BACKEND_NAMES)}
+_SPARE = tuple(c for c in _COLORS if c not in _KNOWN.values()) or _COLORS
+
+# Widest to narrowest, so panels and legends read fp64, fp32, tf32, bf16, fp16.
+PRECISION_ORDER = ("fp64", "fp32", "tf32", "bf16", "fp16")
+PRECISION_COLORS = {"fp64": "#000000", "fp32": "#0072B2", "tf32": "#56B4E9", "bf16": "#009E73", "fp16": "#D55E00"}
+SCALE_COLORS = {"auto": "#0072B2", "none": "#D55E00"}  # with the 1/sqrt(d_k) scale, without it
+# A precision drawn as a line style (where colour already says something else), as seaborn dashes.
+PRECISION_DASHES = {"fp64": (1, 1), "fp32": "", "tf32": (5, 1, 1, 1), "bf16": (4, 1.5, 1, 1.5), "fp16": (4, 2)}
+DEVICE_COLORS = _COLORS  # devices are compared in one figure only: sorted by name, they take these in turn
+OTHER = "#666666"  # a precision or scale outside the tables above
+
+
+def backend_color(name: str) -> str:
+    """The colour of back end (or variant label) `name` in every figure."""
+    if name in _KNOWN:
+        return _KNOWN[name]
+    # crc32, not hash(): Python salts str hashes per process, and the colour must survive a rerun.
+    return _SPARE[zlib.crc32(name.encode()) % len(_SPARE)]
+
+
+def backend_palette(names: Iterable[str]) -> dict[str, str]:
+    """{name: colour} for seaborn's `palette=`: each name's own colour, unless two unknown names in one
+    figure would share one; then the later in sorted order takes the next free spare colour."""
+    palette: dict[str, str] = {}
+    names = sorted(set(names), key=lambda n: (n not in _KNOWN, n))  # known first: they never move
+    for name in names:
+        color = backend_color(name)
+        if name not in _KNOWN and color in palette.values():
+            start = _SPARE.index(color)
+            for step in range(1, len(_SPARE)):
+                candidate = _SPARE[(start + step) % len(_SPARE)]
+                if candidate not in palette.values():
+                    color = candidate
+                    break
+        palette[name] = color
+    return palette
+
+
+def precision_order(precision: str) -> int:
+    """Sort key: widest to narrowest; unknown precisions after the known ones."""
+    return PRECISION_ORDER.index(precision) if precision in PRECISION_ORDER else len(PRECISION_ORDER)
+
+
+def precision_color(precision: str) -> str:
+    return PRECISION_COLORS.get(precision, OTHER)
+
+
+def scale_color(scale: str) -> str:
+    return SCALE_COLORS.get(scale, OTHER)
+
+
+def precision_dashes(precisions: Iterable[str]) -> dict[str, tuple | str]:
+    """{precision: dashes} for seaborn's `dashes=`; an unknown precision is drawn dotted."""
+    return {p: PRECISION_DASHES.get(p, (1, 2)) for p in set(precisions)}
+
+
+def device_palette(devices: Iterable[str]) -> dict[str, str]:
+    return {d: DEVICE_COLORS[i % len(DEVICE_COLORS)] for i, d in enumerate(sorted(set(devices)))}
