@@ -89,10 +89,7 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
         "## The chapter's claims, checked", "",
         "Each verdict is computed from the rows by the rule under the table: **holds** when every measured group "
         "passes, **does not hold** when any fails (the evidence names it), **not measured** when the rows are missing.",
-        "", _table(["#", "Claim", "Measured evidence", "Verdict"],
-                   [[str(i + 1), c.claim, c.evidence, f"**{c.verdict}**"
-                     + (f" (run `{c.experiment}`)" if c.verdict == "not measured" else "")]
-                    for i, c in enumerate(claims.itertuples())]), "",
+        "", _claims_table(claims), "",
         "Rules:", "",
         *[f"{i + 1}. {RULES[c.key]}" for i, c in enumerate(claims.itertuples())], "",
         "## Fitted exponents", "",
@@ -125,10 +122,7 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
         lines += ["## Devices compared", "",
                   f"Speed-up = time on {devices['baseline'].iloc[0]} / time on the device, over points measured on "
                   "both (geometric mean over every matched point, and at the largest common n).", "",
-                  _table(["Device", "Back end", "Points", "Geo-mean ×", "Min ×", "Max ×", "Largest n", "× at largest n"],
-                         [[r.device, r.backend, str(r.points), f"{r.geomean_speedup:.2f}", f"{r.min_speedup:.2f}",
-                           f"{r.max_speedup:.2f}", str(r.largest_n), f"{r.speedup_at_largest_n:.2f}"]
-                          for r in devices.itertuples()]), ""]
+                  _speedup_table(devices), ""]
     problems = loaded.problems + ([baseline_note] if baseline_note else [])
     if problems:
         lines += ["## Input problems", "", *[f"- {p}" for p in problems], ""]
@@ -152,14 +146,22 @@ def _rel(path: Path, base: Path) -> str:
         return path.as_posix()
 
 
-def _cell(text: str) -> str:
+def _cell(text: object) -> str:
+    """A pipe or newline inside a cell would end the cell or the row."""
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _table(header: list[str], body: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in body]
-    return "\n".join(out)
+def _markdown(frame: pd.DataFrame) -> str:
+    """A pipe table of already formatted text: tabulate must not re-parse '2.10' into 2.1."""
+    return frame.map(_cell).to_markdown(index=False, disable_numparse=True)
+
+
+def _claims_table(claims: pd.DataFrame) -> str:
+    verdicts = "**" + claims["verdict"] + "**"
+    not_measured = claims["verdict"] == "not measured"
+    verdicts[not_measured] += " (run `" + claims.loc[not_measured, "experiment"] + "`)"
+    return _markdown(pd.DataFrame({"#": range(1, len(claims) + 1), "Claim": claims["claim"],
+                                   "Measured evidence": claims["evidence"], "Verdict": verdicts}))
 
 
 def _fit_cell(b: float, low: float, high: float) -> str:
@@ -173,24 +175,39 @@ def _fit_cell(b: float, low: float, high: float) -> str:
 def _exponent_table(table: pd.DataFrame) -> str:
     if table.empty:
         return "*No back end was measured at two or more seq_len values.*"
-    body = [[r.device, r.precision, r.backend, "causal" if r.causal else "no mask",
-             _fit_cell(r.time_exponent, r.time_ci_low, r.time_ci_high), r.time_sizes or "—",
-             _fit_cell(r.mem_exponent, r.mem_ci_low, r.mem_ci_high), r.mem_sizes or "—",
-             "—" if math.isnan(r.mem_ratio_4k_128k) else f"×{r.mem_ratio_4k_128k:,.0f}"]
-            for r in table.itertuples()]
-    return _table(["Device", "Precision", "Back end", "Mask", "Time b [95% CI]", "n fitted (sizes)",
-                   "Memory b [95% CI]", "n fitted (sizes)", "Memory 4K→128K"], body)
+    fits = {prefix: [_fit_cell(b, low, high) for b, low, high in
+                     zip(table[f"{prefix}_exponent"], table[f"{prefix}_ci_low"], table[f"{prefix}_ci_high"])]
+            for prefix in ("time", "mem")}
+    columns = [("Device", table["device"]), ("Precision", table["precision"]), ("Back end", table["backend"]),
+               ("Mask", table["causal"].map(lambda c: "causal" if c else "no mask")),
+               ("Time b [95% CI]", fits["time"]), ("n fitted (sizes)", table["time_sizes"].replace("", "—")),
+               ("Memory b [95% CI]", fits["mem"]), ("n fitted (sizes)", table["mem_sizes"].replace("", "—")),
+               ("Memory 4K→128K", table["mem_ratio_4k_128k"].map(lambda r: "—" if math.isnan(r) else f"×{r:,.0f}"))]
+    # Two columns share a header ("n fitted (sizes)"), which a dict of columns cannot hold.
+    frame = pd.DataFrame({i: list(values) for i, (_, values) in enumerate(columns)})
+    frame.columns = [name for name, _ in columns]
+    return _markdown(frame)
+
+
+def _speedup_table(devices: pd.DataFrame) -> str:
+    two = "{:.2f}".format
+    return _markdown(pd.DataFrame({
+        "Device": devices["device"], "Back end": devices["backend"], "Points": devices["points"],
+        "Geo-mean ×": devices["geomean_speedup"].map(two), "Min ×": devices["min_speedup"].map(two),
+        "Max ×": devices["max_speedup"].map(two), "Largest n": devices["largest_n"],
+        "× at largest n": devices["speedup_at_largest_n"].map(two)}))
 
 
 def _devices_table(rows: pd.DataFrame) -> str:
     info = describe_devices(rows)
-    body = []
-    for r in info.itertuples():
-        mem = getattr(r, "device_mem_bytes", math.nan)
-        body.append([r.device_label, r.device, r.device_name, str(r.device_capability or "—"),
-                     "—" if pd.isna(mem) else f"{mem / 2**30:.0f} GiB", str(r.hostname or "—"),
-                     str(r.torch_version or "—"), f"{r.ok} / {r.rows}"])
-    return _table(["Label", "Kind", "Name", "Capability", "Memory", "Host", "torch", "ok / rows"], body)
+    mem = info["device_mem_bytes"] if "device_mem_bytes" in info else pd.Series(math.nan, index=info.index)
+    return _markdown(pd.DataFrame({
+        "Label": info["device_label"], "Kind": info["device"], "Name": info["device_name"],
+        "Capability": info["device_capability"].map(lambda v: str(v or "—")),
+        "Memory": mem.map(lambda m: "—" if pd.isna(m) else f"{m / 2**30:.0f} GiB"),
+        "Host": info["hostname"].map(lambda v: str(v or "—")),
+        "torch": info["torch_version"].map(lambda v: str(v or "—")),
+        "ok / rows": info["ok"].astype(str) + " / " + info["rows"].astype(str)}))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
