@@ -15,13 +15,14 @@ the report).
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import pandas as pd
 
 from _common import add_common_args, REPO, Check, print_checks, print_header
 
@@ -37,9 +38,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def sum_column(csv_path: Path, column: str) -> float:
-    with open(csv_path, newline="") as f:
-        return sum(float(row[column]) for row in csv.DictReader(f) if row.get(column) not in (None, ""))
+def sum_column(results: pd.DataFrame, column: str) -> float:
+    """The column's sum over rows that have it (an older CSV may lack the column: 0)."""
+    return float(pd.to_numeric(results[column], errors="coerce").sum()) if column in results else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     figures = sorted(cwd.glob("sweeps/*/*/report/**/*.png"))
     rows, measure_s, job_s = 0, 0.0, 0.0
     if csvs:
-        with open(csvs[-1], newline="") as f:
-            rows = sum(1 for _ in csv.DictReader(f))
-        measure_s, job_s = sum_column(csvs[-1], "measure_s"), sum_column(csvs[-1], "job_wall_s")
+        results = pd.read_csv(csvs[-1])
+        rows = len(results)
+        measure_s, job_s = sum_column(results, "measure_s"), sum_column(results, "job_wall_s")
         print(f"   {csvs[-1].parent}: {rows} rows, {len(figures)} figures")
     print(f"\n{'where the time went':<40} {'seconds':>8}")
     print(f"{'measured calls (sum of measure_s)':<40} {measure_s:>8.1f}")

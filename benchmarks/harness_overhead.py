@@ -17,7 +17,6 @@ Target: median overhead <= 0.5 s per point.
 from __future__ import annotations
 
 import argparse
-import csv
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 from _common import add_common_args, REPO, Check, print_checks, print_header
 
 import numpy as np
+import pandas as pd
 
 QUICK_OVERRIDES = ["-m", "backend=sdpa,chunked", "seq_len=128,256", "budget.timing_s=0.05", "name=overhead_smoke"]
 
@@ -56,28 +56,16 @@ def run_sweep(args: argparse.Namespace) -> Path:
     return sweep_dir / "results.csv"
 
 
-def _float(value: str | None) -> float | None:
-    try:
-        return float(value) if value not in (None, "") else None
-    except ValueError:
-        return None
-
-
 def overheads(csv_path: Path) -> tuple[dict[str, list[float]], dict[str, int]]:
     """Per-row overhead parts (seconds) of the measured rows, and the count of rows per status."""
-    parts: dict[str, list[float]] = {"overhead": [], "inside measure": [], "runner + Hydra": [], "measure_s": []}
-    statuses: dict[str, int] = {}
-    with open(csv_path, newline="") as f:
-        for row in csv.DictReader(f):
-            statuses[row["status"]] = statuses.get(row["status"], 0) + 1
-            measure, point, job = (_float(row.get(k)) for k in ("measure_s", "point_wall_s", "job_wall_s"))
-            if row["status"] != "ok" or None in (measure, point, job):
-                continue
-            parts["overhead"].append(job - measure)
-            parts["inside measure"].append(point - measure)
-            parts["runner + Hydra"].append(job - point)
-            parts["measure_s"].append(measure)
-    return parts, statuses
+    results = pd.read_csv(csv_path)
+    statuses = {str(k): int(v) for k, v in results["status"].value_counts(sort=False).items()}
+    times = results.reindex(columns=["measure_s", "point_wall_s", "job_wall_s"]).apply(pd.to_numeric, errors="coerce")
+    measured = times[(results["status"] == "ok") & times.notna().all(axis=1)]
+    measure, point, job = measured["measure_s"], measured["point_wall_s"], measured["job_wall_s"]
+    parts = {"overhead": job - measure, "inside measure": point - measure, "runner + Hydra": job - point,
+             "measure_s": measure}
+    return {name: values.tolist() for name, values in parts.items()}, statuses
 
 
 def main(argv: list[str] | None = None) -> int:
