@@ -17,6 +17,7 @@ from analysis.cost import causal_ratios, cost_facets
 from analysis.fit import fit_power_law
 from analysis.slices import number_text
 from analysis.stability import stability_points, stability_slice
+from selfattn.point import FIELD_NAMES
 
 HOLDS, FAILS, NOT_MEASURED = "holds", "does not hold", "not measured"
 
@@ -278,8 +279,8 @@ def _grad_claim(points: pd.DataFrame) -> Claim:
                  RULES["unscaled_grad_vanishes"], "scaling_stability (mode=fwd_bwd)")
 
 
-TWIN_KEY = ["device_label", "backend", "backend_options", "precision", "mode", "scope", "batch", "heads", "seq_len",
-            "q_len", "head_dim", "causal", "input_std", "seed"]
+# The same point on the same device but for its scale.
+TWIN_KEY = ["device_label", *(name for name in FIELD_NAMES if name not in ("device", "scale"))]
 
 
 def _overflow_claims(rows: pd.DataFrame) -> list[Claim]:

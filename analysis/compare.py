@@ -7,10 +7,10 @@ import pandas as pd
 
 from analysis.cost import variant_labels
 from analysis.slices import self_attention
+from selfattn.point import FIELD_NAMES
 
 # A point measured on two devices matches on every sweep axis (the device itself aside).
-MATCH_KEY = ("backend", "backend_options", "precision", "mode", "scope", "batch", "heads", "q_len", "seq_len",
-             "head_dim", "causal", "scale", "input_std", "seed")
+MATCH_KEY = tuple(name for name in FIELD_NAMES if name != "device")
 
 
 def pick_baseline(rows: pd.DataFrame, wanted: str | None) -> tuple[str, str | None]:

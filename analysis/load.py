@@ -1,4 +1,4 @@
-"""Read results.csv files into one tidy DataFrame: validated, typed, merged, newest row kept.
+"""Read results.csv files into one tidy DataFrame: validated, typed, merged, one row per point.
 
 Every problem with an input is one line naming the file and the column; the other
 inputs are still used. `load` raises `NoUsableResults` only when nothing is left.
@@ -9,12 +9,13 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
-from analysis.schema import COLUMNS, SCHEMA_VERSION, STATUSES
+from selfattn.point import FIELD_NAMES, axis_default, scale_label
+from selfattn.results import COLUMNS, SCHEMA_VERSION, STATUSES, rank
 
 # Without these a row cannot be placed in any figure or merged with another file.
 REQUIRED_COLUMNS: tuple[str, ...] = (
@@ -28,11 +29,8 @@ TEXT_COLUMNS: tuple[str, ...] = (
     "point_id", "sweep_id",
 )
 NUMERIC_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in TEXT_COLUMNS and c != "causal")
-# A point is these sweep axes; the same point on the same device measured twice keeps the newest row.
-POINT_AXES: tuple[str, ...] = (
-    "backend", "backend_options", "precision", "mode", "scope", "batch", "heads",
-    "q_len", "seq_len", "head_dim", "causal", "scale", "input_std", "seed",
-)
+# A point is these sweep axes; the same point on the same device measured twice keeps one row.
+POINT_AXES: tuple[str, ...] = tuple(name for name in FIELD_NAMES if name != "device")
 DEVICE_ID: tuple[str, ...] = ("device", "device_name", "device_capability", "hostname")
 
 
@@ -136,7 +134,7 @@ def load(paths: Iterable[str | Path], *, warn: bool = True) -> Loaded:
     rows = pd.concat(frames, ignore_index=True)
     rows_read = len(rows)
     rows = _derive(rows)
-    rows = _keep_newest(rows)
+    rows = _keep_best(rows)
     rows = _label_devices(rows)
     return Loaded(rows=rows.reset_index(drop=True), problems=problems, files=files,
                   rows_read=rows_read, duplicates_dropped=rows_read - len(rows))
@@ -152,16 +150,14 @@ def _parse_bool(value: str) -> bool | float:
 
 
 def _scale_label(text: str) -> str:
-    """The spelling selfattn.point.scale_label stores: "auto", "none" or the number (empty = the default)."""
+    """The spelling the runner stores (selfattn.point.scale_label); empty or null = the default."""
     lowered = text.strip().lower()
-    if lowered in ("auto", "", "null"):
-        return "auto"
-    if lowered == "none":
-        return "none"
+    if lowered in ("", "null"):
+        return scale_label(None)
     try:
-        return repr(float(lowered))
+        return scale_label(lowered)
     except ValueError:
-        return lowered
+        return lowered  # not a scale at all: kept as written, so the row stays visible
 
 
 def _derive(rows: pd.DataFrame) -> pd.DataFrame:
@@ -170,9 +166,8 @@ def _derive(rows: pd.DataFrame) -> pd.DataFrame:
     rows["scale"] = rows["scale"].map(_scale_label)
     rows["q_len"] = rows["q_len"].fillna(rows["seq_len"])  # null q_len means q_len == seq_len
     rows["d_model"] = rows["d_model"].fillna(rows["heads"] * rows["head_dim"])
-    rows["batch"] = rows["batch"].fillna(1)
-    rows["input_std"] = rows["input_std"].fillna(1.0)
-    rows["seed"] = rows["seed"].fillna(0)
+    for axis in ("batch", "input_std", "seed"):  # older files lack these: they measured the default
+        rows[axis] = rows[axis].fillna(axis_default(axis))
     # The factor applied to the logits: recorded, or implied by the scale label.
     implied = np.where(rows["scale"] == "auto", 1.0 / np.sqrt(rows["head_dim"]),
                        np.where(rows["scale"] == "none", 1.0, pd.to_numeric(rows["scale"], errors="coerce")))
@@ -184,14 +179,15 @@ def _derive(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def _keep_newest(rows: pd.DataFrame) -> pd.DataFrame:
+def _keep_best(rows: pd.DataFrame) -> pd.DataFrame:
     key_cols = list(POINT_AXES + DEVICE_ID)
     key = rows[key_cols].astype(str).agg("|".join, axis=1)
-    # Rows without a timestamp count as oldest; among equals the later file/row wins.
-    order = rows["time"].fillna(pd.Timestamp.min.tz_localize("UTC"))
-    ranked = rows.assign(_key=key, _order=order, _pos=np.arange(len(rows)))
-    ranked = ranked.sort_values(["_order", "_pos"]).drop_duplicates("_key", keep="last")
-    return ranked.sort_values("_pos").drop(columns=["_key", "_order", "_pos"])
+    # The runner's rule (selfattn.results.rank): ok beats failed, then newest; among equals the
+    # later file/row wins.
+    ok, newest = zip(*(rank(r) for r in rows[["status", "timestamp"]].to_dict("records"))) if len(rows) else ((), ())
+    ranked = rows.assign(_key=key, _ok=list(ok), _newest=list(newest), _pos=np.arange(len(rows)))
+    ranked = ranked.sort_values(["_ok", "_newest", "_pos"]).drop_duplicates("_key", keep="last")
+    return ranked.sort_values("_pos").drop(columns=["_key", "_ok", "_newest", "_pos"])
 
 
 def short_device_name(name: str) -> str:

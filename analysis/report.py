@@ -1,7 +1,7 @@
 """`python -m analysis.report PATH [PATH ...] --out DIR`: figures, exponents and the chapter's claims.
 
 Each PATH is a results.csv or a folder searched for them; rows from several sweeps and
-devices merge (the newest row of a point on a device wins). Writes DIR/report.md,
+devices merge (one row per point and device: an ok row beats a failed one, then the newest). Writes DIR/report.md,
 DIR/figures/*.png (+ .pdf) and the tables as CSV. Exit status 0 when a report was
 written, 1 when no input held a usable row.
 """
@@ -212,7 +212,7 @@ def _devices_table(rows: pd.DataFrame) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.report", description="Figures, fitted exponents and the chapter's claims checked, from results.csv files "
-                                     "(several sweeps and devices merge; the newest row of a point wins).")
+                                     "(several sweeps and devices merge; an ok row of a point beats a failed one, then the newest wins).")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="results.csv files or folders holding them")
     parser.add_argument("--out", required=True, metavar="DIR", help="where report.md and figures/ go")
     parser.add_argument("--baseline-device", default=None, metavar="NAME",

@@ -16,16 +16,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-# The conventional value of each axis, used to break ties between equally rich slices.
-PREFERRED: dict[str, Any] = {
-    "precision": "fp32", "scale": "auto", "causal": False, "mode": "fwd", "scope": "core",
-    "input_std": 1.0, "backend": "naive", "batch": 1.0, "head_dim": 64.0,
-}
-# Every sweep axis a figure must either vary, facet, fix, or (seed) aggregate over.
-AXES: tuple[str, ...] = (
-    "device_label", "precision", "backend", "mode", "scope", "batch", "heads", "d_model",
-    "seq_len", "head_dim", "causal", "scale", "input_std",
-)
+from selfattn.point import AXES, axis_default
+
+# The conventional value of each axis, used to break ties between equally rich slices: the
+# sweep's own defaults (fp32, scale=auto, no mask, fwd, core, input_std=1, ...).
+PREFERRED: dict[str, Any] = {axis: axis_default(axis) for axis in AXES}
 
 
 @dataclass

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -27,15 +26,13 @@ import torch.utils.benchmark as torch_benchmark  # noqa: E402
 
 
 def git_commit() -> str:
-    """Short HEAD commit, with "-dirty" when tracked files differ from it."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+    """Short HEAD commit, with "-dirty" when tracked files differ from it (the rows' git_sha, shortened)."""
+    from selfattn.measure.device import git_sha
+
+    sha = git_sha()
+    if not sha:
         return "unknown"
-    return sha + ("-dirty" if dirty else "")
+    return sha.removesuffix("-dirty")[:7] + ("-dirty" if sha.endswith("-dirty") else "")
 
 
 def load_text() -> str:

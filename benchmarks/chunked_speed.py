@@ -3,7 +3,7 @@
     python benchmarks/chunked_speed.py            # n = 4096, 8192 vs SDPA; n = 2048, 4096 vs naive
     python benchmarks/chunked_speed.py --quick    # tiny sizes, one repeat: does it run
 
-Figures (issue 7, target 1; batch 1, 8 heads, head_dim 64, float32):
+Figures (the chunked speed target; batch 1, 8 heads, head_dim 64, float32):
   chunked / SDPA forward time at 4096 and 8192, causal and not: <= 1.5x
   chunked / naive forward time from 2048 up: < 1x
   chunked causal / non-causal time at 8192: near 0.5 (checked as <= 0.6; the printed block-work

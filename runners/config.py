@@ -1,120 +1,165 @@
-"""From a Hydra job's config to a validated `selfattn.Point`, its `Budget` and its point_id.
+"""From a Hydra job's config to a `Job`: a validated `selfattn.Point` with its budget and id, or why not.
 
-Validation happens here, in code, not in a Hydra schema: a bad value inside a grid must
-become a row with status=invalid while the sweep goes on, and a single run with a bad value
-must stop with ONE line naming the key and what is allowed. The dataclasses below are the
-schema (types, defaults, allowed values); `check_section` checks a config node against one.
-Nothing here imports Hydra, so tests call it with plain dicts.
+`parse_job` is the one step: it applies the job's grid point, refuses unknown keys (naming the
+nearest known one), checks every value against the dataclass that owns it (the axes: `Point`;
+`budget`: `selfattn.measure.Budget`; `backend.*`: the back end's `Options`; the runner's own
+keys: `RunnerConf`, `WandbConf` below) and never raises: a bad config becomes a `Job` with a
+`problem`, which a multirun records as an `invalid` row and a single run prints as one line.
+Validation is in code, not in a Hydra schema, so a bad value inside a grid does not stop the
+sweep. Nothing here imports Hydra, so tests call it with plain dicts.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import json
-import math
-from dataclasses import dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
-from selfattn.point import DEVICES, PRECISIONS, Point, scale_label
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-AXES = ("device", "batch", "heads", "seq_len", "q_len", "head_dim", "causal", "scale",
-        "mode", "scope", "input_std", "seed")
-
-
-@dataclass
-class BudgetConf:
-    """Maps one to one onto selfattn.measure.Budget."""
-
-    mem_fraction: float = 0.8
-    max_point_s: float = 60.0
-    timing_s: float = 1.0
-    accuracy_rows: int = 128
-    measure_device_peak: bool = True
+from selfattn.backends import BACKEND_NAMES, check_options, get_backend
+from selfattn.fields import check_fields, defaults, spec, unknown_key
+from selfattn.measure.budget import Budget
+from selfattn.point import AXES, DEVICES, Point, axis_default
 
 
-@dataclass
+@dataclass(frozen=True)
+class RunnerConf:
+    """The runner's own top-level keys (conf/config.yaml mirrors them)."""
+
+    name: str = spec("custom", help="the study's name: the sweep folder and the wandb group use it")
+    d_model: int | None = spec(None, ge=1, help="null, or heads x head_dim: then head_dim = d_model / heads")
+    retry_failed: bool = spec(False, help="on resume, also re-measure points whose earlier row is not ok")
+    prevalidate: bool = spec(False, help="Hydra composes every job's config before the first job")
+    report: bool = spec(True, help="at the end of a multirun, write figures + report.md")
+    grids: Any = spec(None, help="optional union of small grids; null = plain Hydra product")
+    grid_point: int | None = spec(None, ge=0, help="index into the union of `grids`")
+
+
+@dataclass(frozen=True)
 class WandbConf:
-    mode: str = "offline"  # offline | online | disabled
-    project: str = "selfattn-bench"
-    entity: str | None = None
-    run_per_point: bool = False
+    mode: str = spec("offline", choices=("offline", "online", "disabled"),
+                     help="offline: no account, no network (`wandb sync` later)")
+    project: str = spec("selfattn-bench", help="wandb project")
+    entity: str | None = spec(None, help="wandb entity (user or team)")
+    run_per_point: bool = spec(False, help="false: one run per sweep process, a step per point; true: a run per point")
+
+
+# Config sections that are dataclasses of their own; the point's axes and RunnerConf are flat keys.
+SECTIONS: dict[str, type] = {"budget": Budget, "wandb": WandbConf}
+NODES = ("backend", "precision")  # config groups: {name: ..., options}
+
+
+def known_keys() -> list[str]:
+    """Every key a config may hold, as a user types it (for 'did you mean')."""
+    options = {f"backend.{f.name}" for name in BACKEND_NAMES for f in fields(get_backend(name).Options)}
+    sections = [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in fields(cls)]
+    return [*AXES, *(f.name for f in fields(RunnerConf)), *sections, "backend.name", *sorted(options), "precision.name"]
 
 
 @dataclass
-class NaiveOptions:
-    upcast_softmax: bool = False
+class Job:
+    """One job's config, parsed once; everything after reads this."""
+
+    values: dict[str, Any]  # the flat config, grid point applied (what an invalid row shows)
+    point: Point | None = None  # None when the config does not validate
+    budget: Budget | None = None
+    runner: dict[str, Any] = field(default_factory=lambda: defaults(RunnerConf))
+    wandb: dict[str, Any] = field(default_factory=lambda: defaults(WandbConf))
+    wandb_problem: str = ""  # a bad wandb section: a sweep measures anyway, wandb off
+    problem: str = ""  # one line: why the point is invalid ("" when valid)
+    point_id: str = ""
 
 
-@dataclass
-class SdpaOptions:
-    kernel: str = "auto"
+def parse_job(cfg: Mapping[str, Any]) -> Job:
+    """The job's config -> a Job; never raises for a bad config (see `Job.problem`)."""
+    try:
+        values = flat_config(cfg)
+    except ValueError as exc:
+        job = Job(values=dict(cfg), problem=str(exc))
+        job.point_id = raw_point_id(job.values)
+        return job
+    job = Job(values=values)
+    try:
+        job.wandb = check_fields(WandbConf, values.get("wandb"), prefix="wandb.")
+    except ValueError as exc:
+        job.wandb, job.wandb_problem = {**defaults(WandbConf), "mode": "disabled"}, str(exc)
+    try:
+        _check_keys(values)
+        job.runner = check_fields(RunnerConf, {k: values[k] for k in values if k in _RUNNER_KEYS})
+        job.point = _point(values, job.runner["d_model"])
+        job.budget = Budget(**check_fields(Budget, values.get("budget"), prefix="budget."))
+        job.point_id = job.point.point_id()
+    except ValueError as exc:
+        job.point, job.problem = None, str(exc)
+        job.point_id = raw_point_id(values)
+    return job
 
 
-@dataclass
-class ChunkedOptions:
-    q_chunk: int | None = None  # None: the tuned default
-    kv_chunk: int | None = None
+_RUNNER_KEYS = frozenset(f.name for f in fields(RunnerConf))
 
 
-BACKEND_OPTIONS: dict[str, type] = {"naive": NaiveOptions, "sdpa": SdpaOptions, "chunked": ChunkedOptions}
-ALLOWED: dict[str, tuple[str, ...]] = {
-    "wandb.mode": ("offline", "online", "disabled"),
-    "backend.kernel": ("auto", "flash", "efficient", "math", "cudnn"),
-}
+def _check_keys(values: Mapping[str, Any]) -> None:
+    """Refuse every key that nothing reads: a typo must not measure the default point."""
+    top = {*AXES, *_RUNNER_KEYS, *SECTIONS}
+    for key in values:
+        if key not in top:
+            raise unknown_key(key, known_keys())
+    precision = values.get("precision")
+    if isinstance(precision, Mapping):
+        for key in precision:
+            if key != "name":
+                raise unknown_key(f"precision.{key}", known_keys())
 
 
-def _check_value(key: str, value: Any, kind: Any) -> Any:
-    """One field against its annotation; returns the value, raises a one-line ValueError."""
-    optional = isinstance(kind, str) and kind.endswith("| None")
-    base = kind.split("|")[0].strip() if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
-    if value is None:
-        if optional:
-            return None
-        raise ValueError(f"{key}: expected {base}, got null")
-    if key in ALLOWED:
-        if value not in ALLOWED[key]:
-            raise ValueError(f"{key}: expected one of {', '.join(ALLOWED[key])}, got {value!r}")
-        return value
-    if base == "bool":
-        if not isinstance(value, bool):
-            raise ValueError(f"{key}: expected true or false, got {value!r}")
-    elif base == "int":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{key}: expected {'null or ' if optional else ''}an integer >= 1, got {value!r}")
-    elif base == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{key}: expected a positive number, got {value!r}")
-        return float(value)
-    elif base == "str" and not isinstance(value, str):
-        raise ValueError(f"{key}: expected a string, got {value!r}")
-    return value
+def _node(value: Any) -> tuple[Any, dict[str, Any]]:
+    """A config group's node -> (its name, its other keys); a plain value is the name."""
+    if isinstance(value, Mapping):
+        rest = dict(value)
+        return rest.pop("name", None), rest
+    return value, {}
 
 
-def check_section(prefix: str, node: Mapping[str, Any] | None, schema: type) -> dict[str, Any]:
-    """Check a config node against a dataclass schema: known keys, types, allowed values."""
-    node = dict(node or {})
-    known = {f.name: f for f in fields(schema)}
-    for key in node:
-        if key not in known:
-            raise ValueError(f"{prefix}.{key}: unknown key; allowed: {', '.join(known)}")
-    checked = {}
-    for name, f in known.items():
-        value = node.get(name, f.default)
-        checked[name] = _check_value(f"{prefix}.{name}", value, f.type)
-    return checked
+def _point(values: Mapping[str, Any], d_model: int | None) -> Point:
+    name, options = _node(values.get("backend"))
+    if name not in BACKEND_NAMES:
+        raise ValueError(f"backend: expected one of {', '.join(BACKEND_NAMES)}, got {name!r}")
+    # Options at their defaults are spelled out (as conf/backend/NAME.yaml does), so a grid's
+    # back end and a command line's hash to the same point; null means "tuned per device".
+    given = check_options(name, options, prefix="backend.")
+    options = {k: v for k, v in {**defaults(get_backend(name).Options), **given}.items() if v is not None}
+    precision, _ = _node(values.get("precision"))
+    axes = {key: values[key] for key in AXES if key in values and key not in NODES}
+    if "device" in axes:
+        if axes["device"] not in DEVICES:
+            raise ValueError(f"device: expected one of {', '.join(DEVICES)}, got {axes['device']!r}")
+        axes["device"] = resolve_device(axes["device"])
+    if isinstance(axes.get("input_std"), int) and not isinstance(axes["input_std"], bool):
+        axes["input_std"] = float(axes["input_std"])  # `input_std=8` means 8.0, and hashes the same
+    if d_model is not None:
+        heads = axes.get("heads", axis_default("heads"))
+        if isinstance(heads, int) and not isinstance(heads, bool) and heads >= 1:
+            if d_model % heads:
+                raise ValueError(f"heads: {heads} does not divide d_model={d_model} (head_dim = d_model / heads)")
+            axes["head_dim"] = d_model // heads
+    point = Point(backend=name, backend_options=options, precision=precision, **axes)
+    point.validate()
+    return point
 
 
-@functools.lru_cache(maxsize=None)
-def backend_defaults(name: str) -> dict[str, Any]:
-    """The options a back end gets when a grid names it without options (conf/backend/NAME.yaml)."""
-    from omegaconf import OmegaConf  # only needed for grids, keep config import light
+def resolve_device(device: str) -> str:
+    """auto -> cuda when torch sees a GPU, else cpu (the measurement's own rule)."""
+    from selfattn.measure.device import resolve_device as measured_device
 
-    path = CONF_DIR / "backend" / f"{name}.yaml"
-    return dict(OmegaConf.to_container(OmegaConf.load(path))) if path.exists() else {"name": name}
+    return measured_device(device)
+
+
+def raw_point_id(values: Mapping[str, Any]) -> str:
+    """An id for a config that does not validate: a hash of every value that is not a runner
+    setting, so resume skips it too and two different bad configs never share an id."""
+    ignored = {"budget", "wandb", "grids", "grid_point", "name", "retry_failed", "prevalidate", "report"}
+    key = {k: v for k, v in values.items() if k not in ignored}
+    return "raw-" + hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def grid_points(grids: Any) -> list[dict[str, Any]]:
@@ -132,7 +177,11 @@ def grid_points(grids: Any) -> list[dict[str, Any]]:
 
 
 def flat_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The job's config as a plain dict, with its grid point (if any) applied on top."""
+    """The job's config as a plain dict, with its grid point (if any) applied on top.
+
+    A grid that names a back end gets that back end's defaults (what conf/backend/NAME.yaml
+    holds, from its `Options`), not the options of the back end the config started with.
+    """
     flat = {k: cfg[k] for k in cfg}
     index = flat.get("grid_point")
     if index is not None:
@@ -141,86 +190,11 @@ def flat_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
             raise ValueError(f"grid_point: expected an integer in [0, {len(points)}), got {index!r}")
         for key, value in points[index].items():
             if key == "backend" and isinstance(value, str):
-                value = backend_defaults(value)
+                value = {"name": value}
             elif key == "precision" and isinstance(value, str):
                 value = {"name": value}
             flat[key] = value
     return flat
-
-
-def resolve_device(device: Any) -> str:
-    """auto -> cuda when torch sees a GPU, else cpu; cpu and cuda pass through."""
-    if device not in DEVICES:
-        raise ValueError(f"device: expected one of {', '.join(DEVICES)}, got {device!r}")
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def point_from_config(cfg: Mapping[str, Any]) -> Point:
-    """Build and validate the job's Point; raises ValueError (one line) for any bad value."""
-    flat = flat_config(cfg)
-    backend = flat.get("backend")
-    backend = dict(backend) if isinstance(backend, Mapping) else {"name": backend}
-    name = backend.pop("name", None)
-    if name not in BACKEND_OPTIONS:
-        raise ValueError(f"backend: expected one of {', '.join(BACKEND_OPTIONS)}, got {name!r}")
-    options = check_section("backend", backend, BACKEND_OPTIONS[name])
-    options = {k: v for k, v in options.items() if v is not None}  # None = the back end's default
-    precision = flat.get("precision")
-    precision = precision.get("name") if isinstance(precision, Mapping) else precision
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
-    axes = {key: flat.get(key) for key in AXES}
-    if isinstance(axes["input_std"], int) and not isinstance(axes["input_std"], bool):
-        axes["input_std"] = float(axes["input_std"])
-    d_model = flat.get("d_model")
-    if d_model is not None:
-        heads = axes["heads"]
-        if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
-            raise ValueError(f"d_model: expected null or an integer >= 1, got {d_model!r}")
-        if isinstance(heads, int) and heads >= 1 and d_model % heads:
-            raise ValueError(f"heads: {heads} does not divide d_model={d_model} (head_dim = d_model / heads)")
-        if isinstance(heads, int) and heads >= 1:
-            axes["head_dim"] = d_model // heads
-    axes["device"] = resolve_device(axes["device"])
-    point = Point(backend=name, backend_options=options, precision=precision, **axes)
-    point.validate()
-    return point
-
-
-def budget_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The `budget` node checked against BudgetConf: keyword arguments for measure.Budget."""
-    budget = check_section("budget", cfg.get("budget"), BudgetConf)
-    if budget["mem_fraction"] > 1:
-        raise ValueError(f"budget.mem_fraction: expected a number in (0, 1], got {budget['mem_fraction']!r}")
-    return budget
-
-
-def point_id(point: Point) -> str:
-    """A stable hash of everything that decides what is measured (not budget, not wandb)."""
-    key = {
-        "backend": point.backend,
-        "backend_options": dict(sorted(point.backend_options.items())),
-        "precision": point.precision,
-        "device": point.device,
-        **{name: getattr(point, name) for name in AXES if name not in ("device", "q_len", "scale")},
-        "q_len": point.q_len_resolved,
-        "scale": scale_label(point.scale),
-    }
-    return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def raw_point_id(cfg: Mapping[str, Any]) -> str:
-    """point_id for a config that does not validate: a hash of its raw values, so resume skips it too."""
-    try:
-        flat = flat_config(cfg)
-    except ValueError:
-        flat = dict(cfg)
-    key = {k: flat.get(k) for k in ("backend", "precision", "d_model", *AXES)}
-    return "raw-" + hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def by_device(cpu: Any, cuda: Any, *, _root_: Any = None) -> Any:

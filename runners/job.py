@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
@@ -16,6 +16,9 @@ from typing import Any, Mapping
 from runners import config as C
 from runners import progress, rows
 from runners.wandb_log import SINK
+from selfattn.fields import check_value, field_types
+from selfattn.measure.budget import Budget
+from selfattn.point import Point
 from selfattn.results import Row
 
 # When the previous job of this process wrote its row: the next job's wall time starts there,
@@ -46,35 +49,44 @@ def sweep_meta(sweep_dir: Path) -> dict[str, Any]:
         return {}
 
 
-def invalid_row(cfg: Mapping[str, Any], message: str) -> dict[str, Any]:
-    """A row for a point that does not validate: the raw values that fit the columns, and why."""
-    row = Row(status="invalid", error=message).to_dict()
-    try:
-        flat = C.flat_config(cfg)
-    except ValueError:
-        flat = dict(cfg)
-    backend, precision = flat.get("backend"), flat.get("precision")
-    row["backend"] = str(backend.get("name") if isinstance(backend, Mapping) else backend or "")
-    row["precision"] = str(precision.get("name") if isinstance(precision, Mapping) else precision or "")
-    if isinstance(backend, Mapping):
-        row["backend_options"] = json.dumps({k: v for k, v in backend.items() if k != "name"}, sort_keys=True)
-    for key in ("batch", "heads", "seq_len", "q_len", "head_dim", "d_model", "seed"):
-        value = flat.get(key)
-        row[key] = value if isinstance(value, int) and not isinstance(value, bool) else None
-    for key in ("device", "mode", "scope", "scale"):
-        row[key] = "" if flat.get(key) is None else str(flat.get(key))
-    row["causal"] = flat.get("causal") if isinstance(flat.get("causal"), bool) else None
-    std = flat.get("input_std")
-    row["input_std"] = float(std) if isinstance(std, (int, float)) and not isinstance(std, bool) else None
+def invalid_row(parsed: C.Job, status: str = "invalid") -> dict[str, Any]:
+    """A row for a point that does not validate: the raw values that fit their columns, and why."""
+    row = Row(status=status, error=parsed.problem).to_dict()
+    row.update(point_columns_of(parsed.values))
     return row
 
 
-def measure(point: Any, budget: Mapping[str, Any]) -> dict[str, Any]:
+def point_columns_of(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The point's columns from raw config values: each value its field accepts, else text or empty."""
+    hints, row_types = field_types(Point), field_types(Row)
+    columns: dict[str, Any] = {}
+    for f in fields(Point):
+        value = values.get(f.name)
+        if f.name in C.NODES:  # a config group's node: {name: ..., options}
+            value = value.get("name") if isinstance(value, Mapping) else value
+        if f.name == "backend_options":
+            backend = values.get("backend")
+            options = {k: v for k, v in backend.items() if k != "name"} if isinstance(backend, Mapping) else {}
+            columns[f.name] = json.dumps(options, sort_keys=True, default=str)
+            continue
+        text_column = row_types[f.name] is str
+        try:
+            check_value(f.name, value, f, hints[f.name])
+        except ValueError:  # a value its column cannot hold as typed: text keeps it, numbers stay empty
+            columns[f.name] = str(value) if text_column and value is not None else None
+            continue
+        columns[f.name] = str(value) if text_column and value is not None else value
+    d_model = values.get("d_model")
+    columns["d_model"] = d_model if isinstance(d_model, int) and not isinstance(d_model, bool) else None
+    return columns
+
+
+def measure(point: Point, budget: Budget) -> dict[str, Any]:
     """Measure one valid point (selfattn.measure never raises for a failure of the point)."""
-    from selfattn.measure import Budget, measure_point  # lazy: torch and the back ends load here
+    from selfattn.measure import measure_point  # lazy: the back ends and the timers load here
 
     start = time.perf_counter()
-    row = measure_point(point, Budget(**budget)).to_dict()
+    row = measure_point(point, budget).to_dict()
     row["point_wall_s"] = time.perf_counter() - start  # so job_wall_s - point_wall_s = runner + Hydra
     if row.get("d_model") is None:
         row["d_model"] = point.d_model
@@ -89,39 +101,32 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     total = meta.get("total")
     index = None if ctx.index is None else ctx.index + 1
 
-    try:
-        point, budget = C.point_from_config(cfg), C.budget_kwargs(cfg)
-        pid, problem = C.point_id(point), ""
-    except ValueError as exc:
-        point, budget, pid, problem = None, {}, C.raw_point_id(cfg), str(exc)
-    if problem and not ctx.multirun:
-        raise InvalidPoint(problem)  # a single run: say what is wrong, measure nothing
-
-    try:
-        wandb_conf = C.check_section("wandb", cfg.get("wandb"), C.WandbConf)
-    except ValueError as exc:
+    parsed = C.parse_job(cfg)  # the one step from config to Point; everything below reads `parsed`
+    if parsed.problem and not ctx.multirun:
+        raise InvalidPoint(parsed.problem)  # a single run: say what is wrong, measure nothing
+    if parsed.wandb_problem:
         if not ctx.multirun:
-            raise InvalidPoint(str(exc)) from None
-        SINK.give_up(str(exc))  # a sweep still measures; only wandb is off
-        wandb_conf = {"mode": "disabled"}
+            raise InvalidPoint(parsed.wandb_problem)
+        SINK.give_up(parsed.wandb_problem)  # a sweep still measures; only wandb is off
+    pid = parsed.point_id
 
     varying = _varying(cfg, ctx.varying)
     done = rows.done_points(ctx.sweep_dir)
-    if pid in done and (done[pid] == "ok" or not cfg.get("retry_failed")):
-        stub = _stub(cfg, done[pid])
+    if pid in done and (done[pid] == "ok" or not parsed.runner["retry_failed"]):
+        stub = _stub(parsed, done[pid])
         print(progress.line(index, total, progress.describe(stub, varying), stub,
                             note=f"skipped: the sweep folder already has this point ({done[pid]})"), flush=True)
         _last_row_written = time.perf_counter()
         return stub
 
-    if point is None:
-        row = invalid_row(cfg, problem)
+    if parsed.point is None:
+        row = invalid_row(parsed)
     else:
         try:
-            row = measure(point, budget)
+            row = measure(parsed.point, parsed.budget)
         except Exception as exc:  # never by contract; a bug must still leave a row, not stop the sweep
-            row = invalid_row(cfg, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-            row["status"] = "error"
+            row = invalid_row(parsed, status="error")
+            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     if row.get("status") == "invalid" and not ctx.multirun:
         raise InvalidPoint(row.get("error") or "invalid point")  # e.g. a back end option it rejects
     row.update(point_id=pid, sweep_id=ctx.sweep_id, jobs_sharing_device=ctx.jobs_sharing_device)
@@ -131,7 +136,7 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     row["job_wall_s"] = _last_row_written - start
     rows.write_row(ctx.job_dir, row)
     rows.rebuild_csv(ctx.sweep_dir)
-    SINK.log_point(wandb_conf, row, group=ctx.sweep_id or ctx.sweep_dir.name, out_dir=ctx.sweep_dir)
+    SINK.log_point(parsed.wandb, row, group=ctx.sweep_id or ctx.sweep_dir.name, out_dir=ctx.sweep_dir)
 
     eta = progress.eta_s(meta.get("started_unix"), index or 0, total)
     print(progress.line(index, total, progress.describe(row, varying), row, eta=eta), flush=True)
@@ -149,15 +154,7 @@ def _varying(cfg: Mapping[str, Any], overridden: list[str]) -> list[str]:
     return list(dict.fromkeys(keys))
 
 
-def _stub(cfg: Mapping[str, Any], status: str) -> dict[str, Any]:
+def _stub(parsed: C.Job, status: str) -> dict[str, Any]:
     """Enough of a row to print the progress line of a skipped point."""
-    try:
-        flat = C.flat_config(cfg)
-    except ValueError:
-        flat = dict(cfg)
-    stub = {k: v for k, v in flat.items() if not isinstance(v, Mapping)}
-    for key in ("backend", "precision"):
-        node = flat.get(key)
-        stub[key] = str(node.get("name") if isinstance(node, Mapping) else node or "")
-    stub["status"] = status
-    return stub
+    columns = parsed.point.columns() if parsed.point is not None else point_columns_of(parsed.values)
+    return {**columns, "status": status}

@@ -8,9 +8,10 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Mapping
 
+from selfattn.point import AXES
+
 # The point's axes worth a `key=value` (back end first and precision last are always shown).
-_SHOWN = ("device", "batch", "heads", "seq_len", "q_len", "head_dim", "d_model", "causal", "scale",
-          "mode", "scope", "input_std", "seed")
+_SHOWN = frozenset(AXES) - {"backend", "precision"} | {"d_model"}
 
 
 def describe(row: Mapping[str, Any], keys: Iterable[str]) -> str:

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from selfattn.results import COLUMNS
+from selfattn.results import COLUMNS, rank
 
 ROW_GLOBS = ("row*.json", "*/row*.json")  # a single run's folder, or a sweep's job folders
 CSV_NAME = "results.csv"
@@ -106,18 +106,16 @@ def read_rows(sweep_dir: Path) -> list[dict[str, Any]]:
 
 
 def best_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per point_id: an ok row if there is one, else the newest; first-seen order."""
+    """One row per point_id, chosen by `selfattn.results.rank` (ok first, then newest); first-seen order."""
     best: dict[str, dict[str, Any]] = {}
     for row in rows:
         key = str(row.get("point_id") or id(row))
         old = best.get(key)
-        if old is None or _rank(row) > _rank(old):
+        if old is None or rank(row) > rank(old):
             best[key] = row
     return list(best.values())
 
 
-def _rank(row: Mapping[str, Any]) -> tuple[bool, str]:
-    return (row.get("status") == "ok", str(row.get("timestamp") or ""))
 
 
 def done_points(sweep_dir: Path) -> dict[str, str]:

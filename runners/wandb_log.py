@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from selfattn.point import POINT_COLUMNS
+
 # System metrics sampling would steal CPU from the timed calls on a small machine.
 _SETTINGS = {"silent": True, "console": "off", "x_disable_stats": True, "disable_git": True, "save_code": False}
 
@@ -121,8 +123,8 @@ def _table_cell(value: Any) -> Any:
     return str(value) if isinstance(value, (dict, list)) else value
 
 
-_POINT_KEYS = ("backend", "kernel", "backend_options", "precision", "device", "mode", "scope", "batch", "heads",
-               "q_len", "seq_len", "head_dim", "d_model", "causal", "scale", "input_std", "seed", "point_id", "sweep_id")
+# A run's config: the point's columns, the kernel that ran, and the ids that tie it to results.csv.
+_POINT_KEYS = frozenset(POINT_COLUMNS) | {"kernel", "point_id", "sweep_id"}
 
 SINK = WandbSink()
 atexit.register(SINK.close)

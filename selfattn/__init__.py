@@ -2,31 +2,48 @@
 
     import selfattn
     out = selfattn.attention(q, k, v, backend="chunked", causal=True)
+
+The package is lazy: `import selfattn.point` or `selfattn.results` (pure Python) must not load
+torch, because analysis/ reads only CSV files and needs the row schema and the sweep axes, not
+seconds of torch start-up. Names below are imported on first use.
 """
 
-from selfattn.attention import attention
-from selfattn.backends import BACKENDS, available_backends, default_options, kernel_label
-from selfattn.errors import Unsupported
-from selfattn.inputs import make_qkv, make_x
-from selfattn.layer import MultiHeadSelfAttention
-from selfattn.point import Point
-from selfattn.precision import PRECISIONS, precision_context, resolve_dtype
-from selfattn.reference import attention_reference, causal_keep_mask
+from __future__ import annotations
 
-__all__ = [
-    "BACKENDS",
-    "MultiHeadSelfAttention",
-    "PRECISIONS",
-    "Point",
-    "Unsupported",
-    "attention",
-    "attention_reference",
-    "available_backends",
-    "causal_keep_mask",
-    "default_options",
-    "kernel_label",
-    "make_qkv",
-    "make_x",
-    "precision_context",
-    "resolve_dtype",
-]
+import importlib
+from typing import Any
+
+# public name -> the module that defines it
+_EXPORTS: dict[str, str] = {
+    "attention": "selfattn.api",
+    "BACKENDS": "selfattn.backends",
+    "BACKEND_NAMES": "selfattn.backends",
+    "available_backends": "selfattn.backends",
+    "default_options": "selfattn.backends",
+    "kernel_label": "selfattn.backends",
+    "Unsupported": "selfattn.errors",
+    "make_qkv": "selfattn.inputs",
+    "make_x": "selfattn.inputs",
+    "MultiHeadSelfAttention": "selfattn.layer",
+    "Point": "selfattn.point",
+    "PRECISIONS": "selfattn.point",
+    "precision_context": "selfattn.precision",
+    "resolve_dtype": "selfattn.precision",
+    "attention_reference": "selfattn.reference",
+    "causal_keep_mask": "selfattn.reference",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'selfattn' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -11,16 +11,14 @@ import math
 
 import torch
 
-from selfattn.validate import check_positive_int
+from selfattn.validate import check_positive_int, check_seed
 
 
 def _draw(shape: tuple[int, ...], *, dtype, device, std: float, seed: int, generator: torch.Generator | None = None):
     if isinstance(std, bool) or not isinstance(std, (int, float)) or not math.isfinite(std) or std <= 0:
         raise ValueError(f"std: expected a positive finite number, got {std!r}")
     if generator is None:
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
-        generator = torch.Generator(device="cpu").manual_seed(seed)
+        generator = torch.Generator(device="cpu").manual_seed(check_seed(seed))
     values = torch.randn(shape, generator=generator, dtype=torch.float64) * std
     return values.to(device=device, dtype=dtype)
 
@@ -41,9 +39,7 @@ def make_qkv(
     """q (batch, heads, q_len, head_dim) and k, v (batch, heads, seq_len, head_dim), N(0, std^2)."""
     for name, value in (("batch", batch), ("heads", heads), ("q_len", q_len), ("seq_len", seq_len), ("head_dim", head_dim)):
         check_positive_int(name, value)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
-    generator = torch.Generator(device="cpu").manual_seed(seed)
+    generator = torch.Generator(device="cpu").manual_seed(check_seed(seed))
     q = _draw((batch, heads, q_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)
     k = _draw((batch, heads, seq_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)
     v = _draw((batch, heads, seq_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)

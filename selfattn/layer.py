@@ -12,9 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from selfattn.attention import attention
+from selfattn.api import attention
 from selfattn.backends import resolve_options
-from selfattn.validate import check_bool, check_positive_int, resolve_scale
+from selfattn.validate import check_bool, check_positive_int, check_seed, resolve_scale
 
 
 class MultiHeadSelfAttention(nn.Module):
@@ -54,8 +54,7 @@ class MultiHeadSelfAttention(nn.Module):
         Drawn in float64 on the CPU from a private generator and copied into the current
         dtype and device, so a layer point is reproducible anywhere. Biases start at zero.
         """
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
+        check_seed(seed)
         generator = torch.Generator(device="cpu").manual_seed(seed)
         std = 1.0 / math.sqrt(self.d_model)
         for linear in (self.w_q, self.w_k, self.w_v, self.w_o):
@@ -69,12 +68,12 @@ class MultiHeadSelfAttention(nn.Module):
         if not isinstance(x_BLD, torch.Tensor) or x_BLD.dim() != 3 or x_BLD.shape[-1] != self.d_model:
             shape = tuple(x_BLD.shape) if isinstance(x_BLD, torch.Tensor) else type(x_BLD).__name__
             raise ValueError(f"x: expected shape (batch, seq_len, {self.d_model}), got {shape}")
-        b, length, _ = x_BLD.shape
+        return self.split_heads(self.w_q(x_BLD)), self.split_heads(self.w_k(x_BLD)), self.split_heads(self.w_v(x_BLD))
 
-        def split(t_BLD: torch.Tensor) -> torch.Tensor:
-            return t_BLD.view(b, length, self.heads, self.head_dim).transpose(1, 2)
-
-        return split(self.w_q(x_BLD)), split(self.w_k(x_BLD)), split(self.w_v(x_BLD))
+    def split_heads(self, t_BLD: torch.Tensor) -> torch.Tensor:
+        """(B, L, d_model) -> (B, heads, L, d_k): head h is columns h*d_k .. (h+1)*d_k of the projection."""
+        b, length, _ = t_BLD.shape
+        return t_BLD.reshape(b, length, self.heads, self.head_dim).transpose(1, 2)
 
     def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
         q, k, v = self.project_qkv(x_BLD)

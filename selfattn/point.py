@@ -1,20 +1,30 @@
 """One point of a sweep: everything that decides what is measured, and nothing else.
 
-A `Point` is what `selfattn.measure.measure_point` takes and what the sweep runner builds
-from a Hydra job's config. It knows nothing of Hydra or files.
+`Point` is the one definition of the sweep axes: each field is a flat config key of
+`python -m runners.sweep`, and its `spec` metadata (type, allowed values, bounds, help) drives
+validation, the point's id, the progress line, wandb's config and the analysis' grouping.
+Adding an axis is a field here, its line in conf/config.yaml, and the code that uses it.
+
+Pure Python (no torch): the runner checks configs and the analysis groups rows with it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
-BACKENDS_DOC = "naive | sdpa | chunked"
-PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16")
+from selfattn.backends import BACKEND_NAMES
+from selfattn.fields import default_of, spec, validate_instance
+
+# precision -> bytes per element (tf32 is float32 storage with TF32 matmuls)
+ELEMENT_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
+PRECISIONS: tuple[str, ...] = tuple(ELEMENT_BYTES)
+FP32_BYTES = 4
+FP64_BYTES = 8
 DEVICES = ("auto", "cpu", "cuda")
-MODES = ("fwd", "fwd_bwd")
-SCOPES = ("core", "layer")
 
 
 def parse_scale(value: Any) -> float | None:
@@ -31,7 +41,7 @@ def parse_scale(value: Any) -> float | None:
         number = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"scale: expected auto, none or a positive number, got {value!r}") from None
-    if not math.isfinite(number) or number <= 0:
+    if isinstance(value, bool) or not math.isfinite(number) or number <= 0:
         raise ValueError(f"scale: expected auto, none or a positive finite number, got {value!r}")
     return number
 
@@ -46,25 +56,33 @@ def scale_label(value: Any) -> str:
     return repr(scale)
 
 
+def _check_scale(value: Any) -> Any:
+    parse_scale(value)
+    return value
+
+
 @dataclass(frozen=True)
 class Point:
     """One measured configuration. Field names are the sweep's flat config keys."""
 
-    backend: str = "naive"
-    backend_options: Mapping[str, Any] = field(default_factory=dict)
-    precision: str = "fp32"
-    device: str = "cpu"  # "auto" is resolved by the caller or by measure_point
-    batch: int = 1
-    heads: int = 8
-    q_len: int | None = None  # None: q_len == seq_len (self-attention over the whole sequence)
-    seq_len: int = 1024
-    head_dim: int = 64
-    causal: bool = False
-    scale: Any = "auto"  # "auto" | "none" | positive number, see parse_scale
-    mode: str = "fwd"
-    scope: str = "core"
-    input_std: float = 1.0
-    seed: int = 0
+    backend: str = spec("naive", choices=BACKEND_NAMES, help="the attention back end (selfattn/backends/)")
+    backend_options: Mapping[str, Any] = spec(
+        default_factory=dict, help="the back end's own options (config: backend.<option>)")
+    precision: str = spec("fp32", choices=PRECISIONS, help="storage and compute precision")
+    device: str = spec("auto", choices=DEVICES, help="auto: cuda when torch sees a GPU, else cpu")
+    batch: int = spec(1, ge=1, help="sequences per call")
+    heads: int = spec(8, ge=1, help="attention heads")
+    q_len: int | None = spec(None, ge=1, help="queries per sequence; null: seq_len (1: one decode step)")
+    seq_len: int = spec(1024, ge=1, help="keys per sequence (n)")
+    head_dim: int = spec(64, ge=1, help="d_k, the dimension of one head")
+    causal: bool = spec(False, help="bottom-right aligned causal mask")
+    scale: Any = spec("auto", parse=_check_scale,
+                      help="auto (1/sqrt(head_dim)) | none (1.0, the unscaled ablation) | a positive number")
+    mode: str = spec("fwd", choices=("fwd", "fwd_bwd"), help="forward only, or forward and backward")
+    scope: str = spec("core", choices=("core", "layer"),
+                      help="core (Q, K, V given) | layer (X with Q/K/V/O projections)")
+    input_std: float = spec(1.0, gt=0, help="standard deviation of the random inputs")
+    seed: int = spec(0, ge=0, help="seed of the inputs and of the sampled accuracy rows")
 
     @property
     def q_len_resolved(self) -> int:
@@ -80,31 +98,77 @@ class Point:
     def d_model(self) -> int:
         return self.heads * self.head_dim
 
+    # Sizes the memory models of every back end share (selfattn/backends/*.predict_mem_bytes).
+    @property
+    def element_bytes(self) -> int:
+        if self.precision not in ELEMENT_BYTES:
+            raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        return ELEMENT_BYTES[self.precision]
+
+    @property
+    def scores(self) -> int:
+        """Elements of one (q_len x seq_len) tensor over every batch and head."""
+        return self.batch * self.heads * self.q_len_resolved * self.seq_len
+
+    @property
+    def out_bytes(self) -> int:
+        return self.batch * self.heads * self.q_len_resolved * self.head_dim * self.element_bytes
+
+    @property
+    def grad_bytes(self) -> int:
+        """dq, dk and dv."""
+        return self.batch * self.heads * (self.q_len_resolved + 2 * self.seq_len) * self.head_dim * self.element_bytes
+
     def validate(self) -> None:
         """Raise ValueError with one line naming the field and what is allowed."""
-        for name in ("batch", "heads", "seq_len", "head_dim"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
-        if self.q_len is not None and (
-            isinstance(self.q_len, bool) or not isinstance(self.q_len, int) or self.q_len < 1
-        ):
-            raise ValueError(f"q_len: expected null or an integer >= 1, got {self.q_len!r}")
+        validate_instance(self)
         if self.scope == "layer" and self.q_len is not None and self.q_len != self.seq_len:
             raise ValueError(f"q_len: scope=layer is self-attention over X, so q_len must be null or seq_len, got {self.q_len!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.device not in DEVICES:
-            raise ValueError(f"device: expected one of {', '.join(DEVICES)}, got {self.device!r}")
-        if self.mode not in MODES:
-            raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {self.mode!r}")
-        if self.scope not in SCOPES:
-            raise ValueError(f"scope: expected one of {', '.join(SCOPES)}, got {self.scope!r}")
-        if not isinstance(self.causal, bool):
-            raise ValueError(f"causal: expected true or false, got {self.causal!r}")
-        parse_scale(self.scale)
-        std = self.input_std
-        if isinstance(std, bool) or not isinstance(std, (int, float)) or not math.isfinite(std) or std <= 0:
-            raise ValueError(f"input_std: expected a positive finite number, got {std!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed: expected an integer >= 0, got {self.seed!r}")
+
+    def with_device(self, device: str) -> Point:
+        return self if self.device == device else replace(self, device=device)
+
+    def columns(self) -> dict[str, Any]:
+        """The point's own columns of results.csv (canonical spellings, q_len resolved).
+
+        Filled as far as they can be even for a point that does not validate (its row says why).
+        """
+        values: dict[str, Any] = {name: getattr(self, name) for name in AXES}
+        values["q_len"] = self.q_len_resolved
+        try:
+            values["backend_options"] = json.dumps(dict(self.backend_options), sort_keys=True, default=str)
+        except (TypeError, ValueError):
+            values["backend_options"] = str(self.backend_options)
+        try:
+            values.update(scale=scale_label(self.scale), scale_value=self.scale_value, d_model=self.d_model)
+        except (TypeError, ValueError):
+            values["scale"] = str(self.scale)
+        return values
+
+    def point_id(self) -> str:
+        """A stable hash of everything that decides what is measured (not budget, not wandb).
+
+        The key is every field, with q_len resolved and the scale's canonical label; a field
+        added after ids began joins it only when it leaves its default, so rows of earlier
+        sweeps keep their ids (resume relies on it).
+        """
+        key = {name: getattr(self, name) for name in FIELD_NAMES
+               if name in _ALWAYS_IN_ID or getattr(self, name) != axis_default(name)}
+        key.update(backend_options=dict(sorted(self.backend_options.items())), q_len=self.q_len_resolved,
+                   scale=scale_label(self.scale))
+        return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Point))
+# The fields point ids have hashed since they began (a historical record, not a list to extend).
+_ALWAYS_IN_ID = frozenset({"backend", "backend_options", "precision", "device", "batch", "heads", "q_len",
+                           "seq_len", "head_dim", "causal", "scale", "mode", "scope", "input_std", "seed"})
+# The flat sweep axes: every field but the back end's options (those are `backend.<option>`).
+AXES: tuple[str, ...] = tuple(name for name in FIELD_NAMES if name != "backend_options")
+# Columns a row spends on its point: the fields plus what they imply (d_model, the scale's factor).
+POINT_COLUMNS: tuple[str, ...] = (*FIELD_NAMES, "d_model", "scale_value")
+
+
+def axis_default(name: str) -> Any:
+    """The default of field `name` (what an older results.csv without that column measured)."""
+    return default_of(next(f for f in fields(Point) if f.name == name))

@@ -17,18 +17,19 @@ def causal_keep_mask(
     *,
     device: torch.device | str | None = None,
     rows: torch.Tensor | None = None,
+    keys: tuple[int, int] | None = None,
 ) -> torch.Tensor:
-    """Bool (q_len or len(rows), seq_len): True where query i may see key j.
+    """Bool (q_len or len(rows), seq_len or the `keys` range): True where query i may see key j.
 
     Bottom-right aligned: query i sees keys j <= i + seq_len - q_len, so the last query
     always sees every key (q_len == 1 is a decode step) and q_len == seq_len is the usual
-    lower triangle.
+    lower triangle. `rows` and `keys` = (first, end) cut out a block (the chunked back end's).
     """
     if rows is None:
         query_idx = torch.arange(q_len, device=device)
     else:
         query_idx = rows.to(device=device, dtype=torch.long)
-    key_idx = torch.arange(seq_len, device=device)
+    key_idx = torch.arange(*(keys or (0, seq_len)), device=device)
     return key_idx[None, :] <= query_idx[:, None] + (seq_len - q_len)
 
 

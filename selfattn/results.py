@@ -1,6 +1,6 @@
 """The row schema of results.csv: one dataclass, one tidy row per sweep point.
 
-Core columns are a contract (design.md): more may be added, none renamed or removed.
+Core columns are a contract (docs/architecture.md): more may be added, none renamed or removed.
 Bump SCHEMA_VERSION when a column's meaning changes; readers refuse rows of a newer schema.
 Units are in the names: milliseconds, bytes, FLOPs, seconds.
 """
@@ -8,7 +8,7 @@ Units are in the names: milliseconds, bytes, FLOPs, seconds.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Mapping
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "oom", "skipped_budget", "unsupported", "invalid", "error")
@@ -94,3 +94,9 @@ class Row:
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row))
+
+
+def rank(row: Mapping[str, Any]) -> tuple[bool, str]:
+    """The one rule for two rows of the same point: a successful row beats a failed one, then
+    the newer wins (ISO 8601 UTC timestamps sort as text). results.csv and merged reports both use it."""
+    return (row.get("status") == "ok", str(row.get("timestamp") or ""))

@@ -73,6 +73,13 @@ def check_positive_int(name: str, value: Any) -> int:
     return value
 
 
+def check_seed(seed: Any) -> int:
+    """A seed for torch.Generator: an integer >= 0."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
+    return seed
+
+
 def check_bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{name}: expected True or False, got {value!r}")

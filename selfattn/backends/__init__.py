@@ -1,59 +1,82 @@
-"""The back ends, in a plain registry: name -> module.
+"""The back ends, in a plain registry: one name per back end, one module per name.
 
-Every back-end module provides:
+Adding a back end = its module here + its name in BACKEND_NAMES + conf/backend/<name>.yaml
+(docs/architecture.md walks through it). Every back-end module owns all of its facts:
     NAME: str
-    OPTIONS: dict[str, Any]            option name -> default (None: tuned per device and dtype)
+    Options                            a dataclass of `selfattn.fields.spec` fields: the options,
+                                       their defaults (None: tuned per device and dtype) and rules
+    EFFICIENCY: float                  share of the matmul peak the time guard assumes it reaches
     available(device) -> bool          whether it can run on this device at all
-    resolve_options(options, device, dtype) -> dict   validated options with defaults filled in
+    resolve_options(options, device, dtype) -> dict   checked options with defaults filled in
     kernel_label(resolved_options) -> str             the results' `kernel` column
+    predict_mem_bytes(point, options, device) -> int  peak bytes of one call beyond its inputs
     attention(q, k, v, *, causal, scale, **resolved_options) -> Tensor
 Inputs reaching `attention` are already validated (selfattn.attention does that).
+
+The names are plain data so that the sweep axes and the analysis (which never loads torch)
+can know the back ends; the modules, which need torch, load on first use.
 """
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import torch
+from selfattn.fields import check_fields
 
-from selfattn.backends import chunked, naive, sdpa
+if TYPE_CHECKING:
+    import torch
 
-BACKENDS: dict[str, ModuleType] = {module.NAME: module for module in (naive, sdpa, chunked)}
+# The registry. Order is the order of tables, legends and colours everywhere.
+BACKEND_NAMES: tuple[str, ...] = ("naive", "sdpa", "chunked")
 
 
 def get_backend(name: str) -> ModuleType:
-    """The registered module for `name`, or ValueError listing the valid names."""
-    if not isinstance(name, str) or name not in BACKENDS:
-        raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {name!r}")
-    return BACKENDS[name]
+    """The module of back end `name`, or ValueError listing the valid names."""
+    if not isinstance(name, str) or name not in BACKEND_NAMES:
+        raise ValueError(f"backend: expected one of {', '.join(BACKEND_NAMES)}, got {name!r}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BACKENDS":  # name -> module, built on first use (it loads torch), then kept
+        registry = {backend: get_backend(backend) for backend in BACKEND_NAMES}
+        globals()["BACKENDS"] = registry
+        return registry
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def available_backends(device: torch.device | str = "cpu") -> list[str]:
     """Names of the back ends that can run on `device`, in registry order."""
-    return [name for name, module in BACKENDS.items() if module.available(torch.device(device))]
+    import torch
+
+    return [name for name in BACKEND_NAMES if get_backend(name).available(torch.device(device))]
+
+
+def check_options(name: str, options: Mapping[str, Any] | None, *, prefix: str = "") -> dict[str, Any]:
+    """The options given for back end `name`, checked against its `Options` (no defaults filled).
+
+    An option it does not know raises ValueError naming it and the nearest known one.
+    """
+    return check_fields(get_backend(name).Options, options, prefix=prefix, fill_defaults=False)
 
 
 def resolve_options(
     name: str,
     options: Mapping[str, Any] | None = None,
     device: torch.device | str = "cpu",
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> dict[str, Any]:
-    """Validated options of back end `name` with every default filled in for device and dtype.
+    """Checked options of back end `name` with every default filled in for device and dtype."""
+    import torch
 
-    An option the back end does not know raises ValueError naming it and the allowed ones.
-    """
     module = get_backend(name)
-    options = dict(options or {})
-    for key in options:
-        if key not in module.OPTIONS:
-            allowed = ", ".join(module.OPTIONS) or "none"
-            raise ValueError(f"{key}: not an option of backend {name!r} (allowed: {allowed})")
-    return module.resolve_options(options, torch.device(device), dtype)
+    given = {k: v for k, v in check_options(name, options).items() if v is not None}
+    return module.resolve_options(given, torch.device(device), torch.float32 if dtype is None else dtype)
 
 
-def default_options(name: str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+def default_options(name: str, device: torch.device | str = "cpu", dtype: torch.dtype | None = None) -> dict[str, Any]:
     """The option values back end `name` uses when none are given (tuned chunk sizes included)."""
     return resolve_options(name, {}, device, dtype)
 
@@ -63,15 +86,16 @@ def kernel_label(
     options: Mapping[str, Any] | None = None,
     *,
     device: torch.device | str = "cpu",
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> str:
     """Text for the results' `kernel` column, defaults resolved: "auto", "q512-kv1024", "materialized"."""
     return get_backend(name).kernel_label(resolve_options(name, options, device, dtype))
 
 
 __all__ = [
-    "BACKENDS",
+    "BACKEND_NAMES",
     "available_backends",
+    "check_options",
     "default_options",
     "get_backend",
     "kernel_label",

@@ -26,14 +26,25 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
 
-from selfattn.validate import check_positive_int
+from selfattn.fields import spec
+from selfattn.reference import causal_keep_mask
+from selfattn.point import FP32_BYTES, Point
 
 NAME = "chunked"
-OPTIONS: dict[str, Any] = {"q_chunk": None, "kv_chunk": None}  # None: DEFAULT_CHUNKS for the device/dtype
+# Block matmuls plus memory-bound online-softmax passes: the time guard's optimistic share of
+# the matmul peak.
+EFFICIENCY = 0.6
+
+
+@dataclass(frozen=True)
+class Options:
+    q_chunk: int | None = spec(None, ge=1, help="query rows per block; null: the tuned default (DEFAULT_CHUNKS)")
+    kv_chunk: int | None = spec(None, ge=1, help="key rows per block; null: the tuned default")
 
 # (device type, dtype) -> (q_chunk, kv_chunk), chosen from a measured sweep (see docs/performance.md).
 # CPU fp32, B1 H8 D64, n=4096, 2 threads: chunked/sdpa CPU time 1.24-1.34 for every size from
@@ -57,8 +68,8 @@ def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtyp
     q_chunk = options.get("q_chunk")
     kv_chunk = options.get("kv_chunk")
     return {
-        "q_chunk": q_default if q_chunk is None else check_positive_int("q_chunk", q_chunk),
-        "kv_chunk": kv_default if kv_chunk is None else check_positive_int("kv_chunk", kv_chunk),
+        "q_chunk": q_default if q_chunk is None else q_chunk,
+        "kv_chunk": kv_default if kv_chunk is None else kv_chunk,
     }
 
 
@@ -109,11 +120,9 @@ def _blocks(q_len: int, seq_len: int, causal: bool, q_chunk: int, kv_chunk: int)
         yield m0, m1, kv
 
 
-def _hidden(m0: int, m1: int, n0: int, n1: int, offset: int, device: torch.device) -> torch.Tensor:
-    """Bool (m1-m0, n1-n0): True where key n0+j lies in the future of query m0+i."""
-    rows = torch.arange(m0 + offset, m1 + offset, device=device)
-    cols = torch.arange(n0, n1, device=device)
-    return cols[None, :] > rows[:, None]
+def _hidden(q_len: int, seq_len: int, m0: int, m1: int, n0: int, n1: int, device: torch.device) -> torch.Tensor:
+    """Bool (m1-m0, n1-n0): True where key n0+j lies in the future of query m0+i (the reference's mask, cut)."""
+    return ~causal_keep_mask(q_len, seq_len, rows=torch.arange(m0, m1, device=device), keys=(n0, n1))
 
 
 def _forward(q_BHMD, k_BHND, v_BHND, causal: bool, scale: float, q_chunk: int, kv_chunk: int):
@@ -133,14 +142,13 @@ def _forward_flat(q_XMD, k_XND, v_XND, causal: bool, q_chunk: int, kv_chunk: int
     kT_XDN = k_XND.transpose(1, 2)
     out_XMD = torch.empty(x, q_len, d, dtype=q_XMD.dtype, device=q_XMD.device)
     lse_XM = torch.empty(x, q_len, dtype=q_XMD.dtype, device=q_XMD.device)
-    offset = seq_len - q_len
     for m0, m1, kv_blocks in _blocks(q_len, seq_len, causal, q_chunk, kv_chunk):
         q_XmD = q_XMD[:, m0:m1]
         acc_XmD = row_max_Xm1 = row_sum_Xm1 = None
         for n0, n1, needs_mask in kv_blocks:
             s_Xmn = torch.bmm(q_XmD, kT_XDN[:, :, n0:n1])
             if needs_mask:
-                s_Xmn.masked_fill_(_hidden(m0, m1, n0, n1, offset, s_Xmn.device), float("-inf"))
+                s_Xmn.masked_fill_(_hidden(q_len, seq_len, m0, m1, n0, n1, s_Xmn.device), float("-inf"))
             block_max_Xm1 = s_Xmn.amax(dim=-1, keepdim=True)
             if acc_XmD is None:  # first block: nothing to rescale
                 new_max_Xm1 = block_max_Xm1
@@ -193,14 +201,13 @@ def _backward_flat(q_XMD, k_XND, v_XND, do_XMD, out_XMD, lse_XM, causal: bool, q
     dk_parts = [torch.zeros_like(k_XND[:, n0 : n0 + kv_chunk]) for n0 in kv_starts]
     dv_parts = [torch.zeros_like(v_XND[:, n0 : n0 + kv_chunk]) for n0 in kv_starts]
     dq_parts = []
-    offset = seq_len - q_len
     for m0, m1, kv_blocks in _blocks(q_len, seq_len, causal, q_chunk, kv_chunk):
         q_XmD, do_XmD = q_XMD[:, m0:m1], do_XMD[:, m0:m1]
         dq_XmD = torch.zeros_like(q_XmD)
         for n0, n1, needs_mask in kv_blocks:
             s_Xmn = torch.bmm(q_XmD, k_XND[:, n0:n1].transpose(1, 2))
             if needs_mask:
-                s_Xmn.masked_fill_(_hidden(m0, m1, n0, n1, offset, s_Xmn.device), float("-inf"))
+                s_Xmn.masked_fill_(_hidden(q_len, seq_len, m0, m1, n0, n1, s_Xmn.device), float("-inf"))
             p_Xmn = s_Xmn.sub_(lse_XM1[:, m0:m1]).exp_()
             part = n0 // kv_chunk
             dv_parts[part][:, : n1 - n0].baddbmm_(p_Xmn.transpose(1, 2), do_XmD)
@@ -307,3 +314,31 @@ class _ChunkedAttention(torch.autograd.Function):
         q, k, v, out_XMD, lse_XM = ctx.saved_tensors
         dq, dk, dv = _backward(grad_out, q, k, v, out_XMD, lse_XM, *ctx.config)
         return dq, dk, dv, None, None, None, None
+
+
+def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
+    """O(n d) copies plus a few q_chunk x kv_chunk blocks per (batch, head); never O(n^2)."""
+    s = point.element_bytes
+    out, grads = point.out_bytes, point.grad_bytes
+    low = s < FP32_BYTES  # fp16/bf16 compute in fp32 copies and cast the results back
+    c = FP32_BYTES if low else s
+    bh, d = point.batch * point.heads, point.head_dim
+    q_len, seq_len = point.q_len_resolved, point.seq_len
+    q_chunk = min(int(options.get("q_chunk") or FALLBACK_CHUNKS[0]), q_len)
+    kv_chunk = min(int(options.get("kv_chunk") or FALLBACK_CHUNKS[1]), seq_len)
+    block = bh * q_chunk * kv_chunk * c  # one block of scores for every (batch, head)
+    q_c, kv_c, rows_c = bh * q_len * d * c, bh * seq_len * d * c, bh * q_len * c
+    # forward: the scaled q (and its fp32 cast), fp32 k/v casts, output, log-sum-exp,
+    # two score blocks alive across an iteration, the block's accumulator, the output cast back
+    fwd = q_c * (2 if low else 1) + (2 * kv_c if low else 0) + q_c + rows_c + 2 * block + bh * q_chunk * d * c
+    fwd += out if low else 0
+    if point.mode == "fwd":
+        return fwd
+    # backward: saved output + lse, scaled q, fp32 casts of k, v and dO, delta; then either the
+    # dq/dk/dv accumulators (kept per block) with three blocks (P, dP/dS, one in flight), or, at
+    # the end, those accumulators and their concatenation; the gradients cast back
+    saved = q_c + rows_c + (out if low else 0)
+    acc = q_c + 2 * kv_c
+    bwd = saved + q_c + ((2 * kv_c + q_c) if low else 0) + rows_c + max(acc + 3 * block, 2 * acc)
+    bwd += grads if low else 0
+    return max(fwd, bwd)

@@ -9,15 +9,24 @@ internally, so on a CPU the two differ only by the final rounding.)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
 
+from selfattn.fields import defaults, spec
+from selfattn.point import FP32_BYTES, Point
 from selfattn.reference import causal_keep_mask
-from selfattn.validate import check_bool
 
 NAME = "naive"
-OPTIONS: dict[str, Any] = {"upcast_softmax": False}
+# Mostly a matmul, plus memory-bound passes over the score matrix (scale, mask, softmax): the
+# time guard's optimistic share of the matmul peak (see selfattn/measure/predict.py).
+EFFICIENCY = 0.6
+
+
+@dataclass(frozen=True)
+class Options:
+    upcast_softmax: bool = spec(False, help="softmax in float32 even for fp16/bf16 inputs")
 
 
 def available(device: torch.device | str) -> bool:
@@ -25,9 +34,7 @@ def available(device: torch.device | str) -> bool:
 
 
 def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
-    resolved = {**OPTIONS, **options}
-    check_bool("upcast_softmax", resolved["upcast_softmax"])
-    return resolved
+    return {**defaults(Options), **options}
 
 
 def kernel_label(options: Mapping[str, Any]) -> str:
@@ -55,3 +62,20 @@ def attention(
     else:
         weights_BHMN = torch.softmax(scores_BHMN, dim=-1)
     return weights_BHMN @ v_BHND  # step 5: A V
+
+
+def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
+    """(q_len x seq_len) per head: two live at once forward (scores and their scaled copy, then
+    scores and weights), three in backward (saved weights, their gradient, the scores' gradient)."""
+    s = point.element_bytes
+    scores, out, grads = point.scores, point.out_bytes, point.grad_bytes
+    mask = point.q_len_resolved * point.seq_len * (1 + s) if point.causal else 0  # bool keep + additive mask
+    upcast = bool(options.get("upcast_softmax", False)) and point.precision not in ("fp32", "tf32")
+    if point.mode == "fwd":
+        if upcast:  # scores (s) + fp32 copy (4) + fp32 softmax (4), then softmax (4) + weights (s)
+            per = max(s + 2 * FP32_BYTES, 2 * s + FP32_BYTES)
+        else:
+            per = 2 * s
+        return scores * per + mask + out
+    per = 3 * s + (2 * FP32_BYTES if upcast else 0)
+    return scores * per + mask + out + grads

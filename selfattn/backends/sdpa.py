@@ -12,6 +12,7 @@ contract whenever q_len != seq_len, so in that case the mask is passed explicitl
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
@@ -19,9 +20,12 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from selfattn.errors import Unsupported
+from selfattn.fields import defaults, spec
+from selfattn.point import FP32_BYTES, Point
 
 NAME = "sdpa"
-OPTIONS: dict[str, Any] = {"kernel": "auto"}
+# Fused SDPA is mostly matmul: the time guard's optimistic share of the matmul peak.
+EFFICIENCY = 0.9
 KERNELS: dict[str, SDPBackend | None] = {
     "auto": None,
     "flash": SDPBackend.FLASH_ATTENTION,
@@ -29,6 +33,15 @@ KERNELS: dict[str, SDPBackend | None] = {
     "math": SDPBackend.MATH,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
 }
+# Per-thread scratch of torch's CPU flash kernel: a q_split x kv_split fp32 block and row stats.
+CPU_FLASH_Q_SPLIT = 256
+CPU_FLASH_KV_SPLIT = 512
+
+
+@dataclass(frozen=True)
+class Options:
+    kernel: str = spec("auto", choices=tuple(KERNELS),
+                       help="auto lets torch choose; a forced kernel that cannot run is an unsupported row")
 
 
 def available(device: torch.device | str) -> bool:
@@ -36,14 +49,11 @@ def available(device: torch.device | str) -> bool:
 
 
 def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
-    resolved = {**OPTIONS, **options}
-    if resolved["kernel"] not in KERNELS:
-        raise ValueError(f"kernel: expected one of {', '.join(KERNELS)}, got {resolved['kernel']!r}")
-    return resolved
+    return {**defaults(Options), **options}
 
 
 def kernel_label(options: Mapping[str, Any]) -> str:
-    return str(options.get("kernel", OPTIONS["kernel"]))
+    return str(options["kernel"])
 
 
 def attention(
@@ -88,3 +98,30 @@ def _call(q, k, v, mask, is_causal: bool, scale: float) -> torch.Tensor:
     if mask is not None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)
+
+
+def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
+    """Fused kernels keep O(n) per head; the math kernel materializes like naive."""
+    s = point.element_bytes
+    b, h, d = point.batch, point.heads, point.head_dim
+    q_len, seq_len = point.q_len_resolved, point.seq_len
+    scores, out, grads = point.scores, point.out_bytes, point.grad_bytes
+    kernel = options.get("kernel", "auto")
+    math_kernel = kernel == "math" or (device == "cuda" and kernel == "auto" and point.precision == "fp64")
+    # A non-square causal mask goes to SDPA as torch's lower-right CausalBias: fused CUDA kernels
+    # take it natively; elsewhere torch materializes it (bool, then an additive mask in the dtype).
+    native_mask = device == "cuda" and not math_kernel
+    mask = q_len * seq_len * (1 + s) if point.causal and q_len != seq_len and not native_mask else 0
+    if math_kernel:  # scaled q, k copies + scores + weights (fwd); + their gradients (bwd)
+        per = 2 * s if point.mode == "fwd" else 4 * s
+        return scores * per + mask + 2 * out + (grads if point.mode == "fwd_bwd" else 0)
+    lse = b * h * q_len * FP32_BYTES
+    if device == "cuda":
+        scratch = 0  # flash/efficient keep their tiles in shared memory
+    else:
+        scratch = torch.get_num_threads() * (CPU_FLASH_Q_SPLIT * (CPU_FLASH_KV_SPLIT + d + 2)) * FP32_BYTES
+    if point.mode == "fwd":
+        return out + lse + scratch + mask
+    # backward: (B, L, H, D) transposed copies of q, k, v, out, grad_out and fp32 accumulators
+    copies = b * h * (2 * q_len + 3 * seq_len) * d * s
+    return out + lse + grads + copies + 2 * scratch + mask

@@ -7,38 +7,24 @@ skipped on the prediction alone, never discovered by trying.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from selfattn.fields import spec, validate_instance
 from selfattn.point import Point
 
 
 @dataclass(frozen=True)
 class Budget:
-    """Limits for one point (the sweep config's `budget` group)."""
+    """Limits for one point (the sweep config's `budget` section mirrors these fields)."""
 
-    mem_fraction: float = 0.8  # share of the device's free memory a point may be predicted to use
-    max_point_s: float = 60.0  # limit on the predicted time of the whole point (warm-up, timing, accuracy)
-    timing_s: float = 1.0  # how long a point is timed (at least timing.MIN_SAMPLES calls)
-    accuracy_rows: int = 128  # query rows sampled for accuracy and stability (all when fewer)
-    measure_device_peak: bool = True  # measure the GEMM peak (False: nominal, no tflops fraction)
+    mem_fraction: float = spec(0.8, gt=0, le=1, help="share of the device's free memory a point may be predicted to use")
+    max_point_s: float = spec(60.0, gt=0, help="limit on the predicted time of the whole point (warm-up, timing, accuracy)")
+    timing_s: float = spec(1.0, gt=0, help="seconds of timed calls per point (at least timing.MIN_SAMPLES calls)")
+    accuracy_rows: int = spec(128, ge=1, help="query rows sampled for accuracy and stability (all when fewer)")
+    measure_device_peak: bool = spec(True, help="measure the GEMM peak once per process (false: nominal, no tflops fraction)")
 
     def __post_init__(self) -> None:
-        _positive_number("mem_fraction", self.mem_fraction)
-        if self.mem_fraction > 1:
-            raise ValueError(f"mem_fraction: expected a number in (0, 1], got {self.mem_fraction!r}")
-        _positive_number("max_point_s", self.max_point_s)
-        _positive_number("timing_s", self.timing_s)
-        rows = self.accuracy_rows
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-            raise ValueError(f"accuracy_rows: expected an integer >= 1, got {rows!r}")
-        if not isinstance(self.measure_device_peak, bool):
-            raise ValueError(f"measure_device_peak: expected true or false, got {self.measure_device_peak!r}")
-
-
-def _positive_number(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name}: expected a positive finite number, got {value!r}")
+        validate_instance(self)
 
 
 def over_budget(

@@ -8,7 +8,6 @@ invalid (ValueError), unsupported (selfattn.Unsupported), oom (memory released),
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping
@@ -31,7 +30,7 @@ from selfattn.measure.predict import (
 )
 from selfattn.measure.stability import stability
 from selfattn.measure.timing import MIN_SAMPLES, time_call, wall_call
-from selfattn.point import Point, scale_label
+from selfattn.point import Point
 from selfattn.results import Row
 
 # OutOfMemoryError is torch.OutOfMemoryError since 2.5 and torch.cuda.OutOfMemoryError before.
@@ -45,41 +44,6 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}"[:500]
 
 
-def _options_json(options: Any) -> str:
-    """The back end's options as given, as JSON (whatever was given, for an invalid point)."""
-    try:
-        return json.dumps(dict(options), sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        return json.dumps(options, default=str)
-
-
-def _point_columns(point: Point, device: str) -> dict[str, Any]:
-    """The point's own columns, filled as far as they can be even for an invalid point."""
-    columns: dict[str, Any] = {
-        "backend": str(point.backend),
-        "backend_options": _options_json(point.backend_options),
-        "precision": str(point.precision),
-        "device": device,
-        "mode": str(point.mode),
-        "scope": str(point.scope),
-        "batch": point.batch,
-        "heads": point.heads,
-        "q_len": point.seq_len if point.q_len is None else point.q_len,
-        "seq_len": point.seq_len,
-        "head_dim": point.head_dim,
-        "causal": point.causal,
-        "input_std": point.input_std,
-        "seed": point.seed,
-    }
-    try:
-        columns["d_model"] = point.d_model
-        columns["scale"] = scale_label(point.scale)
-        columns["scale_value"] = point.scale_value
-    except (TypeError, ValueError):
-        columns["scale"] = str(point.scale)
-    return columns
-
-
 def measure_point(point: Point, budget: Budget | None = None) -> Row:
     """Measure one point and return its row; never raises for a failure of the point itself."""
     started = time.perf_counter()
@@ -87,7 +51,7 @@ def measure_point(point: Point, budget: Budget | None = None) -> Row:
     device = resolve_device(point.device) if point.device in ("auto", "cpu", "cuda") else str(point.device)
     row = Row()
     try:
-        row_values = _point_columns(point, device)
+        row_values = point.with_device(device).columns()
     except Exception:  # a point so broken its columns cannot be formatted: keep what is safe
         row_values = {"backend": str(point.backend), "device": device}
     row_values.update(_environment_columns(device))
@@ -133,7 +97,7 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
         raise ValueError(f"backend_options: expected a mapping of option names to values, got {point.backend_options!r}")
     if device == "cuda" and not torch.cuda.is_available():
         raise Unsupported("device cuda: no CUDA device is available to this process")
-    point = _with_device(point, device)
+    point = point.with_device(device)
     with precision_context(point.precision, device) as dtype:
         options = resolve_options(point.backend, dict(point.backend_options), device, dtype)
         row.kernel = kernel_label(point.backend, dict(point.backend_options), device=device, dtype=dtype)
@@ -232,9 +196,3 @@ def _accuracy_and_stability(point: Point, workload: Any, checked: Any, rows: tor
     )
     for name, value in metrics.to_dict().items():
         setattr(row, name, value)
-
-
-def _with_device(point: Point, device: str) -> Point:
-    from dataclasses import replace
-
-    return point if point.device == device else replace(point, device=device)

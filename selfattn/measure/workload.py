@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from selfattn.attention import attention
+from selfattn.api import attention
 from selfattn.inputs import make_qkv, make_x
 from selfattn.layer import MultiHeadSelfAttention
 from selfattn.point import Point, parse_scale
@@ -182,9 +182,5 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
 
 def _project_rows(layer: MultiHeadSelfAttention, x_BLD: torch.Tensor, rows: torch.Tensor):
     """The layer's q for the sampled rows only, (B, H, rows, d_k), and its full k, v (B, H, L, d_k)."""
-    b, length, _ = x_BLD.shape
-
-    def split(t_BLD: torch.Tensor) -> torch.Tensor:
-        return t_BLD.reshape(b, t_BLD.shape[1], layer.heads, layer.head_dim).transpose(1, 2)
-
+    split = layer.split_heads
     return split(layer.w_q(x_BLD[:, rows])), split(layer.w_k(x_BLD)), split(layer.w_v(x_BLD))

@@ -81,6 +81,21 @@ def test_same_point_on_same_device_keeps_the_newest_row(tmp_path, fabricate):
     assert (loaded.rows.loc[loaded.rows["status"] == "ok", "time_ms"] == 123.0).all()
 
 
+def test_a_newer_failed_row_never_hides_an_ok_one_the_rule_results_csv_uses(tmp_path, fabricate):
+    ok = fabricate().quadratic_cost(sizes=(256,)).frame()
+    ok = ok[ok["status"] == "ok"]
+    failed = ok.assign(status="oom", time_ms=float("nan"), timestamp="2026-11-30T00:00:00+00:00")
+    ok.to_csv(tmp_path / "ok.csv", index=False)
+    failed.to_csv(tmp_path / "failed.csv", index=False)
+    loaded = load([tmp_path / "failed.csv", tmp_path / "ok.csv"], warn=False).rows
+    assert len(loaded) == len(ok) and (loaded["status"] == "ok").all()
+    # results.csv's own rule, on the same pair of rows, keeps the same one
+    from runners.rows import best_rows
+
+    pair = [{**failed.iloc[0].to_dict(), "point_id": "p"}, {**ok.iloc[0].to_dict(), "point_id": "p"}]
+    assert [r["status"] for r in best_rows(pair)] == ["ok"]
+
+
 def test_same_point_on_two_hosts_is_kept_twice_with_distinct_labels(tmp_path, fabricate):
     fabricate(hostname="node1", device="cuda", device_name="NVIDIA H200").quadratic_cost(sizes=(256,)).write(
         tmp_path / "1" / "results.csv")
@@ -105,9 +120,8 @@ def test_analysis_reads_the_schema_without_importing_torch():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    code = ("import analysis.report, analysis.schema as s, selfattn.results as r; "
-            "assert s.COLUMNS == r.COLUMNS and s.SCHEMA_VERSION == r.SCHEMA_VERSION")
-    probe = ("import sys, analysis.report; print('torch' in sys.modules)")
+    # The schema, the sweep axes and the back ends' names, as the analysis imports them.
+    probe = ("import sys, analysis.report, selfattn, selfattn.results, selfattn.point, selfattn.backends; "
+             "print('torch' in sys.modules, selfattn.backends.BACKEND_NAMES)")
     assert subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True,
-                          check=True).stdout.strip() == "False"
-    subprocess.run([sys.executable, "-c", code], cwd=root, check=True)
+                          check=True).stdout.strip() == "False ('naive', 'sdpa', 'chunked')"

@@ -229,3 +229,4 @@ def test_chunked_works_in_a_forked_child():
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
         torch.set_num_threads(before)
+

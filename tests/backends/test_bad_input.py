@@ -59,9 +59,11 @@ def test_unknown_backend_lists_valid_names():
         call(backend="nope")
 
 
-def test_unknown_option_names_the_allowed_ones():
-    with pytest.raises(ValueError, match=r"allowed: q_chunk, kv_chunk"):
+def test_unknown_option_names_the_nearest_or_the_allowed_ones():
+    with pytest.raises(ValueError, match=r"^chunk: unknown key; did you mean q_chunk\?$"):
         call(backend="chunked", chunk=64)
+    with pytest.raises(ValueError, match=r"^blocks: unknown key; allowed: q_chunk, kv_chunk$"):
+        call(backend="chunked", blocks=64)
 
 
 def test_device_mismatch():

@@ -6,18 +6,21 @@ people change, and leave each one overridable from the command line.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from runners import config
 
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 SLURM_TARGET = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
 
 
 def _compose(*overrides: str):
     config.register_resolvers()
-    with initialize_config_dir(str(config.CONF_DIR), version_base="1.3"):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         return compose("config", overrides=list(overrides), return_hydra_config=True)
 
 

@@ -5,7 +5,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from selfattn import Point
-from selfattn.attention import attention
+from selfattn.api import attention
 from selfattn.inputs import make_qkv, make_x
 from selfattn.layer import MultiHeadSelfAttention
 from selfattn.measure import point_flops, unmasked_pairs

@@ -58,7 +58,7 @@ def test_experiment_composes_and_its_first_and_last_points_are_valid(composer, n
         if device == "cuda":  # building the point resolves devices only; cuda need not exist here
             flat["device"] = "cuda"
         try:
-            point = C.point_from_config(flat)
+            point = point_of(flat)
         except ValueError as exc:
             assert name == "heads" and "does not divide" in str(exc)  # the one intended invalid
             continue
@@ -77,11 +77,11 @@ def test_quick_is_the_union_of_its_grids(composer):
     points = C.grid_points(cfg.grids)
     assert count_jobs(cfg) == len(points) == 3 * 2 * 7 + 4 * 2 + 2 * 2 * 2 * 2
     flat = task_dict(cfg)
-    built = {C.point_id(C.point_from_config({**flat, "grid_point": i})) for i in range(len(points))}
+    built = {point_of({**flat, "grid_point": i}).point_id() for i in range(len(points))}
     assert len(built) == len(points) - 1  # one stability point (d=64, scale=auto) is also a cost point
-    stability = C.point_from_config({**flat, "grid_point": 3 * 2 * 7 + 4 * 2 - 1})
+    stability = point_of({**flat, "grid_point": 3 * 2 * 7 + 4 * 2 - 1})
     assert (stability.backend, stability.head_dim, stability.scale) == ("naive", 1024, "none")
-    overflow = C.point_from_config({**flat, "grid_point": len(points) - 1})
+    overflow = point_of({**flat, "grid_point": len(points) - 1})
     assert (overflow.backend, overflow.precision, overflow.head_dim, overflow.scale, overflow.input_std) == (
         "sdpa", "fp16", 1024, "none", 32.0)
 
@@ -91,6 +91,18 @@ def test_help_lists_groups_and_experiments():
     for name in EXPERIMENTS:
         assert f"  {name} " in text
     assert "$APP_CONFIG_GROUPS" in text
+
+
+def point_of(cfg):
+    """The job's Point, or the ValueError a single run would print."""
+    parsed = C.parse_job(cfg)
+    if parsed.problem:
+        raise ValueError(parsed.problem)
+    return parsed.point
+
+
+def point_id(point):
+    return point.point_id()
 
 
 BASE = {"backend": {"name": "naive", "upcast_softmax": False}, "precision": {"name": "fp32"}, "device": "cpu",
@@ -106,7 +118,7 @@ BASE = {"backend": {"name": "naive", "upcast_softmax": False}, "precision": {"na
     ({"backend": {"name": "flash"}}, "backend:", "naive, sdpa, chunked"),
     ({"backend": {"name": "sdpa", "kernel": "fast"}}, "backend.kernel:", "flash"),
     ({"backend": {"name": "chunked", "q_chunk": 0, "kv_chunk": None}}, "backend.q_chunk:", "integer >= 1"),
-    ({"backend": {"name": "naive", "kernel": "math"}}, "backend.kernel:", "unknown key; allowed: upcast_softmax"),
+    ({"backend": {"name": "naive", "kernel": "math"}}, "backend.kernel:", "unknown key; allowed: backend.upcast_softmax"),
     ({"scale": "big"}, "scale:", "auto, none"),
     ({"device": "tpu"}, "device:", "auto, cpu, cuda"),
     ({"causal": "yes"}, "causal:", "true or false"),
@@ -114,7 +126,7 @@ BASE = {"backend": {"name": "naive", "upcast_softmax": False}, "precision": {"na
 ])
 def test_bad_values_raise_one_line_naming_the_key(change, key, allowed):
     with pytest.raises(ValueError) as info:
-        C.point_from_config({**BASE, **change})
+        point_of({**BASE, **change})
     message = str(info.value)
     assert "\n" not in message and message.startswith(key) and allowed in message
 
@@ -123,26 +135,70 @@ def test_bad_values_raise_one_line_naming_the_key(change, key, allowed):
                                          ({"timing": 1}, "budget.timing")])
 def test_bad_budget_raises_one_line(budget, key):
     with pytest.raises(ValueError, match=rf"^{key}"):
-        C.budget_kwargs({"budget": budget})
+        point_of({**BASE, "budget": budget})
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"seqlen": 4096}, "seqlen: unknown key; did you mean seq_len?"),
+    ({"kernel": "flash"}, "kernel: unknown key; did you mean backend.kernel?"),
+    ({"q_chunk": 64}, "q_chunk: unknown key; did you mean backend.q_chunk?"),
+    ({"budget": {"timng_s": 1.0}}, "budget.timng_s: unknown key; did you mean budget.timing_s?"),
+    ({"backend": {"name": "sdpa", "kernl": "flash"}}, "backend.kernl: unknown key; did you mean backend.kernel?"),
+    ({"precision": {"name": "fp16", "upcast": True}}, "precision.upcast: unknown key; allowed: precision.name"),
+])
+def test_unknown_keys_are_refused_naming_the_nearest_known_key(change, message):
+    parsed = C.parse_job({**BASE, **change})
+    assert parsed.point is None and parsed.problem == message
+
+
+def test_two_bad_configs_never_share_an_id():
+    """A multirun over a typo (`-m +seqlen=4096,8`) records two invalid rows, not one skipped."""
+    ids = {C.parse_job({**BASE, "seqlen": n}).point_id for n in (4096, 8)}
+    assert len(ids) == 2 and all(i.startswith("raw-") for i in ids)
+
+
+def test_conf_mirrors_the_dataclasses_that_own_each_key():
+    """conf/config.yaml and conf/backend/*.yaml hold exactly the keys the code reads, with its defaults."""
+    from dataclasses import fields
+
+    from selfattn.backends import BACKEND_NAMES, get_backend
+    from selfattn.fields import defaults
+    from selfattn.measure import Budget
+    from selfattn.point import AXES, axis_default
+
+    conf = OmegaConf.to_container(OmegaConf.load(CONF / "config.yaml"))
+    conf.pop("defaults"), conf.pop("hydra")
+    for axis in AXES:
+        if axis not in C.NODES:
+            assert conf.pop(axis) == axis_default(axis), axis
+    assert conf.pop("budget") == defaults(Budget)
+    assert conf.pop("wandb") == defaults(C.WandbConf)
+    assert conf == defaults(C.RunnerConf)
+    assert sorted(p.stem for p in (CONF / "backend").glob("*.yaml")) == sorted(BACKEND_NAMES)
+    for name in BACKEND_NAMES:
+        node = OmegaConf.to_container(OmegaConf.load(CONF / "backend" / f"{name}.yaml"))
+        assert node.pop("name") == name
+        assert node == defaults(get_backend(name).Options), name
+        assert [f.name for f in fields(get_backend(name).Options)] == list(node)
 
 
 def test_d_model_derives_head_dim_and_q_len_defaults_to_seq_len():
-    point = C.point_from_config({**BASE, "d_model": 96, "heads": 3})
+    point = point_of({**BASE, "d_model": 96, "heads": 3})
     assert point.head_dim == 32 and point.q_len_resolved == 64
 
 
 def test_point_id_is_stable_and_sees_every_axis_and_option():
-    base = C.point_id(C.point_from_config(BASE))
-    assert base == C.point_id(C.point_from_config(dict(BASE)))
-    assert base == C.point_id(C.point_from_config({**BASE, "q_len": 64}))  # null means seq_len
-    assert base == C.point_id(C.point_from_config({**BASE, "budget": {"timing_s": 5.0}}))  # budget is not the point
+    base = point_id(point_of(BASE))
+    assert base == point_id(point_of(dict(BASE)))
+    assert base == point_id(point_of({**BASE, "q_len": 64}))  # null means seq_len
+    assert base == point_id(point_of({**BASE, "budget": {"timing_s": 5.0}}))  # budget is not the point
     changed = [{"seq_len": 32}, {"causal": True}, {"scale": "none"}, {"precision": {"name": "bf16"}},
                {"backend": {"name": "naive", "upcast_softmax": True}}, {"seed": 1}, {"mode": "fwd_bwd"}]
-    ids = {C.point_id(C.point_from_config({**BASE, **c})) for c in changed}
+    ids = {point_id(point_of({**BASE, **c})) for c in changed}
     assert base not in ids and len(ids) == len(changed)
     chunked = {**BASE, "backend": {"name": "chunked", "q_chunk": None, "kv_chunk": None}}
-    assert C.point_id(C.point_from_config(chunked)) != C.point_id(
-        C.point_from_config({**chunked, "backend": {"name": "chunked", "q_chunk": 32, "kv_chunk": None}}))
+    assert point_id(point_of(chunked)) != point_id(
+        point_of({**chunked, "backend": {"name": "chunked", "q_chunk": 32, "kv_chunk": None}}))
 
 
 def test_jobs_sharing_device_per_launcher():
@@ -154,12 +210,3 @@ def test_jobs_sharing_device_per_launcher():
     assert jobs_sharing_device({"_target_": local, "array_parallelism": 256}, 5) == 5
     slurm = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
     assert jobs_sharing_device({"_target_": slurm}, 5) == 1
-
-
-def test_budget_conf_mirrors_measure_budget():
-    """conf's budget block is checked by BudgetConf (no torch import); it must not drift from Budget."""
-    from dataclasses import fields
-
-    from selfattn.measure import Budget
-
-    assert {f.name: f.default for f in fields(C.BudgetConf)} == {f.name: f.default for f in fields(Budget)}

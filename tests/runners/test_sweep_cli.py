@@ -45,8 +45,24 @@ def test_single_run_with_a_bad_value_exits_nonzero_with_one_line(tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == ["error: seq_len: expected an integer >= 1, got 0"]
     assert not (tmp_path / "results.csv").exists()
-    group = run_sweep("precision=fp8", *TINY, f"hydra.run.dir={tmp_path}")  # Hydra's own message
-    assert group.returncode != 0 and "fp8" in group.stderr and "fp32" in group.stderr
+
+
+@pytest.mark.parametrize("override, message", [
+    ("+seqlen=4096", "seqlen: unknown key; did you mean seq_len?"),
+    ("+kernel=flash", "kernel: unknown key; did you mean backend.kernel?"),  # what Hydra suggests after kernel=flash
+])
+def test_unknown_key_is_refused_never_measured(tmp_path, override, message):
+    out = run_sweep(override, *TINY, f"hydra.run.dir={tmp_path / 'single'}")
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [f"error: {message}"]
+    assert not (tmp_path / "single" / "results.csv").exists()
+
+
+def test_unknown_key_in_a_multirun_is_an_invalid_row_per_job(tmp_path):
+    out = run_sweep("-m", "+seqlen=4096,8", *TINY, f"hydra.sweep.dir={tmp_path}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    table = read_csv(tmp_path / "results.csv")
+    assert [r["status"] for r in table] == ["invalid", "invalid"] and len({r["point_id"] for r in table}) == 2
+    assert {r["error"] for r in table} == {"seqlen: unknown key; did you mean seq_len?"}
 
 
 def test_killed_sweep_keeps_finished_rows_and_resumes_without_duplicates(tmp_path):

@@ -1,4 +1,4 @@
-"""selfattn.attention: one entry point, any back end, the same contract (see design.md)."""
+"""selfattn.attention: one entry point, any back end, the same contract (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,203 @@
+"""Typed fields that carry their own rules, and one checker for every config section.
+
+A sweep axis (`Point`), a budget limit (`Budget`), a back end's option (`Options` in each back
+end's module) and a runner setting are all dataclass fields made with `spec(...)`: the type
+comes from the annotation, the rest (allowed values, bounds, help text) from the metadata. So
+each fact is written once and validation, error messages, ids and help all read it from there.
+
+Errors are one line that names the key and what is allowed:
+    seq_len: expected an integer >= 1, got 0
+    seqlen: unknown key; did you mean seq_len?
+Pure Python on purpose: analysis/ and the runner's config checks import it without torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+_MISSING = dataclasses.MISSING
+
+
+def spec(
+    default: Any = _MISSING,
+    *,
+    help: str,
+    choices: Sequence[Any] | None = None,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    parse: Callable[[Any], Any] | None = None,
+    default_factory: Callable[[], Any] | Any = _MISSING,
+) -> Any:
+    """A dataclass field with its rules: allowed `choices`, bounds (`ge`, `gt`, `le`), or a
+    `parse` function that returns the canonical value or raises ValueError naming the key."""
+    metadata = {"help": help, "choices": tuple(choices) if choices is not None else None,
+                "ge": ge, "gt": gt, "le": le, "parse": parse}
+    if default_factory is not _MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    """Field name -> its annotation, resolved (the modules use `from __future__ import annotations`)."""
+    return typing.get_type_hints(cls)
+
+
+def _kind(annotation: Any) -> tuple[Any, bool]:
+    """(base type, nullable) of an annotation such as `int | None`."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        nullable = len(args) < len(typing.get_args(annotation))
+        return (args[0] if len(args) == 1 else Any), nullable
+    return annotation, False
+
+
+def _bounds_text(meta: Mapping[str, Any]) -> str:
+    parts = []
+    if meta.get("gt") is not None:
+        parts.append(f"> {meta['gt']:g}")
+    if meta.get("ge") is not None:
+        parts.append(f">= {meta['ge']:g}")
+    if meta.get("le") is not None:
+        parts.append(f"<= {meta['le']:g}")
+    return " and ".join(parts)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else str(value)
+
+
+def allowed_text(f: dataclasses.Field, annotation: Any) -> str:
+    """What a field accepts, as the words after 'expected' in an error message."""
+    meta = f.metadata
+    base, nullable = _kind(annotation)
+    null = "null or " if nullable else ""
+    if meta.get("choices"):
+        return f"{null}one of {', '.join(_text(c) for c in meta['choices'])}"
+    bounds = _bounds_text(meta)
+    if base is bool:
+        return f"{null}true or false"
+    if base is int:
+        return f"{null}an integer{' ' + bounds if bounds else ''}"
+    if base is float:
+        return f"{null}a finite number{' ' + bounds if bounds else ''}"
+    if base is str:
+        return f"{null}a string"
+    return f"{null}a value"
+
+
+def check_value(key: str, value: Any, f: dataclasses.Field, annotation: Any) -> Any:
+    """One value against its field; returns the canonical value or raises a one-line ValueError."""
+    meta = f.metadata
+    base, nullable = _kind(annotation)
+    given = value
+
+    def bad() -> ValueError:
+        return ValueError(f"{key}: expected {allowed_text(f, annotation)}, got {_text(given) if given is None else repr(given)}")
+
+    if meta.get("parse") is not None:  # a spelling of its own (e.g. scale: auto | none | number)
+        try:
+            return meta["parse"](value)
+        except ValueError as err:
+            raise ValueError(f"{key}: {str(err).split(': ', 1)[-1]}") from None
+    if value is None:
+        if nullable or base is Any:
+            return None
+        raise bad()
+    if base is bool and not isinstance(value, bool):
+        raise bad()
+    if base is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise bad()
+    if base is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise bad()
+        value = float(value)
+    if base is str and not isinstance(value, str):
+        raise bad()
+    if meta.get("choices") is not None and value not in meta["choices"]:
+        raise bad()
+    if base in (int, float):
+        if meta.get("gt") is not None and not value > meta["gt"]:
+            raise bad()
+        if meta.get("ge") is not None and not value >= meta["ge"]:
+            raise bad()
+        if meta.get("le") is not None and not value <= meta["le"]:
+            raise bad()
+    return value
+
+
+def nearest(key: str, candidates: Iterable[str]) -> str | None:
+    """The candidate a typo most likely meant (`seqlen` -> `seq_len`), or None."""
+    candidates = list(candidates)
+    tail = key.rsplit(".", 1)[-1]
+    for name in candidates:  # the same key in another section: `kernel` -> `backend.kernel`
+        if name.rsplit(".", 1)[-1] == tail and name != key:
+            return name
+    match = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def unknown_key(key: str, candidates: Iterable[str]) -> ValueError:
+    """'seqlen: unknown key; did you mean seq_len?' (or the allowed keys when nothing is close).
+
+    A key inside a section (`budget.timng_s`) is matched within that section first.
+    """
+    candidates = list(candidates)
+    section = key.rsplit(".", 1)[0] + "." if "." in key else None
+    siblings = [c for c in candidates if section and c.startswith(section)]
+    if siblings:  # compare within the section: a shared prefix says nothing about the typo
+        tails = {c.rsplit(".", 1)[-1]: c for c in siblings}
+        tail = nearest(key.rsplit(".", 1)[-1], list(tails))
+        near = tails[tail] if tail else None
+    else:
+        near = nearest(key, candidates)
+    allowed = siblings or candidates
+    hint = f"did you mean {near}?" if near else f"allowed: {', '.join(allowed) or 'none'}"
+    return ValueError(f"{key}: unknown key; {hint}")
+
+
+def check_fields(cls: type, node: Mapping[str, Any] | None, *, prefix: str = "",
+                 fill_defaults: bool = True) -> dict[str, Any]:
+    """Check a mapping against a dataclass made of `spec` fields: no unknown key, every value
+    allowed. Returns the canonical values, defaults filled in unless `fill_defaults` is False."""
+    node = dict(node or {})
+    hints = field_types(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    for key in node:
+        if key not in known:
+            raise unknown_key(f"{prefix}{key}", [f"{prefix}{name}" for name in known])
+    checked: dict[str, Any] = {}
+    for name, f in known.items():
+        if name in node:
+            checked[name] = check_value(f"{prefix}{name}", node[name], f, hints[name])
+        elif fill_defaults:
+            checked[name] = default_of(f)
+    return checked
+
+
+def default_of(f: dataclasses.Field) -> Any:
+    if f.default is not _MISSING:
+        return f.default
+    if f.default_factory is not _MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    raise ValueError(f"{f.name}: required")
+
+
+def defaults(cls: type) -> dict[str, Any]:
+    """Field name -> default value of a `spec` dataclass."""
+    return {f.name: default_of(f) for f in dataclasses.fields(cls)}
+
+
+def validate_instance(obj: Any, *, prefix: str = "") -> None:
+    """Check every field of a dataclass instance against its own spec (for __post_init__/validate)."""
+    hints = field_types(type(obj))
+    for f in dataclasses.fields(obj):
+        check_value(f"{prefix}{f.name}", getattr(obj, f.name), f, hints[f.name])
