@@ -5,6 +5,10 @@ input dtype (so fp16 logits can overflow exactly as the chapter warns). `upcast_
 runs the softmax of fp16/bf16 scores in float32 (a no-op for fp32/fp64), the usual fix, so
 an ablation can show both. (torch's CPU softmax already accumulates bf16/fp16 in float32
 internally, so on a CPU the two differ only by the final rounding.)
+
+`scale_at` decides where the scale goes, which decides fp16 overflow: `logits` is the chapter's
+order (Q K^T, then multiply), so the product can pass 65504 before the scale shrinks it;
+`query` multiplies Q first, as the fused kernels do, so the product itself is already scaled.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ EFFICIENCY = 0.6
 @dataclass(frozen=True)
 class Options:
     upcast_softmax: bool = spec(False, help="softmax in float32 even for fp16/bf16 inputs")
+    scale_at: str = spec("logits", choices=("logits", "query"),
+                         help="logits: Q K^T, then scale (the chapter's order); query: scale Q first (as fused kernels do)")
 
 
 def available(device: torch.device | str) -> bool:
@@ -38,7 +44,8 @@ def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtyp
 
 
 def kernel_label(options: Mapping[str, Any]) -> str:
-    return "materialized-upcast" if options.get("upcast_softmax", False) else "materialized"
+    label = "materialized-upcast" if options.get("upcast_softmax", False) else "materialized"
+    return label + ("-scaleq" if options.get("scale_at", "logits") == "query" else "")
 
 
 def attention(
@@ -49,10 +56,14 @@ def attention(
     causal: bool,
     scale: float,
     upcast_softmax: bool = False,
+    scale_at: str = "logits",
 ) -> torch.Tensor:
     q_len, seq_len = q_BHMD.shape[2], k_BHND.shape[2]
-    scores_BHMN = q_BHMD @ k_BHND.transpose(-1, -2)  # step 1: Q K^T, (q_len x seq_len) per head
-    scores_BHMN = scores_BHMN * scale  # step 2: scale
+    if scale_at == "query":  # scale Q before the product, as fused kernels do
+        scores_BHMN = (q_BHMD * scale) @ k_BHND.transpose(-1, -2)
+    else:
+        scores_BHMN = q_BHMD @ k_BHND.transpose(-1, -2)  # step 1: Q K^T, (q_len x seq_len) per head
+        scores_BHMN = scores_BHMN * scale  # step 2: scale
     if causal:  # step 3: add -inf where the key lies in the query's future
         keep_MN = causal_keep_mask(q_len, seq_len, device=q_BHMD.device)
         mask_MN = torch.zeros(q_len, seq_len, dtype=scores_BHMN.dtype, device=q_BHMD.device)
@@ -66,9 +77,11 @@ def attention(
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
     """(q_len x seq_len) per head: two live at once forward (scores and their scaled copy, then
-    scores and weights), three in backward (saved weights, their gradient, the scores' gradient)."""
+    scores and weights), three in backward (saved weights, their gradient, the scores' gradient).
+    scale_at=query adds a scaled copy of Q (the size of the output) instead of the scaled scores."""
     s = point.element_bytes
     scores, out, grads = point.scores, point.out_bytes, point.grad_bytes
+    out += out if options.get("scale_at", "logits") == "query" else 0
     mask = point.q_len_resolved * point.seq_len * (1 + s) if point.causal else 0  # bool keep + additive mask
     upcast = bool(options.get("upcast_softmax", False)) and point.precision not in ("fp32", "tf32")
     if point.mode == "fwd":

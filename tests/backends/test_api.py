@@ -230,3 +230,15 @@ def test_chunked_works_in_a_forked_child():
     finally:
         torch.set_num_threads(before)
 
+
+def test_naive_scale_at_query_keeps_fp16_finite_where_the_chapters_order_overflows():
+    # d_k = 1024, inputs of std 32: Q K^T has std 32^2 * 32 = 32768, so its tail passes 65504 before
+    # the chapter's order divides by 32; scaling Q first keeps the product 32x smaller.
+    q, k, v = selfattn.make_qkv(1, 1, 64, 64, 1024, dtype=torch.float16, std=32.0, seed=1)
+    after = selfattn.attention(q, k, v, backend="naive", scale_at="logits")
+    before = selfattn.attention(q, k, v, backend="naive", scale_at="query")
+    assert not torch.isfinite(after).all()
+    assert torch.isfinite(before).all()
+    ref = selfattn.attention_reference(q, k, v)
+    assert (before.double() - ref).abs().max() < 0.05  # fp16 rounding; outputs reach ~150
+    assert selfattn.kernel_label("naive", {"scale_at": "query"}) == "materialized-scaleq"
