@@ -226,6 +226,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "png" in formats:  # the README embeds PNGs: write them first so their layout is the solved one
         formats.remove("png")
         formats.insert(0, "png")
+    # A large or killed sweep's results.csv is built at its end, or here: rows first, then the report.
+    from runners.rows import build_stale  # stdlib only: no torch
+
+    for line in build_stale(args.paths):
+        print(line, file=sys.stderr)
     try:
         report = write_report(args.paths, args.out, baseline_device=args.baseline_device, formats=formats)
     except NoUsableResults as exc:

@@ -1,8 +1,9 @@
 """Hydra callback: what happens once per multirun, before the first job and after the last.
 
 Start: count the jobs (for `[i/N]` and the ETA), note how many jobs share the device, warn
-when a parallel launcher makes timings interfere. End: rebuild results.csv from every row
-file, send the whole table to wandb, write the report, and say where everything is.
+when a parallel launcher makes timings interfere, make the sweep's point index (jobs look
+their point up there). End: build results.csv from every row file (jobs of a large sweep
+do not), send the whole table to wandb, write the report, and say where everything is.
 Runs in the launching process only; jobs (maybe in other processes) read sweep.json.
 """
 
@@ -82,6 +83,7 @@ class SweepCallback(Callback):
         sharing = jobs_sharing_device(config.hydra.launcher, total)
         meta = {"total": total, "started_unix": time.time(), "jobs_sharing_device": sharing}
         rows.atomic_write_text(sweep_dir / "sweep.json", json.dumps(meta))
+        rows.ensure_index(sweep_dir)  # once here: a resumed folder's rows are read once, not by every job
         print(f"sweep {sweep_id(config, sweep_dir)}: {total or '?'} jobs -> {sweep_dir}", flush=True)
         if sharing > 1:
             print(f"warning: {sharing} jobs share the device at once: their timings interfere; trust "
@@ -91,7 +93,7 @@ class SweepCallback(Callback):
         sweep_dir = Path(str(config.hydra.sweep.dir))
         if not sweep_dir.exists():
             return
-        csv_path, all_rows = rows.rebuild_csv(sweep_dir)
+        csv_path, all_rows = rows.rebuild_csv(sweep_dir)  # type: ignore[misc]  (waits: always builds)
         columns = list(dict.fromkeys([*COLUMNS, *(k for r in all_rows for k in r)]))
         wandb_conf = OmegaConf.to_container(config.wandb, resolve=True) if "wandb" in config else {}
         SINK.log_table(wandb_conf, all_rows, columns, group=sweep_id(config, sweep_dir), out_dir=sweep_dir)

@@ -111,7 +111,8 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     pid = parsed.point_id
 
     varying = _varying(cfg, ctx.varying)
-    done = rows.done_points(ctx.sweep_dir)
+    status = rows.point_status(ctx.sweep_dir, pid)  # this point's own index entry: flat in the sweep's size
+    done = {pid: status} if status is not None else {}
     if pid in done and (done[pid] == "ok" or not parsed.runner["retry_failed"]):
         stub = _stub(parsed, done[pid])
         print(progress.line(index, total, progress.describe(stub, varying), stub,
@@ -134,8 +135,7 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
         row["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     _last_row_written = time.perf_counter()
     row["job_wall_s"] = _last_row_written - start
-    rows.write_row(ctx.job_dir, row)
-    rows.rebuild_csv(ctx.sweep_dir)
+    rows.record_row(ctx.sweep_dir, ctx.job_dir, row)  # row file, index entry; results.csv while the sweep is small
     SINK.log_point(parsed.wandb, row, group=ctx.sweep_id or ctx.sweep_dir.name, out_dir=ctx.sweep_dir)
 
     eta = progress.eta_s(meta.get("started_unix"), index or 0, total)

@@ -68,3 +68,10 @@ def test_chunk_sweep_marks_default_and_ranks_pairs(capsys):
     assert load("chunk_sizes").main(["--sizes", "64", "--q-chunks", "32", "256", "--kv-chunks", "512"]) == 0
     out = capsys.readouterr().out
     assert "q_chunk   256 kv_chunk   512" in out and out.count("seq_len 64,") == 2, out
+
+
+def test_sweep_scale_tiny_prints_its_table_and_targets(capsys):
+    assert load("sweep_scale").main(["--tiny"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^\s+20\s+yes .*\n\s+300\s+no \(built at the end\)", out, re.MULTILINE), out
+    assert {m.group("target") for m in TARGET_LINE.finditer(out)} == {"1", "4"}, out

@@ -7,6 +7,8 @@ import json
 import multiprocessing as mp
 from pathlib import Path
 
+import pytest
+
 from runners import rows
 from selfattn.results import COLUMNS, Row
 
@@ -78,3 +80,192 @@ def test_written_files_are_readable_by_others_like_a_plain_open(tmp_path):
     csv_path, _ = rows.rebuild_csv(tmp_path)
     assert path.stat().st_mode & 0o777 == expected
     assert csv_path.stat().st_mode & 0o777 == expected
+
+
+# --- the point index: a job's bookkeeping never reads the other rows ------------------------
+
+
+def test_point_status_is_a_lookup_not_a_scan(tmp_path, monkeypatch):
+    rows.record_row(tmp_path, tmp_path / "0", row("a"))
+    rows.record_row(tmp_path, tmp_path / "1", row("b", status="oom"))
+    monkeypatch.setattr(rows, "row_paths", lambda *_: pytest.fail("a job must not list the sweep's rows"))
+    monkeypatch.setattr(rows, "LIVE_MAX_ROWS", 0)  # a large sweep: no results.csv after each job
+    assert rows.point_status(tmp_path, "a") == "ok" and rows.point_status(tmp_path, "b") == "oom"
+    assert rows.point_status(tmp_path, "never-measured") is None
+    rows.record_row(tmp_path, tmp_path / "2", row("c"))
+    assert rows.point_status(tmp_path, "c") == "ok"
+
+
+def test_index_follows_the_duplicate_rule_and_the_row_files(tmp_path):
+    rows.record_row(tmp_path, tmp_path / "0", row("a", status="error", timestamp="2026-01-01"))
+    rows.record_row(tmp_path, tmp_path / "1", row("a", status="ok", timestamp="2026-01-02"))  # retry_failed
+    rows.record_row(tmp_path, tmp_path / "2", row("a", status="error", timestamp="2026-01-03"))  # never beats ok
+    assert rows.point_status(tmp_path, "a") == "ok"
+    (tmp_path / "1" / "row.json").unlink()  # a person deletes the row to measure the point again
+    assert rows.point_status(tmp_path, "a") is None
+    # a resumed sweep whose grid changed: job 0 is another point now, both rows stay
+    rows.record_row(tmp_path, tmp_path / "0", row("b"))
+    assert (tmp_path / "0" / "row-b.json").is_file()
+    assert rows.point_status(tmp_path, "b") == "ok" and json.loads((tmp_path / "0" / "row.json").read_text())["point_id"] == "a"
+
+
+def test_a_folder_from_before_the_index_is_read_once(tmp_path, monkeypatch):
+    rows.write_row(tmp_path / "0", row("a"))
+    rows.write_row(tmp_path / "1", row("b", status="error"))
+    assert not (tmp_path / rows.INDEX_NAME).exists()
+    assert rows.point_status(tmp_path, "b") == "error"  # builds the index (and results.csv) from the rows
+    assert {r["point_id"] for r in read_csv(tmp_path / "results.csv")} == {"a", "b"}
+    monkeypatch.setattr(rows, "row_paths", lambda *_: pytest.fail("read again"))
+    assert rows.point_status(tmp_path, "a") == "ok"
+
+
+def test_a_fresh_folder_gets_no_index_from_a_lookup(tmp_path):
+    assert rows.point_status(tmp_path / "missing", "a") is None
+    assert rows.point_status(tmp_path, "a") is None and not (tmp_path / rows.INDEX_NAME).exists()
+
+
+def test_results_csv_is_live_while_small_then_built_on_demand(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(rows, "LIVE_MAX_ROWS", 3)
+    for i in range(5):
+        rows.record_row(tmp_path, tmp_path / str(i), row(f"p{i}"))
+    assert len(read_csv(tmp_path / "results.csv")) == 3  # built after each job until it held 3 rows
+    assert rows.csv_is_stale(tmp_path)
+    assert rows.main([str(tmp_path), "--if-stale"]) == 0
+    assert "results: built" in capsys.readouterr().out and len(read_csv(tmp_path / "results.csv")) == 5
+    assert not rows.csv_is_stale(tmp_path)
+    rows.record_row(tmp_path, tmp_path / "5", row("p5"))
+    assert rows.csv_is_stale(tmp_path)
+    assert rows.main([str(tmp_path)]) == 0 and "results: 6 rows ->" in capsys.readouterr().out
+
+
+def test_a_single_run_writes_its_csv_right_away(tmp_path, monkeypatch):
+    monkeypatch.setattr(rows, "LIVE_MAX_ROWS", 0)
+    rows.record_row(tmp_path, tmp_path, row("a"))
+    assert [r["point_id"] for r in read_csv(tmp_path / "results.csv")] == ["a"]
+    assert not (tmp_path / rows.INDEX_NAME).exists()
+
+
+def test_the_report_builds_a_stale_csv_first(tmp_path, monkeypatch):
+    from analysis import report
+
+    sweep = tmp_path / "sweep"
+    rows.ensure_index(sweep)  # as the sweep callback does at the start
+    monkeypatch.setattr(rows, "LIVE_MAX_ROWS", 0)
+    for i, n in enumerate((256, 512, 1024)):
+        rows.record_row(sweep, sweep / str(i), row(f"p{i}", seq_len=n, heads=2, head_dim=8, precision="fp32",
+                                                   device="cpu", device_name="cpu", mode="fwd", scope="core",
+                                                   scale="auto", time_ms=n / 100, schema_version=1))
+    (sweep / "sweep.json").write_text("{}")
+    assert not (sweep / "results.csv").exists()
+    seen = []
+
+    def write_report(paths, out, **kwargs):  # the report itself is tested in tests/analysis
+        seen.append(len(read_csv(sweep / "results.csv")))
+        raise report.NoUsableResults("stop here")
+
+    monkeypatch.setattr(report, "write_report", write_report)
+    report.main([str(sweep), "--out", str(tmp_path / "out")])
+    assert seen == [3]
+
+
+def test_rows_import_without_torch():
+    import subprocess
+    import sys
+
+    code = "import runners.rows, sys; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+# --- killed writers and many writers ---------------------------------------------------------
+
+
+KILLED_WRITER = """
+import sys
+from pathlib import Path
+
+import pytest
+from runners import rows
+from selfattn.results import Row
+sweep, start = Path(sys.argv[1]), int(sys.argv[2])
+rows.LIVE_MAX_ROWS = 10**9  # rebuild results.csv after every row: the kill lands in a CSV write too
+for i in range(start, start + 10**6):
+    r = Row(status="ok", backend="naive", seq_len=64, causal=True, point_id=f"k{i}", timestamp="2026").to_dict()
+    rows.record_row(sweep, sweep / str(i), {**r, "pad": "x" * 20000})
+"""
+
+
+def _check_whole(sweep: Path) -> list[dict]:
+    """Every row file parses, and results.csv (if any) is whole: the header and complete rows only."""
+    found = [json.loads(p.read_text()) for p in sweep.glob("*/row*.json")]  # raises on a partial row
+    if (sweep / "results.csv").exists():
+        text = (sweep / "results.csv").read_text()
+        table = read_csv(sweep / "results.csv")
+        assert text.endswith("\n") and all(len(r) == len(table[0]) and None not in r.values() for r in table)
+        assert all(r["pad"] == "x" * 20000 for r in table)
+    return found
+
+
+@pytest.mark.parametrize("delay_s", [0.3, 0.45, 0.6])
+def test_a_writer_killed_at_any_moment_leaves_no_partial_row_or_csv(tmp_path, delay_s):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(tmp_path), "0"], cwd=root)
+    time.sleep(delay_s)
+    while not list(tmp_path.glob("*/row.json")) and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    found = _check_whole(tmp_path)
+    assert found, "the writer was killed before its first row"
+    # the rerun measures exactly the points without a row: what point_status says is missing
+    ids = [f"k{i}" for i in range(len(found) + 5)]
+    missing = [p for p in ids if rows.point_status(tmp_path, p) is None]
+    assert set(ids) - set(missing) == {r["point_id"] for r in found}
+    for p in missing:
+        rows.record_row(tmp_path, tmp_path / p, {**row(p), "pad": "x" * 20000})
+    rows.rebuild_csv(tmp_path)
+    assert sorted(r["point_id"] for r in _check_whole(tmp_path)) == sorted(ids)
+    assert sorted(r["point_id"] for r in read_csv(tmp_path / "results.csv")) == sorted(ids)
+
+
+def test_an_interrupted_atomic_write_leaves_the_old_file(tmp_path, monkeypatch):
+    path = rows.write_row(tmp_path / "0", row("a"))
+
+    def interrupted(fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rows.os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        rows.write_row(tmp_path / "0", row("a", status="error"))
+    assert json.loads(path.read_text())["status"] == "ok"
+    assert [p.name for p in (tmp_path / "0").iterdir()] == ["row.json"]
+
+
+def _recorder(args):
+    folder, worker = args
+    sweep = Path(folder)
+    for i in range(15):
+        point = f"{worker}-{i}"
+        assert rows.point_status(sweep, point) is None
+        rows.record_row(sweep, sweep / f"{worker * 100 + i}", row(point))
+        assert rows.point_status(sweep, point) == "ok"
+
+
+@pytest.mark.parametrize("live", [True, False], ids=["csv-after-each-job", "csv-at-the-end"])
+def test_eight_concurrent_jobs_lose_no_row_and_duplicate_none(tmp_path, monkeypatch, live):
+    monkeypatch.setattr(rows, "LIVE_MAX_ROWS", 10**9 if live else 0)  # fork: the workers inherit it
+    rows.ensure_index(tmp_path)  # as the sweep callback does at the start
+    with mp.get_context("fork").Pool(8) as pool:
+        pool.map(_recorder, [(str(tmp_path), w) for w in range(8)])
+    if not live:
+        assert not (tmp_path / "results.csv").exists()
+        rows.rebuild_csv(tmp_path)  # what the sweep's end does
+    table = read_csv(tmp_path / "results.csv")
+    assert len(table) == 120 and len({r["point_id"] for r in table}) == 120
+    assert len(list((tmp_path / rows.INDEX_NAME).iterdir())) == 120
+    assert not rows.csv_is_stale(tmp_path)

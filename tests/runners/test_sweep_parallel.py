@@ -1,0 +1,72 @@
+"""Eight jobs writing into one sweep folder at once, through Hydra's parallel launchers.
+
+joblib (n_jobs=8, worker processes) and submitit_local (an array of 8 processes, as SLURM
+would run them) must leave every row once, an index entry per point, and a results.csv that
+is whole whenever someone reads it, during the sweep too. A rerun then skips all 8 points.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from runner_helpers import ROOT, TINY, sweep_cmd
+
+pytestmark = pytest.mark.slow
+POINTS = ["-m", "backend=naive,sdpa", "seq_len=16,24,32,40", "device=cpu", "heads=1", *TINY]
+LAUNCHERS = {
+    "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=8"],
+    "submitit_local": ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5"],
+}
+
+
+def whole_csv(text: str) -> list[dict]:
+    """The rows of a results.csv read at any moment: it must be the header and complete rows."""
+    table = list(csv.DictReader(io.StringIO(text, newline="")))
+    assert not text or text.endswith("\n")
+    assert all(None not in r and None not in r.values() for r in table), "a partial row"
+    return table
+
+
+def run_watching(args: list[str], sweep_dir: Path, timeout: float = 240) -> tuple[str, int]:
+    """Run a sweep, reading results.csv over and over while it runs; returns its output and the reads."""
+    env = {**os.environ, "HYDRA_FULL_ERROR": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(sweep_cmd(*args), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    reads, deadline = 0, time.time() + timeout
+    while proc.poll() is None and time.time() < deadline:
+        try:
+            whole_csv((sweep_dir / "results.csv").read_text())
+            reads += 1
+        except FileNotFoundError:
+            pass
+        time.sleep(0.02)
+    out, _ = proc.communicate(timeout=max(1.0, deadline - time.time()))
+    assert proc.returncode == 0, out[-3000:]
+    return out, reads
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
+def test_eight_parallel_jobs_lose_no_row_and_duplicate_none(tmp_path, launcher):
+    args = [*POINTS, *LAUNCHERS[launcher], f"hydra.sweep.dir={tmp_path}"]
+    out, reads = run_watching(args, tmp_path)
+    table = whole_csv((tmp_path / "results.csv").read_text())
+    assert len(table) == 8 and len({r["point_id"] for r in table}) == 8, out[-3000:]
+    assert all(r["status"] == "ok" and r["jobs_sharing_device"] == "8" for r in table)
+    assert len(list(tmp_path.glob("*/row*.json"))) == 8
+    assert sorted(p.name for p in (tmp_path / ".points").iterdir()) == sorted(r["point_id"] for r in table)
+    assert "results: 8 rows (8 ok)" in out
+
+    written = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in tmp_path.glob("*/row*.json")}
+    run_watching(args, tmp_path)  # resume: every point is looked up and skipped (submitit's jobs print to its logs)
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in tmp_path.glob("*/row*.json")} == written
+    assert len(whole_csv((tmp_path / "results.csv").read_text())) == 8
+    assert len(list(tmp_path.glob("*/row*.json"))) == 8
