@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from selfattn.validate import check_causal, check_qkv, resolve_scale
+from selfattn.masks import Masks, no_empty_rows
+from selfattn.validate import check_masks, check_qkv, resolve_scale
 
 
 def causal_keep_mask(
@@ -19,18 +20,14 @@ def causal_keep_mask(
     rows: torch.Tensor | None = None,
     keys: tuple[int, int] | None = None,
 ) -> torch.Tensor:
-    """Bool (q_len or len(rows), seq_len or the `keys` range): True where query i may see key j.
+    """Bool (q_len or len(rows), seq_len or the `keys` range): True where query i may see key j
+    under a causal mask alone (selfattn.masks has the general case).
 
     Bottom-right aligned: query i sees keys j <= i + seq_len - q_len, so the last query
     always sees every key (q_len == 1 is a decode step) and q_len == seq_len is the usual
     lower triangle. `rows` and `keys` = (first, end) cut out a block (the chunked back end's).
     """
-    if rows is None:
-        query_idx = torch.arange(q_len, device=device)
-    else:
-        query_idx = rows.to(device=device, dtype=torch.long)
-    key_idx = torch.arange(*(keys or (0, seq_len)), device=device)
-    return key_idx[None, :] <= query_idx[:, None] + (seq_len - q_len)
+    return Masks(causal=True).keep(q_len, seq_len, rows=rows, keys=keys, device=device)[0]
 
 
 def attention_reference(
@@ -39,17 +36,24 @@ def attention_reference(
     v: torch.Tensor,
     *,
     causal: bool = False,
+    window: int | None = None,
+    key_lengths: torch.Tensor | None = None,
+    document_ids: torch.Tensor | None = None,
     scale: float | None = None,
     rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """softmax(scale * Q K^T + mask) V in float64, shape (B, H, Lq or len(rows), D), dtype float64.
 
+    The masks are selfattn.attention's (selfattn/masks.py); K and V may have fewer heads than Q
+    (query head h uses K/V head h // (H / Hkv)); a row that sees no key is zeros.
     Differentiable: pass float64 leaves to get reference gradients (wrap in torch.no_grad()
     when only the values are needed).
     """
     check_qkv(q, k, v)
-    q_len, seq_len, head_dim = q.shape[2], k.shape[2], q.shape[3]
-    check_causal(causal, q_len, seq_len)
+    batch, heads, q_len, head_dim = q.shape
+    seq_len = k.shape[2]
+    masks = check_masks(causal, window, key_lengths, document_ids, batch=batch, q_len=q_len, seq_len=seq_len,
+                        device=q.device)
     scale_value = resolve_scale(scale, head_dim)
     q_BHLD = q.to(torch.float64)
     if rows is not None:
@@ -57,10 +61,10 @@ def attention_reference(
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= q_len):
             raise ValueError(f"rows: expected query indices in [0, {q_len}), got min {int(rows.min())} max {int(rows.max())}")
         q_BHLD = q_BHLD[:, :, rows]
-    k_BHLD = k.to(torch.float64)
-    v_BHLD = v.to(torch.float64)
+    group = heads // k.shape[1]  # GQA: each K/V head serves `group` consecutive query heads
+    k_BHLD = k.to(torch.float64).repeat_interleave(group, dim=1)
+    v_BHLD = v.to(torch.float64).repeat_interleave(group, dim=1)
     scores_BHLL = (q_BHLD @ k_BHLD.transpose(-1, -2)) * scale_value
-    if causal:
-        keep = causal_keep_mask(q_len, seq_len, device=q.device, rows=rows)
-        scores_BHLL = scores_BHLL.masked_fill(~keep, float("-inf"))
-    return torch.softmax(scores_BHLL, dim=-1) @ v_BHLD
+    keep, sees = no_empty_rows(masks.keep(q_len, seq_len, rows=rows, device=q.device)[:, None])
+    scores_BHLL = scores_BHLL.masked_fill(~keep, float("-inf"))
+    return (torch.softmax(scores_BHLL, dim=-1) @ v_BHLD) * sees

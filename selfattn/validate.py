@@ -11,11 +11,14 @@ from typing import Any
 
 import torch
 
+from selfattn.masks import Masks
+
 FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """q (B, H, Lq, D), k and v (B, H, L, D): same dtype, device, batch, heads and head_dim."""
+    """q (B, H, Lq, D), k and v (B, Hkv, L, D): same dtype, device, batch and head_dim; Hkv
+    divides H (grouped-query attention; Hkv == H is plain multi-head, Hkv == 1 multi-query)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
@@ -32,14 +35,59 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             raise ValueError(f"{name}: dtype must match q's ({q.dtype}), got {t.dtype}")
         if t.device != q.device:
             raise ValueError(f"{name}: device must match q's ({q.device}), got {t.device}")
-        if t.shape[:2] != q.shape[:2]:
-            raise ValueError(
-                f"{name}: batch and heads must match q's {tuple(q.shape[:2])}, got {tuple(t.shape[:2])}"
-            )
+        if t.shape[0] != q.shape[0]:
+            raise ValueError(f"{name}: batch must match q's ({q.shape[0]}), got {t.shape[0]}")
         if t.shape[3] != q.shape[3]:
             raise ValueError(f"{name}: head_dim must match q's ({q.shape[3]}), got {t.shape[3]}")
     if v.shape[2] != k.shape[2]:
         raise ValueError(f"v: length must match k's ({k.shape[2]}), got {v.shape[2]}")
+    if v.shape[1] != k.shape[1]:
+        raise ValueError(f"v: heads must match k's ({k.shape[1]}), got {v.shape[1]}")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"k: its heads ({k.shape[1]}) must divide q's heads ({q.shape[1]}) (grouped-query attention)")
+
+
+def check_masks(
+    causal: Any,
+    window: Any,
+    key_lengths: Any,
+    document_ids: Any,
+    *,
+    batch: int,
+    q_len: int,
+    seq_len: int,
+    device: torch.device,
+) -> Masks:
+    """The mask arguments, checked, as one `Masks` (see selfattn/masks.py for what each hides)."""
+    check_causal(causal, q_len, seq_len)
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise ValueError(f"window: expected None or an integer >= 1, got {window!r}")
+    if key_lengths is not None:
+        if not isinstance(key_lengths, torch.Tensor) or key_lengths.dtype.is_floating_point or key_lengths.dtype == torch.bool:
+            raise ValueError(f"key_lengths: expected an integer tensor of shape ({batch},), got {_describe(key_lengths)}")
+        if tuple(key_lengths.shape) != (batch,):
+            raise ValueError(f"key_lengths: expected shape ({batch},), got {tuple(key_lengths.shape)}")
+        if key_lengths.numel() and (int(key_lengths.min()) < 1 or int(key_lengths.max()) > seq_len):
+            raise ValueError(f"key_lengths: expected values in 1..{seq_len}, got min {int(key_lengths.min())} "
+                             f"max {int(key_lengths.max())}")
+        key_lengths = key_lengths.to(device=device, dtype=torch.long)
+    if document_ids is not None:
+        if not isinstance(document_ids, torch.Tensor) or document_ids.dtype.is_floating_point or document_ids.dtype == torch.bool:
+            raise ValueError(f"document_ids: expected an integer tensor of shape ({batch}, {seq_len}), got {_describe(document_ids)}")
+        if tuple(document_ids.shape) != (batch, seq_len):
+            raise ValueError(f"document_ids: expected shape ({batch}, {seq_len}), got {tuple(document_ids.shape)}")
+        if q_len != seq_len:
+            raise ValueError(f"document_ids: needs q_len == seq_len (packed self-attention), got q_len={q_len}, seq_len={seq_len}")
+        if seq_len > 1 and bool((document_ids[:, 1:] < document_ids[:, :-1]).any()):
+            raise ValueError("document_ids: must not decrease along the sequence (each document is one contiguous run)")
+        document_ids = document_ids.to(device=device, dtype=torch.long)
+    return Masks(causal=causal, window=window, key_lengths=key_lengths, document_ids=document_ids)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return repr(value) if not hasattr(value, "__len__") else type(value).__name__
 
 
 def check_causal(causal: Any, q_len: int, seq_len: int) -> None:

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 import torch
 
 from selfattn.fields import spec
-from selfattn.reference import causal_keep_mask
+from selfattn.masks import Masks, blocks, keep_from_intervals
 from selfattn.point import FP32_BYTES, Point
 
 NAME = "chunked"
@@ -79,17 +79,17 @@ def kernel_label(options: Mapping[str, Any]) -> str:
 
 def attention(
     q_BHMD: torch.Tensor,
-    k_BHND: torch.Tensor,
-    v_BHND: torch.Tensor,
+    k_BKND: torch.Tensor,
+    v_BKND: torch.Tensor,
     *,
-    causal: bool,
+    masks: Masks,
     scale: float,
     q_chunk: int,
     kv_chunk: int,
 ) -> torch.Tensor:
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q_BHMD, k_BHND, v_BHND)):
-        return _ChunkedAttention.apply(q_BHMD, k_BHND, v_BHND, causal, scale, q_chunk, kv_chunk)
-    out_BHMD, _ = _forward(q_BHMD, k_BHND, v_BHND, causal, scale, q_chunk, kv_chunk)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q_BHMD, k_BKND, v_BKND)):
+        return _ChunkedAttention.apply(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk)
+    out_BHMD, _ = _forward(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk)
     return out_BHMD.to(q_BHMD.dtype)
 
 
@@ -97,58 +97,79 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _flat(t_BHLD: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    b, h, length, d = t_BHLD.shape
-    return t_BHLD.reshape(b * h, length, d).to(dtype)
+@dataclass(frozen=True)
+class _Plan:
+    """The blocks to compute, per group of sequences that see the same keys.
 
-
-def _blocks(q_len: int, seq_len: int, causal: bool, q_chunk: int, kv_chunk: int):
-    """Yield (m0, m1, [(n0, n1, needs_mask), ...]) for every query block: the key blocks to visit.
-
-    Query i sees keys j <= i + offset (offset = seq_len - q_len >= 0 when causal). A query
-    block [m0, m1) therefore needs keys [0, m1 + offset) only, and a key block needs a mask
-    only if its last key lies beyond what the block's first query may see.
+    Grouped-query attention without copying K/V: the `group` query heads that share a K/V head
+    are one taller matrix of "virtual rows" r = g * q_len + i (query i of head g), so X (the
+    flattened batch x kv heads) indexes K/V directly and each block product reads K/V once.
     """
-    offset = seq_len - q_len
-    for m0 in range(0, q_len, q_chunk):
-        m1 = min(m0 + q_chunk, q_len)
-        n_end = min(seq_len, m1 + offset) if causal else seq_len
-        kv = []
-        for n0 in range(0, n_end, kv_chunk):
-            n1 = min(n0 + kv_chunk, n_end)
-            kv.append((n0, n1, causal and n1 - 1 > m0 + offset))
-        yield m0, m1, kv
+
+    x_slices: list[slice]  # the rows of X each plan applies to (one slice unless masks differ per sequence)
+    lo: list[torch.Tensor]  # per slice: (1, R) first key each virtual row sees
+    hi: list[torch.Tensor]
+    blocks: list[list]  # per slice: masks.blocks(...) as a list
+    empty_rows: list[bool]  # per slice: whether some row sees no key
 
 
-def _hidden(q_len: int, seq_len: int, m0: int, m1: int, n0: int, n1: int, device: torch.device) -> torch.Tensor:
-    """Bool (m1-m0, n1-n0): True where key n0+j lies in the future of query m0+i (the reference's mask, cut)."""
-    return ~causal_keep_mask(q_len, seq_len, rows=torch.arange(m0, m1, device=device), keys=(n0, n1))
+def _plan(masks: Masks, batch: int, kv_heads: int, group: int, q_len: int, seq_len: int,
+          q_chunk: int, kv_chunk: int, device: torch.device) -> _Plan:
+    lo, hi = masks.intervals(q_len, seq_len, device)  # (B or 1, q_len)
+    lo, hi = lo.repeat(1, group), hi.repeat(1, group)  # virtual rows: every group sees the same keys
+    rows = group * q_len
+    if lo.shape[0] == 1:  # one plan for the whole batch
+        pieces = [(slice(0, batch * kv_heads), lo, hi)]
+    else:  # padding or documents: each sequence skips its own blocks
+        pieces = [(slice(b * kv_heads, (b + 1) * kv_heads), lo[b:b + 1], hi[b:b + 1]) for b in range(batch)]
+    return _Plan(
+        x_slices=[p[0] for p in pieces], lo=[p[1] for p in pieces], hi=[p[2] for p in pieces],
+        blocks=[list(blocks(p[1], p[2], rows, seq_len, q_chunk, kv_chunk)) for p in pieces],
+        empty_rows=[bool((p[1] > p[2]).any()) for p in pieces],
+    )
 
 
-def _forward(q_BHMD, k_BHND, v_BHND, causal: bool, scale: float, q_chunk: int, kv_chunk: int):
-    """Returns out (B, H, M, D) and logsumexp (BH, M), both in the compute dtype."""
+def _hidden(lo: torch.Tensor, hi: torch.Tensor, seq_len: int, m0: int, m1: int, n0: int, n1: int) -> torch.Tensor:
+    """Bool (1, m1-m0, n1-n0): True where the block's key is hidden from its virtual row."""
+    return ~keep_from_intervals(lo, hi, seq_len, rows=torch.arange(m0, m1, device=lo.device), keys=(n0, n1))
+
+
+def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, kv_chunk: int):
+    """Returns out (B, H, M, D) and logsumexp (X, R), both in the compute dtype (+inf: a row that sees no key)."""
     b, h, q_len, d = q_BHMD.shape
+    kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
     cdtype = _compute_dtype(q_BHMD.dtype)
-    q_XMD = _flat(q_BHMD, cdtype) * scale  # X = batch*heads; scale folded into Q once
-    k_XND, v_XND = _flat(k_BHND, cdtype), _flat(v_BHND, cdtype)
-    out_XMD, lse_XM = _over_heads(_forward_flat, (q_XMD, k_XND, v_XND), causal, q_chunk, kv_chunk)
-    return out_XMD.view(b, h, q_len, d), lse_XM
+    q_XRD = q_BHMD.reshape(b * kv_heads, (h // kv_heads) * q_len, d).to(cdtype) * scale  # scale folded into Q once
+    k_XND, v_XND = _flat(k_BKND, cdtype), _flat(v_BKND, cdtype)
+    plan = _plan(masks, b, kv_heads, h // kv_heads, q_len, seq_len, q_chunk, kv_chunk, q_BHMD.device)
+    outs, lses = [], []
+    for x, lo, hi, kv_plan, empty in zip(plan.x_slices, plan.lo, plan.hi, plan.blocks, plan.empty_rows):
+        out_XRD, lse_XR = _over_heads(_forward_flat, (q_XRD[x], k_XND[x], v_XND[x]), lo, hi, kv_plan, empty)
+        outs.append(out_XRD)
+        lses.append(lse_XR)
+    out_XRD, lse_XR = (outs[0], lses[0]) if len(outs) == 1 else (torch.cat(outs), torch.cat(lses))
+    return out_XRD.view(b, h, q_len, d), lse_XR
 
 
-def _forward_flat(q_XMD, k_XND, v_XND, causal: bool, q_chunk: int, kv_chunk: int):
-    """The online softmax over key blocks for every query block, on heads flattened to X."""
-    x, q_len, d = q_XMD.shape
+def _flat(t_BKLD: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    b, heads, length, d = t_BKLD.shape
+    return t_BKLD.reshape(b * heads, length, d).to(dtype)
+
+
+def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool):
+    """The online softmax over key blocks for every block of virtual rows, on flattened heads X."""
+    x, rows, d = q_XRD.shape
     seq_len = k_XND.shape[1]
     kT_XDN = k_XND.transpose(1, 2)
-    out_XMD = torch.empty(x, q_len, d, dtype=q_XMD.dtype, device=q_XMD.device)
-    lse_XM = torch.empty(x, q_len, dtype=q_XMD.dtype, device=q_XMD.device)
-    for m0, m1, kv_blocks in _blocks(q_len, seq_len, causal, q_chunk, kv_chunk):
-        q_XmD = q_XMD[:, m0:m1]
+    out_XRD = torch.empty(x, rows, d, dtype=q_XRD.dtype, device=q_XRD.device)
+    lse_XR = torch.empty(x, rows, dtype=q_XRD.dtype, device=q_XRD.device)
+    for m0, m1, kv_blocks in kv_plan:
+        q_XmD = q_XRD[:, m0:m1]
         acc_XmD = row_max_Xm1 = row_sum_Xm1 = None
         for n0, n1, needs_mask in kv_blocks:
             s_Xmn = torch.bmm(q_XmD, kT_XDN[:, :, n0:n1])
             if needs_mask:
-                s_Xmn.masked_fill_(_hidden(q_len, seq_len, m0, m1, n0, n1, s_Xmn.device), float("-inf"))
+                s_Xmn.masked_fill_(_hidden(lo, hi, seq_len, m0, m1, n0, n1), float("-inf"))
             block_max_Xm1 = s_Xmn.amax(dim=-1, keepdim=True)
             if acc_XmD is None:  # first block: nothing to rescale
                 new_max_Xm1 = block_max_Xm1
@@ -165,54 +186,67 @@ def _forward_flat(q_XMD, k_XND, v_XND, causal: bool, q_chunk: int, kv_chunk: int
                 row_sum_Xm1.mul_(correction_Xm1).add_(p_Xmn.sum(dim=-1, keepdim=True))
                 acc_XmD.mul_(correction_Xm1).baddbmm_(p_Xmn, v_XND[:, n0:n1])
             row_max_Xm1 = new_max_Xm1
-        torch.div(acc_XmD, row_sum_Xm1, out=out_XMD[:, m0:m1])
-        lse_XM[:, m0:m1] = (row_max_Xm1 + row_sum_Xm1.log()).squeeze(-1)
-    return out_XMD, lse_XM
+        if acc_XmD is None:  # no query of the block sees any key: zeros, and P = exp(S - inf) = 0 in backward
+            out_XRD[:, m0:m1] = 0
+            lse_XR[:, m0:m1] = float("inf")
+            continue
+        torch.div(acc_XmD, row_sum_Xm1, out=out_XRD[:, m0:m1])
+        lse_XR[:, m0:m1] = (row_max_Xm1 + row_sum_Xm1.log()).squeeze(-1)
+        if empty_rows:  # rows of this block that saw no key: 0/0 above; zeros and lse = +inf instead
+            none_Xm1 = row_sum_Xm1 == 0
+            out_XRD[:, m0:m1].masked_fill_(none_Xm1, 0.0)
+            lse_XR[:, m0:m1].masked_fill_(none_Xm1.squeeze(-1), float("inf"))
+    return out_XRD, lse_XR
 
 
-def _backward(grad_BHMD, q_BHMD, k_BHND, v_BHND, out_XMD, lse_XM, causal, scale, q_chunk, kv_chunk):
+def _backward(grad_BHMD, q_BHMD, k_BKND, v_BKND, out_BHMD, lse_XR, masks: Masks, scale, q_chunk, kv_chunk):
     """dq, dk, dv by recomputing each block's probabilities P = exp(S - lse)."""
     b, h, q_len, d = q_BHMD.shape
-    seq_len = k_BHND.shape[2]
-    cdtype = out_XMD.dtype
-    q_XMD = _flat(q_BHMD, cdtype) * scale
-    k_XND, v_XND, do_XMD = _flat(k_BHND, cdtype), _flat(v_BHND, cdtype), _flat(grad_BHMD, cdtype)
-    dq_XMD, dk_XND, dv_XND = _over_heads(
-        _backward_flat, (q_XMD, k_XND, v_XND, do_XMD, out_XMD, lse_XM), causal, q_chunk, kv_chunk
-    )
-    dq_XMD.mul_(scale)  # d/dq = d/d(scaled q) * scale
+    kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
+    cdtype = out_BHMD.dtype
+    flat_rows = (b * kv_heads, (h // kv_heads) * q_len, d)
+    q_XRD = q_BHMD.reshape(flat_rows).to(cdtype) * scale
+    do_XRD, out_XRD = grad_BHMD.reshape(flat_rows).to(cdtype), out_BHMD.reshape(flat_rows)
+    k_XND, v_XND = _flat(k_BKND, cdtype), _flat(v_BKND, cdtype)
+    plan = _plan(masks, b, kv_heads, h // kv_heads, q_len, seq_len, q_chunk, kv_chunk, q_BHMD.device)
+    grads = []
+    for x, lo, hi, kv_plan in zip(plan.x_slices, plan.lo, plan.hi, plan.blocks):
+        grads.append(_over_heads(_backward_flat, (q_XRD[x], k_XND[x], v_XND[x], do_XRD[x], out_XRD[x], lse_XR[x]),
+                                 lo, hi, kv_plan, kv_chunk))
+    dq_XRD, dk_XND, dv_XND = grads[0] if len(grads) == 1 else (torch.cat(g) for g in zip(*grads))
+    dq_XRD.mul_(scale)  # d/dq = d/d(scaled q) * scale
     dtype = q_BHMD.dtype
     return (
-        dq_XMD.view(b, h, q_len, d).to(dtype),
-        dk_XND.view(b, h, seq_len, d).to(dtype),
-        dv_XND.view(b, h, seq_len, d).to(dtype),
+        dq_XRD.view(b, h, q_len, d).to(dtype),
+        dk_XND.view(b, kv_heads, seq_len, d).to(dtype),
+        dv_XND.view(b, kv_heads, seq_len, d).to(dtype),
     )
 
 
-def _backward_flat(q_XMD, k_XND, v_XND, do_XMD, out_XMD, lse_XM, causal: bool, q_chunk: int, kv_chunk: int):
-    """Gradients w.r.t. the scaled q, k and v, on heads flattened to X."""
-    q_len, seq_len = q_XMD.shape[1], k_XND.shape[1]
+def _backward_flat(q_XRD, k_XND, v_XND, do_XRD, out_XRD, lse_XR, lo, hi, kv_plan, kv_chunk: int):
+    """Gradients w.r.t. the scaled q, k and v, on flattened heads X."""
+    seq_len = k_XND.shape[1]
     # delta_i = sum_j P_ij dP_ij = dO_i . O_i (FlashAttention-2's D_i)
-    delta_XM1 = (do_XMD * out_XMD).sum(dim=-1, keepdim=True)
-    lse_XM1 = lse_XM.unsqueeze(-1)
+    delta_XR1 = (do_XRD * out_XRD).sum(dim=-1, keepdim=True)
+    lse_XR1 = lse_XR.unsqueeze(-1)
     # Accumulators are contiguous per block (baddbmm_ into a strided slice falls back to a
     # per-matrix loop); they are concatenated once at the end, an O(n d) copy.
     kv_starts = range(0, seq_len, kv_chunk)
     dk_parts = [torch.zeros_like(k_XND[:, n0 : n0 + kv_chunk]) for n0 in kv_starts]
     dv_parts = [torch.zeros_like(v_XND[:, n0 : n0 + kv_chunk]) for n0 in kv_starts]
     dq_parts = []
-    for m0, m1, kv_blocks in _blocks(q_len, seq_len, causal, q_chunk, kv_chunk):
-        q_XmD, do_XmD = q_XMD[:, m0:m1], do_XMD[:, m0:m1]
+    for m0, m1, kv_blocks in kv_plan:
+        q_XmD, do_XmD = q_XRD[:, m0:m1], do_XRD[:, m0:m1]
         dq_XmD = torch.zeros_like(q_XmD)
         for n0, n1, needs_mask in kv_blocks:
             s_Xmn = torch.bmm(q_XmD, k_XND[:, n0:n1].transpose(1, 2))
             if needs_mask:
-                s_Xmn.masked_fill_(_hidden(q_len, seq_len, m0, m1, n0, n1, s_Xmn.device), float("-inf"))
-            p_Xmn = s_Xmn.sub_(lse_XM1[:, m0:m1]).exp_()
+                s_Xmn.masked_fill_(_hidden(lo, hi, seq_len, m0, m1, n0, n1), float("-inf"))
+            p_Xmn = s_Xmn.sub_(lse_XR1[:, m0:m1]).exp_()
             part = n0 // kv_chunk
             dv_parts[part][:, : n1 - n0].baddbmm_(p_Xmn.transpose(1, 2), do_XmD)
             dp_Xmn = torch.bmm(do_XmD, v_XND[:, n0:n1].transpose(1, 2))
-            ds_Xmn = dp_Xmn.sub_(delta_XM1[:, m0:m1]).mul_(p_Xmn)
+            ds_Xmn = dp_Xmn.sub_(delta_XR1[:, m0:m1]).mul_(p_Xmn)
             dq_XmD.baddbmm_(ds_Xmn, k_XND[:, n0:n1])
             dk_parts[part][:, : n1 - n0].baddbmm_(ds_Xmn.transpose(1, 2), q_XmD)
         dq_parts.append(dq_XmD)
@@ -302,17 +336,16 @@ def _over_heads(fn, tensors_X, *args):
 
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, q_chunk, kv_chunk):
-        out_BHMD, lse_XM = _forward(q, k, v, causal, scale, q_chunk, kv_chunk)
-        out_XMD = out_BHMD.flatten(0, 1)
-        ctx.save_for_backward(q, k, v, out_XMD, lse_XM)  # O(n d) and O(n): no score block survives
-        ctx.config = (causal, scale, q_chunk, kv_chunk)
+    def forward(ctx, q, k, v, masks, scale, q_chunk, kv_chunk):
+        out_BHMD, lse_XR = _forward(q, k, v, masks, scale, q_chunk, kv_chunk)
+        ctx.save_for_backward(q, k, v, out_BHMD, lse_XR)  # O(n d) and O(n): no score block survives
+        ctx.config = (masks, scale, q_chunk, kv_chunk)
         return out_BHMD.to(q.dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out_XMD, lse_XM = ctx.saved_tensors
-        dq, dk, dv = _backward(grad_out, q, k, v, out_XMD, lse_XM, *ctx.config)
+        q, k, v, out_BHMD, lse_XR = ctx.saved_tensors
+        dq, dk, dv = _backward(grad_out, q, k, v, out_BHMD, lse_XR, *ctx.config)
         return dq, dk, dv, None, None, None, None
 
 

@@ -20,7 +20,7 @@ import torch
 
 from selfattn.fields import defaults, spec
 from selfattn.point import FP32_BYTES, Point
-from selfattn.reference import causal_keep_mask
+from selfattn.masks import Masks, no_empty_rows
 
 NAME = "naive"
 # Mostly a matmul, plus memory-bound passes over the score matrix (scale, mask, softmax): the
@@ -50,29 +50,40 @@ def kernel_label(options: Mapping[str, Any]) -> str:
 
 def attention(
     q_BHMD: torch.Tensor,
-    k_BHND: torch.Tensor,
-    v_BHND: torch.Tensor,
+    k_BKND: torch.Tensor,
+    v_BKND: torch.Tensor,
     *,
-    causal: bool,
+    masks: Masks,
     scale: float,
     upcast_softmax: bool = False,
     scale_at: str = "logits",
 ) -> torch.Tensor:
-    q_len, seq_len = q_BHMD.shape[2], k_BHND.shape[2]
+    b, h, q_len, d = q_BHMD.shape
+    kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
+    group = h // kv_heads
+    # GQA without copying K/V: the `group` query heads that share a K/V head become one taller
+    # matrix of queries (head h = kv_head * group + g), so each product still reads K and V once.
+    q_BKRD = q_BHMD.reshape(b, kv_heads, group * q_len, d)
     if scale_at == "query":  # scale Q before the product, as fused kernels do
-        scores_BHMN = (q_BHMD * scale) @ k_BHND.transpose(-1, -2)
+        scores_BKRN = (q_BKRD * scale) @ k_BKND.transpose(-1, -2)
     else:
-        scores_BHMN = q_BHMD @ k_BHND.transpose(-1, -2)  # step 1: Q K^T, (q_len x seq_len) per head
-        scores_BHMN = scores_BHMN * scale  # step 2: scale
-    if causal:  # step 3: add -inf where the key lies in the query's future
-        keep_MN = causal_keep_mask(q_len, seq_len, device=q_BHMD.device)
-        mask_MN = torch.zeros(q_len, seq_len, dtype=scores_BHMN.dtype, device=q_BHMD.device)
-        scores_BHMN = scores_BHMN + mask_MN.masked_fill_(~keep_MN, float("-inf"))
-    if upcast_softmax and scores_BHMN.dtype in (torch.float16, torch.bfloat16):  # step 4: softmax over keys
-        weights_BHMN = torch.softmax(scores_BHMN.float(), dim=-1).to(q_BHMD.dtype)
+        scores_BKRN = q_BKRD @ k_BKND.transpose(-1, -2)  # step 1: Q K^T, (q_len x seq_len) per head
+        scores_BKRN = scores_BKRN * scale  # step 2: scale
+    sees = None
+    if masks.causal or not masks.only_causal:  # step 3: add -inf where the key is hidden
+        keep_bMN, sees = no_empty_rows(masks.keep(q_len, seq_len, device=q_BHMD.device))
+        mask_bMN = torch.zeros(keep_bMN.shape, dtype=scores_BKRN.dtype, device=q_BHMD.device)
+        mask_bMN.masked_fill_(~keep_bMN, float("-inf"))
+        scores_BKRN = (scores_BKRN.view(b, kv_heads, group, q_len, seq_len) + mask_bMN[:, None, None]).view(
+            b, kv_heads, group * q_len, seq_len)
+    if upcast_softmax and scores_BKRN.dtype in (torch.float16, torch.bfloat16):  # step 4: softmax over keys
+        weights_BKRN = torch.softmax(scores_BKRN.float(), dim=-1).to(q_BHMD.dtype)
     else:
-        weights_BHMN = torch.softmax(scores_BHMN, dim=-1)
-    return weights_BHMN @ v_BHND  # step 5: A V
+        weights_BKRN = torch.softmax(scores_BKRN, dim=-1)
+    out_BHMD = (weights_BKRN @ v_BKND).view(b, h, q_len, d)  # step 5: A V
+    if sees is not None and not bool(sees.all()):
+        out_BHMD = out_BHMD * sees[:, None]  # rows that see no key: zeros, not an average of all keys
+    return out_BHMD
 
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:

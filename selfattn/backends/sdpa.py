@@ -21,6 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from selfattn.errors import Unsupported
 from selfattn.fields import defaults, spec
+from selfattn.masks import Masks, no_empty_rows
 from selfattn.point import FP32_BYTES, Point
 
 NAME = "sdpa"
@@ -58,46 +59,65 @@ def kernel_label(options: Mapping[str, Any]) -> str:
 
 def attention(
     q_BHMD: torch.Tensor,
-    k_BHND: torch.Tensor,
-    v_BHND: torch.Tensor,
+    k_BKND: torch.Tensor,
+    v_BKND: torch.Tensor,
     *,
-    causal: bool,
+    masks: Masks,
     scale: float,
     kernel: str = "auto",
 ) -> torch.Tensor:
-    q_len, seq_len = q_BHMD.shape[2], k_BHND.shape[2]
-    mask: Any = None
-    is_causal = False
-    if causal and q_len == seq_len:
-        is_causal = True  # top-left == bottom-right when square; lets torch use its causal fast path
-    elif causal:
+    mask, is_causal, sees = _mask_arguments(q_BHMD, k_BKND, masks)
+    gqa = k_BKND.shape[1] != q_BHMD.shape[1]
+    if kernel == "auto":
+        out = _call(q_BHMD, k_BKND, v_BKND, mask, is_causal, scale, gqa)
+    else:
+        out = _forced(kernel, q_BHMD, k_BKND, v_BKND, mask, is_causal, scale, gqa, masks)
+    if sees is not None and not bool(sees.all()):
+        out = out * sees[:, None]  # rows that see no key: zeros (their opened mask row was a stand-in)
+    return out
+
+
+def _mask_arguments(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, masks: Masks) -> tuple[Any, bool, torch.Tensor | None]:
+    """(attn_mask, is_causal, sees): `is_causal` when causal is the only mask (torch's fast path),
+    otherwise a boolean mask (True = attend) with rows that see no key opened (see no_empty_rows)."""
+    q_len, seq_len = q_BHMD.shape[2], k_BKND.shape[2]
+    if masks.only_causal:
+        if not masks.causal:
+            return None, False, None
+        if q_len == seq_len:
+            return None, True, None  # top-left == bottom-right when square
         # imported here: torch.nn.attention.bias pulls in torch._dynamo, seconds of import time
         from torch.nn.attention.bias import causal_lower_right
 
-        mask = causal_lower_right(q_len, seq_len)
-    if kernel == "auto":
-        return _call(q_BHMD, k_BHND, v_BHND, mask, is_causal, scale)
+        return causal_lower_right(q_len, seq_len), False, None
+    keep_bMN, sees = no_empty_rows(masks.keep(q_len, seq_len, device=q_BHMD.device))
+    return keep_bMN[:, None], False, sees
+
+
+def _forced(kernel: str, q, k, v, mask, is_causal: bool, scale: float, gqa: bool, masks: Masks) -> torch.Tensor:
     # Forced kernel: torch warns about why each kernel was refused, then raises RuntimeError.
     with warnings.catch_warnings(record=True) as caught, sdpa_kernel(KERNELS[kernel]):
         warnings.simplefilter("always")
         try:
-            return _call(q_BHMD, k_BHND, v_BHND, mask, is_causal, scale)
+            return _call(q, k, v, mask, is_causal, scale, gqa)
         except RuntimeError as err:
             text = str(err)
             if "No viable backend" not in text and "No available kernel" not in text:
                 raise
             reasons = "; ".join(" ".join(str(w.message).split()) for w in caught)[:300]
+            what = "causal" if masks.causal and masks.only_causal else "" if masks.only_causal else "masked"
             raise Unsupported(
-                f"sdpa kernel={kernel} cannot run on {q_BHMD.device.type} with {q_BHMD.dtype}, "
-                f"shape {tuple(q_BHMD.shape)}{' causal' if causal else ''}"
+                f"sdpa kernel={kernel} cannot run on {q.device.type} with {q.dtype}, "
+                f"shape {tuple(q.shape)}{' ' + what if what else ''}{' gqa' if gqa else ''}"
                 + (f" ({reasons})" if reasons else "")
             ) from None
 
 
-def _call(q, k, v, mask, is_causal: bool, scale: float) -> torch.Tensor:
+def _call(q, k, v, mask, is_causal: bool, scale: float, gqa: bool) -> torch.Tensor:
+    extra = {"enable_gqa": True} if gqa else {}
     if mask is not None:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **extra)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, **extra)
 
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:

@@ -125,12 +125,16 @@ def test_decode_step_sees_every_key():
 
 def test_causal_computes_about_half_the_blocks():
     """A causal mask needs n(n+1)/2 of n^2 scores: chunked skips the hidden key blocks."""
-    from selfattn.backends.chunked import _blocks
+    from selfattn.masks import Masks, blocks
 
     n, chunk = 1024, 64
-    full = sum((m1 - m0) * sum(n1 - n0 for n0, n1, _ in kv) for m0, m1, kv in _blocks(n, n, False, chunk, chunk))
-    causal = sum((m1 - m0) * sum(n1 - n0 for n0, n1, _ in kv) for m0, m1, kv in _blocks(n, n, True, chunk, chunk))
+
+    def plan(causal):
+        return list(blocks(*Masks(causal=causal).intervals(n, n), n, n, chunk, chunk))
+
+    full = sum((m1 - m0) * sum(n1 - n0 for n0, n1, _ in kv) for m0, m1, kv in plan(False))
+    causal = sum((m1 - m0) * sum(n1 - n0 for n0, n1, _ in kv) for m0, m1, kv in plan(True))
     assert full == n * n
     assert causal / full == pytest.approx((n * (n + 1) / 2 + n * chunk / 2) / (n * n), rel=0.01)
-    masked = sum(needs for _, _, kv in _blocks(n, n, True, chunk, chunk) for *_, needs in kv)
+    masked = sum(needs for _, _, kv in plan(True) for *_, needs in kv)
     assert masked == n // chunk  # one mask per diagonal block only
