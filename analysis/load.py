@@ -14,20 +14,18 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from selfattn.fields import field_types
 from selfattn.point import FIELD_NAMES, axis_default, scale_label
-from selfattn.results import COLUMNS, SCHEMA_VERSION, STATUSES, rank
+from selfattn.results import COLUMNS, SCHEMA_VERSION, STATUSES, Row, rank
 
 # Without these a row cannot be placed in any figure or merged with another file.
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "status", "backend", "precision", "device", "device_name", "mode", "scope",
     "heads", "seq_len", "head_dim", "causal", "scale", "schema_version",
 )
-TEXT_COLUMNS: tuple[str, ...] = (
-    "status", "error", "backend", "kernel", "backend_options", "precision", "device",
-    "device_name", "mode", "scope", "scale", "device_capability", "driver_version",
-    "cuda_version", "cpu_model", "hostname", "torch_version", "git_sha", "timestamp",
-    "point_id", "sweep_id",
-)
+# The row's text columns, from its schema: a text column added to Row (timer, note, ...) must
+# never be parsed as a number, which would turn every value into NaN.
+TEXT_COLUMNS: tuple[str, ...] = tuple(name for name, kind in field_types(Row).items() if kind is str)
 NUMERIC_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in TEXT_COLUMNS and c != "causal")
 # A point is these sweep axes; the same point on the same device measured twice keeps one row.
 POINT_AXES: tuple[str, ...] = tuple(name for name in FIELD_NAMES if name != "device")
@@ -173,6 +171,9 @@ def _derive(rows: pd.DataFrame) -> pd.DataFrame:
                        np.where(rows["scale"] == "none", 1.0, pd.to_numeric(rows["scale"], errors="coerce")))
     rows["scale_value"] = rows["scale_value"].fillna(pd.Series(implied, index=rows.index))
     rows["time"] = pd.to_datetime(rows["timestamp"].replace("", None), utc=True, errors="coerce", format="ISO8601")
+    # A tf32 row whose kernel ignored the TF32 flag computed exactly what fp32 computes
+    # (`computed_as`): it is an fp32 measurement, never a tf32 one beside it.
+    rows["precision"] = rows["computed_as"].where(rows["computed_as"] != "", rows["precision"])
     if "tflops" in rows:
         computed = rows["flops"] / (rows["time_ms"] * 1e-3) / 1e12
         rows["tflops"] = rows["tflops"].fillna(computed)

@@ -136,6 +136,10 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     _last_row_written = time.perf_counter()
     row["job_wall_s"] = _last_row_written - start
     rows.record_row(ctx.sweep_dir, ctx.job_dir, row)  # row file, index entry; results.csv while the sweep is small
+    if row.get("status") == "error":  # the full traceback, which the one-line `error` column cannot hold
+        from selfattn.measure.failures import write_traceback
+
+        write_traceback(ctx.job_dir)
     SINK.log_point(parsed.wandb, row, group=ctx.sweep_id or ctx.sweep_dir.name, out_dir=ctx.sweep_dir)
 
     eta = progress.eta_s(meta.get("started_unix"), index or 0, total)

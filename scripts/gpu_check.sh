@@ -3,7 +3,8 @@
 #
 #   scripts/gpu_check.sh OUT_DIR [--wheels DIR] [--pack] [--total-s N] [--allow-cpu] [--dry-run]
 #
-# Runs, each stage under its own time limit so the whole stays under --total-s (330 s):
+# Runs, each stage under a limit computed from the time left, so the whole (installing the
+# wheels included) stays under --total-s (330 s, 6 minutes with margin on one H200):
 #   1. env      nvidia-smi and Python/torch/triton versions          -> OUT_DIR/env.txt
 #   2. deps     hydra-core/omegaconf from --wheels DIR if missing (pip --no-index --target)
 #   3. tests    pytest -m gpu (every @pytest.mark.gpu test)          -> OUT_DIR/pytest.log
@@ -16,12 +17,14 @@
 # one failed, 2 for bad arguments or no CUDA device.
 #
 # --wheels DIR  install hydra-core, omegaconf and antlr4 wheels from DIR when they are missing
-# --pack        leave at most 7 files in OUT_DIR: the report folder as report.tar.gz (plus
-#               report.md), the sweep folders in a temporary folder (for the device tool,
-#               which brings back 8 files)
+# --pack        leave at most 8 files in OUT_DIR, none over 16 MiB, no folder: the report
+#               folder as report.tar.gz (plus report.md), the sweep folders in a temporary
+#               folder, logs over 16 MiB cut to their head and tail (for the device tool,
+#               which brings back 8 files of 16 MiB at most)
 # --total-s N   the time limit for everything (default 330 s, under 6 minutes)
 # --allow-cpu   run the same pipeline on a machine without CUDA, at CPU sizes (a self-test)
-# --dry-run     print every command instead of running it; runs nothing, writes nothing
+# --dry-run     print every command, with the limit each stage would get if every stage
+#               before it used all of its own; runs nothing, writes nothing
 #
 # Needs no `pip install -e .`: it runs from the repository root with the root on PYTHONPATH.
 # wandb is used (offline) when importable, else the sweeps run with wandb.mode=disabled.
@@ -67,28 +70,55 @@ FAILED=0
 q() { local a; for a in "$@"; do [[ $a =~ ^[A-Za-z0-9_./=,:+@%-]+$ ]] && printf '%s ' "$a" || printf '%q ' "$a"; done; }
 say() { printf '%s\n' "$*"; }
 
-# stage NAME CAP_S RESERVE_S LOG CMD...: run CMD under min(CAP_S, time left - RESERVE_S) seconds,
-# output to the terminal and appended to LOG; record how it ended, never stop the script.
+# Stage limits: each stage gets a share of the time left, by weight: its limit is
+#   (time left - FINAL_RESERVE_S) x its weight / (its weight + the weights of the stages after it),
+# so a stage that ends early leaves its time to the next ones, and the limits never add up to
+# more than --total-s. The dry run computes them as if each stage used all of its limit.
+ORDER=(deps tests quadratic_cost sdpa_kernels scaling_stability results report)
+declare -A WEIGHT=([deps]=15 [tests]=100 [quadratic_cost]=70 [sdpa_kernels]=40 [scaling_stability]=45
+                   [results]=8 [report]=40)
+FINAL_RESERVE_S=15  # packing, the size check and the summary after the last stage
+MIN_STAGE_S=5       # a stage with less than this is skipped: it could not even start Python
+SIM_USED=0          # the dry run's clock: seconds the stages so far would have used at most
+
+# limit_for NAME: the seconds stage NAME may run now (see above).
+limit_for() {
+  local name=$1 after=0 seen=0 stage used left
+  for stage in "${ORDER[@]}"; do
+    [[ $stage == "$name" ]] && seen=1
+    ((seen)) && after=$((after + WEIGHT[$stage]))
+  done
+  used=$( ((DRY)) && echo "$SIM_USED" || echo "$SECONDS" )
+  left=$((TOTAL_S - used - FINAL_RESERVE_S))
+  ((left > 0)) || left=0
+  echo $((left * WEIGHT[$name] / after))
+}
+
+# stage NAME LOG CMD...: run CMD under its computed limit, output to the terminal and appended
+# to LOG; record how it ended, never stop the script.
 stage() {
-  local name=$1 cap=$2 reserve=$3 log=$4; shift 4
-  local left=$((END_S - SECONDS - reserve)) limit rc=0 start=$SECONDS
-  limit=$((cap < left ? cap : left))
+  local name=$1 log=$2; shift 2
+  local limit rc=0 start=$SECONDS
+  limit=$(limit_for "$name")
+  LIMITS+=("$name ${limit}s")
   if ((DRY)); then
-    say "+ timeout $cap $(q "$@")>> $log 2>&1"
+    say "+ timeout $limit $(q "$@")>> $log 2>&1"
+    SIM_USED=$((SIM_USED + limit))
     return 0
   fi
-  if ((limit < 10)); then
+  if ((limit < MIN_STAGE_S)); then
     STAGES+=("$name|skipped: no time left|0"); FAILED=1
     say "== $name: skipped, no time left" | tee -a "$log"
     return 0
   fi
   say "== $name (limit ${limit}s, $(date -u +%H:%M:%S) UTC): $(q "$@")" | tee -a "$log"
-  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee -a "$log" || rc=$?
+  timeout --kill-after=5 "$limit" "$@" 2>&1 | tee -a "$log" || rc=$?
   local status=ok
   if ((rc == 124 || rc == 137)); then status="timed out after ${limit}s"; FAILED=1
   elif ((rc != 0)); then status="exit $rc"; FAILED=1; fi
   STAGES+=("$name|$status|$((SECONDS - start))")
 }
+LIMITS=()
 
 # --- the check's sizes: small enough for ~6 minutes in total, large enough to mean something ---
 if ((ALLOW_CPU)); then
@@ -135,14 +165,14 @@ fi
 if ((DRY)); then
   say "# if $PY -c 'import hydra, omegaconf' fails:"
   if [[ -n $WHEELS ]]; then
-    say "+ $PY -m pip install -q --no-index --no-deps --target $SITE $WHEELS/*.whl"
+    stage deps "$OUT/sweep.log" "$PY" -m pip install -q --no-index --no-deps --target "$SITE" "$WHEELS/*.whl"
     say "+ export PYTHONPATH=$SITE:\$PYTHONPATH"
   else
     say "#   (no --wheels given: the sweeps fail, the tests still run)"
   fi
 elif ! "$PY" -c 'import hydra, omegaconf' 2>/dev/null; then
   if [[ -n $WHEELS ]]; then
-    stage deps 60 0 "$OUT/sweep.log" "$PY" -m pip install -q --no-index --no-deps --target "$SITE" "$WHEELS"/*.whl
+    stage deps "$OUT/sweep.log" "$PY" -m pip install -q --no-index --no-deps --target "$SITE" "$WHEELS"/*.whl
     export PYTHONPATH="$SITE:$PYTHONPATH"
   else
     STAGES+=("deps|hydra-core/omegaconf missing and no --wheels DIR given|0"); FAILED=1
@@ -156,24 +186,24 @@ elif "$PY" -c 'import wandb' 2>/dev/null; then
 fi
 
 # 3. tests: every gpu-marked test; collection errors elsewhere must not hide them.
-stage tests 150 100 "$OUT/pytest.log" "$PY" -m pytest -m gpu tests -q -p no:cacheprovider --continue-on-collection-errors
+stage tests "$OUT/pytest.log" "$PY" -m pytest -m gpu tests -q -p no:cacheprovider --continue-on-collection-errors
 
 # 4. sweeps: one folder each, never the report (step 6 draws it once from all rows).
 COMMON=(device=$DEVICE report=false budget.max_point_s=$MAX_POINT_S budget.accuracy_rows=32 "$WANDB")
-stage quadratic_cost 110 80 "$OUT/sweep.log" "$PY" -m runners.sweep experiment=quadratic_cost \
+stage quadratic_cost "$OUT/sweep.log" "$PY" -m runners.sweep experiment=quadratic_cost \
   precision=$COST_PREC seq_len=$COST_SEQ budget.timing_s=0.2 "${COMMON[@]}" hydra.sweep.dir="$WORK/quadratic_cost"
-stage sdpa_kernels 60 60 "$OUT/sweep.log" "$PY" -m runners.sweep experiment=quadratic_cost name=sdpa_kernels \
+stage sdpa_kernels "$OUT/sweep.log" "$PY" -m runners.sweep experiment=quadratic_cost name=sdpa_kernels \
   backend=sdpa backend.kernel=auto,flash,efficient,math,cudnn precision=$KERNEL_PREC seq_len=$KERNEL_SEQ \
   budget.timing_s=0.1 "${COMMON[@]}" hydra.sweep.dir="$WORK/sdpa_kernels"
-stage scaling_stability 80 40 "$OUT/sweep.log" "$PY" -m runners.sweep experiment=scaling_stability \
+stage scaling_stability "$OUT/sweep.log" "$PY" -m runners.sweep experiment=scaling_stability \
   head_dim=$STAB_DIMS input_std=$STAB_STD seq_len=$STAB_SEQ "${COMMON[@]}" hydra.sweep.dir="$WORK/scaling_stability"
 
 # 5. results: whatever rows exist, even of a sweep cut short (rows are written as jobs finish).
-stage results 20 35 "$OUT/sweep.log" "$PY" scripts/gpu_check_helper.py merge "$OUT/results.csv" \
+stage results "$OUT/sweep.log" "$PY" scripts/gpu_check_helper.py merge "$OUT/results.csv" \
   "$WORK/quadratic_cost" "$WORK/sdpa_kernels" "$WORK/scaling_stability"
 
 # 6. report: figures, fitted exponents and the chapter's claims, from the merged rows.
-stage report 60 0 "$OUT/sweep.log" "$PY" -m analysis.report "$OUT/results.csv" --out "$REPORT" --formats png
+stage report "$OUT/sweep.log" "$PY" -m analysis.report "$OUT/results.csv" --out "$REPORT" --formats png
 if ((PACK)); then
   if ((DRY)); then
     say "+ cp $REPORT/report.md $OUT/report.md && tar -czf $OUT/report.tar.gz -C $OUT report && rm -rf $REPORT"
@@ -182,10 +212,12 @@ if ((PACK)); then
     tar -czf "$OUT/report.tar.gz" -C "$OUT" report && rm -rf "$REPORT"
   fi
 fi
+((DRY)) && say "# stage limits: ${LIMITS[*]}; ${FINAL_RESERVE_S}s reserved for packing and the summary; total ${TOTAL_S}s"
 
 # --- summary: stages, test outcome, rows per sweep and variant ---
 if ((DRY)); then
   say "+ $PY scripts/gpu_check_helper.py summary $OUT/results.csv > $OUT/summary.txt"
+  ((PACK)) && say "+ $PY scripts/gpu_check_helper.py fit $OUT"
   say "# dry run done: nothing was run"
   exit 0
 fi
@@ -201,4 +233,6 @@ fi
   say "files: $(cd "$OUT" && ls -p | tr '\n' ' ')"
   say "sweep folders: $WORK"
 } | tee "$OUT/summary.txt"
+# What the device tool brings back: at most 8 files of at most 16 MiB, no folder (logs cut to fit).
+if ((PACK)); then "$PY" scripts/gpu_check_helper.py fit "$OUT" || FAILED=1; fi
 exit $FAILED

@@ -1,13 +1,19 @@
 """Precisions by name: the dtype each one computes in, and the TF32 switch around a call.
 
-tf32 is float32 storage with TF32 tensor-core matmuls, which exist only on CUDA (Ampere+);
-on a CPU it raises Unsupported rather than silently measuring plain float32.
+tf32 is float32 storage with TF32 tensor-core matmuls, which exist only on CUDA GPUs of compute
+capability 8.0 (Ampere) and newer: on a CPU or an older GPU torch accepts the flag and silently
+computes plain float32, so tf32 raises Unsupported there instead of mislabelling an fp32 result.
+
+Even where TF32 exists, a kernel may ignore the flag: SDPA's fused kernels do (flash and cuDNN
+refuse fp32 outright; the memory-efficient kernel computes fp32 with its own scheme), while its
+math kernel and plain matmuls honour it. Which kernel ran is only known at run time, so
+`tf32_ignored` asks the result itself: the same call with TF32 off, compared bit for bit.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -21,6 +27,7 @@ DTYPES: dict[str, torch.dtype] = {
     "bf16": torch.bfloat16,
 }
 PRECISIONS: tuple[str, ...] = tuple(DTYPES)
+TF32_MIN_CAPABILITY = (8, 0)  # Ampere: the first GPUs with TF32 tensor cores
 NAMES: dict[torch.dtype, str] = {torch.float64: "fp64", torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
@@ -30,10 +37,19 @@ def _check(precision: str) -> None:
 
 
 def resolve_dtype(precision: str, device: torch.device | str = "cpu") -> torch.dtype:
-    """The torch dtype for `precision` on `device`; tf32 off CUDA raises Unsupported."""
+    """The torch dtype for `precision` on `device`; tf32 off CUDA, or on a GPU older than
+    TF32_MIN_CAPABILITY, raises Unsupported."""
     _check(precision)
-    if precision == "tf32" and torch.device(device).type != "cuda":
-        raise Unsupported(f"precision tf32: TF32 matmuls need a CUDA device, got {torch.device(device).type}")
+    if precision == "tf32":
+        dev = torch.device(device)
+        if dev.type != "cuda":
+            raise Unsupported(f"precision tf32: TF32 matmuls need a CUDA device, got {dev.type}")
+        capability = tuple(torch.cuda.get_device_capability(dev))
+        if capability < TF32_MIN_CAPABILITY:
+            raise Unsupported(
+                f"precision tf32: TF32 tensor cores need compute capability >= 8.0, this GPU has "
+                f"{capability[0]}.{capability[1]} (torch would silently compute plain fp32)"
+            )
     return DTYPES[precision]
 
 
@@ -49,11 +65,31 @@ def precision_context(precision: str, device: torch.device | str = "cpu") -> Ite
     Yields the dtype, so `with precision_context(p, dev) as dtype:` is all a caller needs.
     """
     dtype = resolve_dtype(precision, device)
-    use_tf32 = precision == "tf32"
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = use_tf32
-    torch.backends.cudnn.allow_tf32 = use_tf32
-    try:
+    with _tf32(precision == "tf32"):
         yield dtype
+
+
+@contextlib.contextmanager
+def _tf32(enabled: bool) -> Iterator[None]:
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def tf32_ignored(tf32_out: torch.Tensor, call: Callable[[], torch.Tensor]) -> bool:
+    """Whether `call`, which gave `tf32_out` with TF32 on, gives the bit-identical output with TF32
+    off: then its kernels ignore the flag and the "tf32" result is an fp32 one.
+
+    Any kernel that honours TF32 rounds its matmul inputs to a 10-bit mantissa, which changes
+    the output of random inputs in practically every element, so a single identical output is
+    proof enough. Compare forward outputs only: some backward kernels accumulate with atomics
+    and differ from run to run whatever the flag.
+    """
+    with _tf32(False):
+        fp32_out = call()
+    same = (tf32_out == fp32_out) | (tf32_out.isnan() & fp32_out.isnan())
+    return tf32_out.shape == fp32_out.shape and bool(same.all())

@@ -44,6 +44,7 @@ class Row:
     time_ms_p20: float | None = None
     time_ms_p80: float | None = None
     time_samples: int | None = None
+    timer: str = ""  # what timed the calls: torch_timer (CPU), do_bench or cuda_events (CUDA)
     # memory beyond the inputs
     peak_mem_bytes: int | None = None
     predicted_mem_bytes: int | None = None
@@ -52,6 +53,10 @@ class Row:
     flops: float | None = None
     tflops: float | None = None
     device_peak_tflops: float | None = None
+    # the precision the kernel really computed in: `precision`, except "fp32" for a tf32 row whose
+    # kernel ignores the TF32 flag (its output is bit-identical to fp32's, so it is not a tf32 result)
+    computed_as: str = ""
+    note: str = ""  # one line on what is unusual about an ok row (tf32 ignored, TFLOP/s above the peak)
     # accuracy against the float64 reference, on sampled query rows
     accuracy_rows: int | None = None
     max_abs_err: float | None = None

@@ -132,9 +132,22 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     # take it natively; elsewhere torch materializes it (bool, then an additive mask in the dtype).
     native_mask = device == "cuda" and not math_kernel
     mask = q_len * seq_len * (1 + s) if point.causal and q_len != seq_len and not native_mask else 0
-    if math_kernel:  # scaled q, k copies + scores + weights (fwd); + their gradients (bwd)
-        per = 2 * s if point.mode == "fwd" else 4 * s
-        return scores * per + mask + 2 * out + (grads if point.mode == "fwd_bwd" else 0)
+    if math_kernel:
+        # ATen's math kernel computes in fp32 at least (c bytes): fp16/bf16 inputs are upcast. Measured
+        # on a CPU (the same ATen code as CUDA's; torch 2.13, the profiler's allocation events, fp64/
+        # fp32/bf16/fp16, B1-2 H2-4, q_len 256-2048 x seq_len 512-2048, fits exact to the byte):
+        #   fwd: 2c + 1 bytes per score (scores, weights, the safe softmax's bool; 9 B, not 2 s = 4 B,
+        #        in fp16/bf16), the output, and for fp16/bf16 fp32 copies of q, k, v and of the output;
+        #        a square causal mask is one c-byte (q_len x seq_len) matrix (is_causal), a non-square
+        #        one is `mask` above (1 + s bytes per element);
+        #   fwd_bwd: 3c bytes per score (12 B in fp32/fp16/bf16), out + grads, and in fp16/bf16 one
+        #        more grads-sized buffer; the causal mask is freed before the peak.
+        c = max(s, FP32_BYTES)
+        if point.mode == "fwd":
+            upcast = b * h * (2 * q_len + 2 * seq_len) * d * c if s < c else out
+            square_causal = point.causal and q_len == seq_len and not mask
+            return scores * (2 * c + 1) + upcast + (q_len * seq_len * c if square_causal else mask)
+        return scores * 3 * c + out + grads * (2 if s < c else 1) + mask
     lse = b * h * q_len * FP32_BYTES
     if device == "cuda":
         scratch = 0  # flash/efficient keep their tiles in shared memory

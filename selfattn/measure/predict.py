@@ -28,8 +28,16 @@ DEFAULT_EFFICIENCY = 0.5  # a back end without a module (never runs; only its ro
 # deliberately low for a CPU (fp16/bf16 matmuls are slow on CPUs without AMX).
 NOMINAL_CPU_TFLOPS = {8: 0.02, 4: 0.05, 2: 0.002}
 NOMINAL_CUDA_TFLOPS = 50.0
-# Non-timed calls of a point: warm-up, the memory measurement and the timer's own estimate.
-UNTIMED_CALLS = 3
+# The point's own calls besides the timer's: the warm-up (its output is checked for accuracy)
+# and the memory measurement. A CPU point measures memory twice (peak RSS, then the allocator's
+# peak under the profiler); a tf32 point adds one call with TF32 off (precision.tf32_ignored).
+# The timer's own untimed and timed calls come from timing.plan.
+POINT_CALLS = 2
+
+
+def point_calls(device: str, precision: str) -> int:
+    """Calls of one point outside the timer (see POINT_CALLS)."""
+    return POINT_CALLS + (device != "cuda") + (precision == "tf32")
 
 
 def input_bytes(point: Point) -> int:
@@ -110,12 +118,21 @@ def predict_call_s(point: Point, peak_tflops: float) -> float:
     return point_flops(point) / (max(peak_tflops, 1e-6) * 1e12 * efficiency)
 
 
-def predict_point_s(point: Point, peak_tflops: float, timing_s: float, min_samples: int, rows: int) -> float:
-    """Predicted seconds of the whole point: untimed calls, timed calls, accuracy pass."""
+def after_warmup_s(device: str, call_s: float, timing_s: float, precision: str = "fp32") -> float:
+    """Seconds of calls a point still makes after its warm-up call: the memory call (a CPU's
+    allocator profile, tf32's check), then every call the timer makes (do_bench's estimate and
+    warm-up included; timing.plan)."""
+    from selfattn.measure.timing import plan
+
+    return (point_calls(device, precision) - 1) * call_s + plan(device, call_s, timing_s).seconds(call_s)
+
+
+def predict_point_s(point: Point, peak_tflops: float, timing_s: float, rows: int) -> float:
+    """Predicted seconds of the whole point: its warm-up and memory calls, the timer's calls, accuracy pass."""
+    from selfattn.measure.device import resolve_device
+
     call_s = predict_call_s(point, peak_tflops)
-    timed_s = max(timing_s, min_samples * call_s)
     # The accuracy and stability pass: about two calls restricted to the `rows` sampled rows
     # (float64 reference, own-precision stability with its backward).
-    return UNTIMED_CALLS * call_s + timed_s + 2 * call_s * min(1.0, rows / point.q_len_resolved)
-
-
+    accuracy_s = 2 * call_s * min(1.0, rows / point.q_len_resolved)
+    return call_s + after_warmup_s(resolve_device(point.device), call_s, timing_s, point.precision) + accuracy_s

@@ -2,8 +2,8 @@
 
 Order matters: validate -> resolve dtype and options -> predict and guard (nothing allocated
 yet) -> build inputs -> warm-up (its output feeds the accuracy check) -> memory call -> timed
-calls -> accuracy and stability on the sampled rows. Failures become the row's status:
-invalid (ValueError), unsupported (selfattn.Unsupported), oom (memory released), error.
+calls -> accuracy and stability on the sampled rows. Failures become the row's status through
+selfattn.measure.failures (oom, unsupported, invalid, error; memory released either way).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from selfattn.errors import Unsupported
+from selfattn.measure import failures
 from selfattn.measure.accuracy import compare, sample_rows
 from selfattn.measure.budget import Budget, over_budget
 from selfattn.measure.device import device_peak_tflops, environment, resolve_device
@@ -22,6 +23,7 @@ from selfattn.measure.flops import point_flops
 from selfattn.measure.memory import free_bytes, measure_peak, release_memory
 from selfattn.measure.predict import (
     accuracy_bytes,
+    after_warmup_s,
     input_bytes,
     nominal_peak_tflops,
     predict_call_s,
@@ -29,20 +31,9 @@ from selfattn.measure.predict import (
     predict_point_s,
 )
 from selfattn.measure.stability import stability
-from selfattn.measure.timing import MIN_SAMPLES, time_call, wall_call
+from selfattn.measure.timing import time_call, wall_call
 from selfattn.point import Point
 from selfattn.results import Row
-
-# OutOfMemoryError is torch.OutOfMemoryError since 2.5 and torch.cuda.OutOfMemoryError before.
-_OOM_ERRORS: tuple[type[BaseException], ...] = tuple(
-    {getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None)} - {None}
-)  # type: ignore[arg-type]
-
-
-def _one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    return f"{type(err).__name__}: {text}"[:500]
-
 
 def measure_point(point: Point, budget: Budget | None = None) -> Row:
     """Measure one point and return its row; never raises for a failure of the point itself."""
@@ -57,20 +48,12 @@ def measure_point(point: Point, budget: Budget | None = None) -> Row:
     row_values.update(_environment_columns(device))
     for name, value in row_values.items():
         setattr(row, name, value)
+    failures.take_traceback()  # an earlier point's traceback must not be written for this one
     try:
         _measure(point, budget, device, row)
-    except Unsupported as err:
-        row.status, row.error = "unsupported", _one_line(err)
-    except ValueError as err:
-        row.status, row.error = "invalid", _one_line(err)
-    except _OOM_ERRORS as err:
-        row.status, row.error = "oom", _one_line(err)
-    except Exception as err:  # anything else: the row says what, the sweep goes on
-        # The CPU allocator reports a failed allocation as a plain RuntimeError, and a torch
-        # build without a kernel for this dtype says "... not implemented for 'Half'".
-        text = str(err)
-        row.status = "oom" if "can't allocate memory" in text else "unsupported" if "not implemented for" in text else "error"
-        row.error = _one_line(err)
+    except Exception as err:  # the row says what (failures.describe), the sweep goes on
+        failure = failures.describe(err)
+        row.status, row.error = failure.status, failure.error
     finally:
         if row.status != "ok":
             release_memory(device)  # so the next point measures as in a fresh process
@@ -107,13 +90,13 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
         rows = sample_rows(point.q_len_resolved, budget.accuracy_rows, point.seed)
         need = input_bytes(point) + row.predicted_mem_bytes + accuracy_bytes(point, len(rows))
         free = free_bytes(device)
-        point_s = predict_point_s(point, peak, budget.timing_s, MIN_SAMPLES, len(rows))
+        point_s = predict_point_s(point, peak, budget.timing_s, len(rows))
         reason = over_budget(point, budget, need, free, point_s)
         memory_fits = over_budget(point, budget, need, free, 0.0) is None
         if reason is not None and memory_fits and budget.measure_device_peak:
             # Skipping on time rests on the measured peak: make sure it was not measured in a bad moment.
             peak = device_peak_tflops(device, dtype, remeasure=True)
-            point_s = predict_point_s(point, peak, budget.timing_s, MIN_SAMPLES, len(rows))
+            point_s = predict_point_s(point, peak, budget.timing_s, len(rows))
             reason = over_budget(point, budget, need, free, point_s)
         row.device_peak_tflops = peak if budget.measure_device_peak else None
         row.predicted_time_ms = predict_call_s(point, peak) * 1e3
@@ -148,13 +131,13 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, rows: to
         workload = build(point, dtype, torch.device(device), rows)
     checked, warmup_s = wall_call(workload.check_call, device)  # warm-up; never timed
     # Second guard, on a measured call this time: the prediction can be far off (a slow dtype on
-    # this CPU, a busy machine), and the memory call, the timer's estimate and MIN_SAMPLES timed
-    # calls still lie ahead.
-    remaining_s = warmup_s * (2 + MIN_SAMPLES)
+    # this CPU, a busy machine), and the memory call and every call of the timer (its own
+    # estimate and warm-up, at least MIN_SAMPLES timed calls) still lie ahead.
+    remaining_s = after_warmup_s(device, warmup_s, budget.timing_s, point.precision)
     if warmup_s + remaining_s > budget.max_point_s and 2 * warmup_s < budget.max_point_s:
         # A first call can carry one-time costs (lazy imports, library init): look again once.
         _, again_s = wall_call(workload.call, device)
-        remaining_s = min(warmup_s, again_s) * (2 + MIN_SAMPLES)
+        remaining_s = after_warmup_s(device, min(warmup_s, again_s), budget.timing_s, point.precision)
         warmup_s += again_s
     if warmup_s + remaining_s > budget.max_point_s:
         row.status = "skipped_budget"
@@ -170,13 +153,34 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, rows: to
     # in a job's wall time (inputs, accuracy, stability, bookkeeping) is harness overhead.
     row.measure_s = warmup_s + memory_call_s + (time.perf_counter() - started)
     row.time_ms, row.time_ms_p20, row.time_ms_p80, row.time_samples = (
-        timing.median_ms, timing.p20_ms, timing.p80_ms, timing.samples or None
+        timing.median_ms, timing.p20_ms, timing.p80_ms, timing.samples
     )
+    row.timer = timing.timer
     row.tflops = row.flops / (timing.median_ms * 1e-3) / 1e12 if timing.median_ms > 0 else None
+    _precision_notes(point, workload, checked, row)
 
     with _single_threaded_on_cpu(device):
         _accuracy_and_stability(point, workload, checked, rows, row)
     row.status, row.error = "ok", ""
+
+
+def _precision_notes(point: Point, workload: Any, checked: Any, row: Row) -> None:
+    """`computed_as` (a tf32 row whose kernels ignore TF32 is an fp32 result) and the row's `note`."""
+    from selfattn.precision import tf32_ignored
+
+    notes = []
+    row.computed_as = point.precision
+    if point.precision == "tf32" and tf32_ignored(checked.out_rows, lambda: workload.check_call().out_rows):
+        row.computed_as = "fp32"
+        notes.append("tf32 ignored: the output is bit-identical with TF32 off, so this is the fp32 computation")
+    peak = row.device_peak_tflops
+    if peak and row.tflops and row.tflops > peak:
+        notes.append(
+            f"{row.tflops:.3g} TFLOP/s is above the measured {point.precision} GEMM peak ({peak:.3g}): the kernel "
+            "does not compute like that GEMM (e.g. fp32 on tensor cores) or the peak was measured under load; "
+            "not a fraction of that peak"
+        )
+    row.note = "; ".join(notes)
 
 
 def _accuracy_and_stability(point: Point, workload: Any, checked: Any, rows: torch.Tensor, row: Row) -> None:

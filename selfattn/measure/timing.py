@@ -1,103 +1,236 @@
 """Timing one call with the field's timers: median and p20/p80 of per-call times.
 
-CPU: `torch.utils.benchmark.Timer` with all of torch's threads (its default is one thread).
-CUDA: `triton.testing.do_bench`, which times with CUDA events and flushes the L2 cache between
-calls; without triton, a tiny equivalent below. Warm-up never counts: the caller runs the
-function once before, and both timers warm up again on their own.
+Three timers; every row says which one measured it (`Timing.timer`, the row's `timer` column):
+
+- `torch_timer` (CPU): `torch.utils.benchmark.Timer` with all of torch's threads (its default
+  is one thread).
+- `do_bench` (CUDA): `triton.testing.do_bench`, CUDA events around each call and an L2 flush
+  between calls. Before timing it runs the function once, then 5 times to estimate its time,
+  then warms up for `WARMUP_MS`: 7 untimed calls for a slow function. So it times only calls
+  that `timing_s` covers many times over (`DO_BENCH_MIN_CALLS`); there its own calls are cheap.
+- `cuda_events` (CUDA): do_bench's method in a few lines (the same L2 flush, events around each
+  call, the same warm-up rule), without its estimate: the caller already knows the call's time.
+  It times slow calls (1 warm-up + MIN_SAMPLES timed calls instead of 7 + ~3), and every CUDA
+  call of a process where triton is missing or its first do_bench failed: triton can import
+  yet fail to build its driver on first use (no C compiler or no Python.h on a cluster node),
+  and that must not turn every CUDA point into an error. The switch happens once, with a warning.
+
+`plan` says how many calls a timer will make for a given call time, so the budget guard
+(selfattn.measure.predict) counts what really runs. Warm-up never counts: the caller runs the
+function once before (and measures its memory on a second call); each timer warms up again on
+its own as described.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
 import torch.utils.benchmark as torch_benchmark
 
+TIMERS = ("torch_timer", "do_bench", "cuda_events")
 # Fewer timed samples than this make p20/p80 meaningless; slow calls are repeated this often
-# even when that exceeds the time budget (the budget guard has already bounded the call time).
+# even when that exceeds timing_s (the budget guard has already counted them).
 MIN_SAMPLES = 3
-# The L2 flush buffer for the triton-less CUDA timer: bigger than any current GPU's L2 (H100: 50 MB).
+# Both CUDA timers warm up for this long (at least one call) before timing: do_bench's `warmup`.
+WARMUP_MS = 1.0
+# do_bench runs fn once, then 5 more times to estimate its time, before its warm-up.
+DO_BENCH_ESTIMATE_CALLS = 1 + 5
+# do_bench only when timing_s covers this many calls: its 6 estimate calls then cost under 60%
+# of timing_s, and its own estimate would have to be 3x off to leave fewer than MIN_SAMPLES samples.
+DO_BENCH_MIN_CALLS = 10
+# The cuda_events timer's L2 flush buffer: do_bench's size, bigger than any current GPU's L2 (H200: 60 MB).
 L2_FLUSH_BYTES = 256 * 1024 * 1024
+MAX_EVENT_CALLS = 10_000  # events are cheap, but a 10 us call with timing_s=1 would want 100k pairs
+
+# do_bench in this process: why it cannot run (then cuda_events replaces it), whether it has
+# worked once (later failures are the point's own), and whether the switch was announced.
+_do_bench_broken: str = ""
+_do_bench_worked = False
+_warned = False
 
 
 @dataclass(frozen=True)
 class Timing:
-    """Per-call times in milliseconds, over `samples` timed samples."""
+    """Per-call times in milliseconds, over `samples` timed samples, measured by `timer`."""
 
     median_ms: float
     p20_ms: float
     p80_ms: float
     samples: int
     min_ms: float | None = None  # the fastest sample (a peak's best case); None when not known
+    timer: str = ""  # one of TIMERS
 
 
-def summarize(per_call_ms: list[float] | np.ndarray) -> Timing:
+@dataclass(frozen=True)
+class Plan:
+    """The calls a timer makes for one point: its own untimed ones (estimate, warm-up) and timed ones."""
+
+    timer: str
+    untimed_calls: int
+    timed_calls: int
+
+    def seconds(self, call_s: float) -> float:
+        return (self.untimed_calls + self.timed_calls) * call_s
+
+
+def summarize(per_call_ms: list[float] | np.ndarray, timer: str = "") -> Timing:
     """Median and 20th/80th percentiles of per-call times (one value per sample)."""
     times = np.asarray(per_call_ms, dtype=np.float64)
     if times.size == 0:
         raise ValueError("per_call_ms: expected at least one time, got none")
     p20, median, p80 = np.quantile(times, [0.2, 0.5, 0.8])
-    return Timing(float(median), float(p20), float(p80), int(times.size), float(times.min()))
+    return Timing(float(median), float(p20), float(p80), int(times.size), float(times.min()), timer)
+
+
+def _warmup_calls(call_s: float) -> int:
+    """do_bench's rule: max(1, int(warmup_ms / estimate_ms))."""
+    return max(1, int(WARMUP_MS / max(call_s * 1e3, 1e-6)))
+
+
+def _timed_calls(call_s: float, timing_s: float) -> int:
+    return max(MIN_SAMPLES, int(timing_s / max(call_s, 1e-9)))
+
+
+def cuda_timer(call_s: float, timing_s: float) -> str:
+    """The CUDA timer that times a call of `call_s` seconds: do_bench for fast calls while it works."""
+    if timing_s < DO_BENCH_MIN_CALLS * call_s or _load_do_bench() is None:
+        return "cuda_events"
+    return "do_bench"
+
+
+def plan(device: str, call_s: float, timing_s: float) -> Plan:
+    """How many calls timing a `call_s`-second call for `timing_s` seconds makes on `device`."""
+    if device != "cuda":
+        # blocked_autorange's block-size estimate runs one block first (one call for a slow call,
+        # a small fraction of timing_s for a fast one), then blocks until timing_s is covered.
+        return Plan("torch_timer", 1, _timed_calls(call_s, timing_s))
+    timer = cuda_timer(call_s, timing_s)
+    if timer == "do_bench":
+        return Plan(timer, DO_BENCH_ESTIMATE_CALLS + _warmup_calls(call_s), _timed_calls(call_s, timing_s))
+    return Plan(timer, _warmup_calls(call_s), min(MAX_EVENT_CALLS, _timed_calls(call_s, timing_s)))
 
 
 def time_cpu(fn: Callable[[], object], timing_s: float, call_s_estimate: float) -> Timing:
-    """Time `fn` on the CPU for about `timing_s` seconds, and at least MIN_SAMPLES calls.
+    """Time `fn` on the CPU for about `timing_s` seconds, and at least MIN_SAMPLES samples.
 
     `Timer.blocked_autorange` groups fast calls into blocks and times each block; its
     `Measurement.times` are already per call (block time / calls per block), so the quantiles
     below are of per-call times. A call slower than the budget allows for blocks runs in blocks
-    of one, and the run time is stretched to MIN_SAMPLES calls so p20/p80 exist; a short budget
-    that still ends with fewer blocks is topped up with blocks of the same size.
+    of one, and the run time is stretched to MIN_SAMPLES calls so p20/p80 exist; a run that
+    still ends with fewer samples is topped up with blocks of the same size, timed the way the
+    Timer times a block (a perf_counter around the block, no extra warm-up).
     """
     timer = torch_benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
     # (MIN_SAMPLES - 0.5) calls of run time yield MIN_SAMPLES blocks when the estimate is right.
     min_run_time = max(timing_s, (MIN_SAMPLES - 0.5) * call_s_estimate)
     measurement = timer.blocked_autorange(min_run_time=min_run_time)
     per_call_s = list(measurement.times)
-    # A short budget can end after one or two big blocks; top up with blocks of the same size
-    # (timeit's own warm-up of max(number // 100, 2) calls is not counted either).
+    number = measurement.number_per_run
     while len(per_call_s) < MIN_SAMPLES:
-        per_call_s.extend(timer.timeit(measurement.number_per_run).times)
-    return summarize([t * 1e3 for t in per_call_s])
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        per_call_s.append((time.perf_counter() - start) / number)
+    return summarize([t * 1e3 for t in per_call_s], "torch_timer")
 
 
 def time_cuda(fn: Callable[[], object], timing_s: float, call_s_estimate: float) -> Timing:
-    """Time `fn` on the current CUDA device with CUDA events and an L2 flush between calls.
+    """Time `fn` on the current CUDA device: CUDA events and an L2 flush between calls.
 
-    The caller has warmed `fn` up, so do_bench's own warm-up is kept to a token; its rep time
-    is stretched to MIN_SAMPLES calls for calls slower than the budget.
+    do_bench for calls `timing_s` covers DO_BENCH_MIN_CALLS times, cuda_events otherwise or
+    when do_bench cannot run in this process (see the module docstring).
     """
-    rep_ms = max(1.0, timing_s * 1e3, MIN_SAMPLES * call_s_estimate * 1e3)
+    global _do_bench_broken, _do_bench_worked
+    if cuda_timer(call_s_estimate, timing_s) == "cuda_events":
+        _announce_fallback()
+        return _time_cuda_events(fn, timing_s, call_s_estimate)
+    do_bench = _load_do_bench()
+    assert do_bench is not None  # cuda_timer chose do_bench
+    rep_ms = max(1.0, timing_s * 1e3)
+    try:
+        # return_mode="all" returns every per-call time, so the sample count is known.
+        times_ms = list(do_bench(fn, warmup=WARMUP_MS, rep=rep_ms, return_mode="all"))
+    except Exception as err:
+        if _do_bench_worked or _is_oom(err):
+            raise  # it worked before (or fn itself ran out of memory): the point's failure, not the timer's
+        _do_bench_broken = f"triton.testing.do_bench failed on first use ({type(err).__name__}: " \
+                           f"{' '.join(str(err).split())[:200]})"
+        _announce_fallback()
+        return _time_cuda_events(fn, timing_s, call_s_estimate)
+    _do_bench_worked = True
+    if len(times_ms) < MIN_SAMPLES:
+        # do_bench's own estimate was far above the caller's: top up with its method, so p20/p80 exist.
+        times_ms += _event_times_ms(fn, MIN_SAMPLES - len(times_ms))
+    return summarize(times_ms, "do_bench")
+
+
+def _announce_fallback() -> None:
+    """Warn once per process that cuda_events replaces do_bench, and why."""
+    global _warned
+    if _do_bench_broken and not _warned:
+        _warned = True
+        warnings.warn(f"{_do_bench_broken}: timing CUDA with events and an L2 flush (timer=cuda_events) "
+                      "for the rest of this process", RuntimeWarning, stacklevel=3)
+
+
+def _is_oom(err: BaseException) -> bool:
+    from selfattn.measure.failures import classify
+
+    return classify(err) == "oom"
+
+
+def _load_do_bench() -> Callable[..., Any] | None:
+    """triton's do_bench, or None when triton is missing or its first do_bench failed here."""
+    global _do_bench_broken
+    if _do_bench_broken:
+        return None
     try:
         from triton.testing import do_bench
-    except ImportError:  # triton ships with CUDA torch on Linux; elsewhere use the fallback
-        return _time_cuda_events(fn, rep_ms / 1e3, call_s_estimate)
-    try:
-        # return_mode="all" (triton >= 3.0) returns every per-call time, so the sample count is known;
-        # older releases reject it (an assert or an unknown keyword) and report quantiles only.
-        times_ms = do_bench(fn, warmup=1.0, rep=rep_ms, return_mode="all")
-        return summarize(list(times_ms))
-    except (TypeError, AssertionError):
-        median, p20, p80 = do_bench(fn, warmup=1.0, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
-        return Timing(float(median), float(p20), float(p80), 0)
+    except ImportError:  # triton ships with CUDA torch on Linux; elsewhere the events timer
+        _do_bench_broken = "triton is not installed"
+        return None
+    return do_bench
 
 
-def _time_cuda_events(fn: Callable[[], object], timing_s: float, call_s_estimate: float) -> Timing:
-    """do_bench's method in a few lines: flush L2, then time each call with a pair of events."""
-    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-    calls = max(MIN_SAMPLES, min(10_000, int(timing_s / max(call_s_estimate, 1e-6))))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+# The CUDA primitives, as functions so CPU tests can stand in for them.
+def _event() -> Any:
+    return torch.cuda.Event(enable_timing=True)
+
+
+def _synchronize() -> None:
+    torch.cuda.synchronize()
+
+
+def _flush_buffer() -> torch.Tensor:
+    return torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+
+
+def _event_times_ms(fn: Callable[[], object], calls: int) -> list[float]:
+    """`calls` per-call times: flush L2, then a pair of events around each call."""
+    flush = _flush_buffer()
+    starts = [_event() for _ in range(calls)]
+    ends = [_event() for _ in range(calls)]
     for begin, end in zip(starts, ends):
         flush.zero_()  # evicts the inputs from L2 so every call reads them from HBM
         begin.record()
         fn()
         end.record()
-    torch.cuda.synchronize()
-    return summarize([begin.elapsed_time(end) for begin, end in zip(starts, ends)])
+    _synchronize()
+    return [begin.elapsed_time(end) for begin, end in zip(starts, ends)]
+
+
+def _time_cuda_events(fn: Callable[[], object], timing_s: float, call_s_estimate: float) -> Timing:
+    """do_bench's method without its estimate: warm up for WARMUP_MS (at least one call), then time."""
+    for _ in range(_warmup_calls(call_s_estimate)):
+        fn()
+    _synchronize()
+    calls = min(MAX_EVENT_CALLS, _timed_calls(call_s_estimate, timing_s))
+    return summarize(_event_times_ms(fn, calls), "cuda_events")
 
 
 def time_call(fn: Callable[[], object], device: str, timing_s: float, call_s_estimate: float) -> Timing:

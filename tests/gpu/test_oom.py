@@ -4,6 +4,11 @@ The budget guard normally skips such a point before allocating anything; here it
 off so the allocation really fails on the device. The point measured next must see the same
 peak memory (and about the same time) as in a fresh process: nothing of the failed point
 (its inputs, a traceback holding tensors, cached blocks) may linger.
+
+"The same" within a slack, not to the byte: the caching allocator rounds blocks, and cuBLAS
+keeps a workspace per handle and stream (up to 32 MiB on Hopper) that torch allocates through
+that allocator the first time a process needs it, so two processes' peaks can differ by a
+workspace. A leak is far bigger: the failed point's smallest tensor is 256 MiB.
 """
 
 from __future__ import annotations
@@ -21,11 +26,24 @@ import selfattn.measure.run as run_module
 from selfattn.measure import Budget, measure_point, predict_mem_bytes
 from selfattn.point import Point
 
-pytestmark = pytest.mark.gpu
-
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = dict(backend="naive", precision="fp32", device="cuda", heads=8, seq_len=4096, head_dim=64)
 BUDGET = dict(timing_s=0.1, accuracy_rows=16, measure_device_peak=False, max_point_s=1e6)
+# cuBLAS's workspace (32 MiB on Hopper, less before) plus the allocator's rounding of a few blocks.
+SLACK_BYTES = 32 * 2**20 + 4 * 2**20
+LEAK_BYTES = 8 * 131072 * 64 * 4  # one input of the OOM point (256 MiB): what a leak would hold at least
+
+
+def same_memory(a: int, b: int) -> bool:
+    """Two byte counts of the same work in two processes: equal up to a cuBLAS workspace and rounding."""
+    return abs(a - b) <= SLACK_BYTES
+
+
+def test_the_slack_tolerates_a_workspace_and_still_catches_a_leak() -> None:
+    peak = 1536 * 2**20
+    assert same_memory(peak, peak + 32 * 2**20 + 512)  # a cuBLAS workspace in one process only
+    assert not same_memory(peak, peak + LEAK_BYTES)  # one leaked input of the failed point
+    assert SLACK_BYTES < LEAK_BYTES / 4
 
 FRESH = """
 import json, sys
@@ -43,6 +61,7 @@ def _fresh_process_probe() -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.gpu
 def test_real_oom_is_a_row_and_the_next_point_measures_as_in_a_fresh_process(monkeypatch) -> None:
     total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     huge = Point(backend="naive", precision="fp32", device="cuda", heads=8, seq_len=131072, head_dim=64)
@@ -58,10 +77,10 @@ def test_real_oom_is_a_row_and_the_next_point_measures_as_in_a_fresh_process(mon
     assert row.status == "oom", (row.status, row.error)
     assert "memory" in row.error.lower() and "\n" not in row.error
     assert row.time_ms is None and row.peak_mem_bytes is None
-    assert torch.cuda.memory_allocated() == allocated_before, "the failed point left tensors alive"
+    assert same_memory(torch.cuda.memory_allocated(), allocated_before), "the failed point left tensors alive"
     monkeypatch.undo()
 
     after = measure_point(Point(**PROBE), Budget(**BUDGET))
     assert after.status == "ok", after.error
-    assert after.peak_mem_bytes == fresh["peak_mem_bytes"]
+    assert same_memory(after.peak_mem_bytes, fresh["peak_mem_bytes"]), (after.peak_mem_bytes, fresh["peak_mem_bytes"])
     assert after.time_ms == pytest.approx(fresh["time_ms"], rel=0.25)

@@ -35,3 +35,22 @@ def test_tf32_runs_and_differs_from_fp32_as_expected() -> None:
     # Same inputs, same math: only the rounding differs, so the stability columns agree.
     assert tf32.logit_std == pytest.approx(fp32.logit_std, rel=1e-2)
     assert tf32.device_peak_tflops > 2 * fp32.device_peak_tflops, (tf32.device_peak_tflops, fp32.device_peak_tflops)
+
+
+@pytest.mark.parametrize("backend, options, computed_as", [
+    ("naive", {}, "tf32"),  # cuBLAS matmuls honour TF32
+    ("sdpa", {"kernel": "math"}, "tf32"),  # the math kernel is matmuls too
+    ("sdpa", {"kernel": "efficient"}, "fp32"),  # its own fp32 scheme: the flag changes nothing
+    ("sdpa", {}, "fp32"),  # auto picks a fused kernel for fp32
+], ids=["naive", "sdpa-math", "sdpa-efficient", "sdpa-auto"])
+def test_tf32_row_says_whether_its_kernel_honoured_tf32(backend: str, options: dict, computed_as: str) -> None:
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("TF32 tensor cores need capability >= 8.0 (Ampere)")
+    point = Point(backend=backend, backend_options=options, precision="tf32", device="cuda", heads=4,
+                  seq_len=2048, head_dim=64)
+    row = measure_point(point, Budget(timing_s=0.05, accuracy_rows=64, measure_device_peak=True))
+    assert row.status == "ok", row.error
+    assert row.computed_as == computed_as, (row.kernel, row.note)
+    assert ("tf32 ignored" in row.note) == (computed_as == "fp32")
+    if row.tflops > row.device_peak_tflops:
+        assert "above the measured" in row.note

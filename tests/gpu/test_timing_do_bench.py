@@ -52,3 +52,22 @@ def test_time_ms_agrees_with_do_bench_within_5_percent(case: str) -> None:
     gap = min(abs(a - r) / r for a in harness_ms for r in bench_ms)
     assert gap <= 0.05, f"harness {harness_ms} ms vs do_bench {bench_ms} ms"
     assert bench_ms[0] > 0.5, "the case must take well over launch overhead to be a fair comparison"
+
+
+def test_rows_say_their_timer_and_a_slow_point_stays_within_max_point_s() -> None:
+    # Fast calls: do_bench (triton is on every CUDA image we run). A slow point, guarded on its
+    # measured warm-up: everything it runs (memory call, the timer's own calls, 3 timed calls)
+    # must fit max_point_s; with do_bench's 1 + 5 estimate calls it took about twice as long.
+    pytest.importorskip("triton.testing")
+    fast = measure_point(Point(backend="sdpa", precision="bf16", device="cuda", heads=8, seq_len=2048),
+                         Budget(timing_s=0.1, accuracy_rows=16, measure_device_peak=False))
+    assert fast.status == "ok" and fast.timer == "do_bench" and fast.time_samples >= 10
+    point = Point(backend="naive", precision="fp32", device="cuda", batch=4, heads=16, seq_len=8192, head_dim=64)
+    probe = measure_point(point, Budget(timing_s=0.001, accuracy_rows=16, measure_device_peak=False))
+    assert probe.status == "ok", probe.error
+    call_s = probe.time_ms / 1e3
+    budget = Budget(timing_s=0.001, accuracy_rows=16, measure_device_peak=False, max_point_s=8 * call_s)
+    row = measure_point(point, budget)
+    assert row.status == "ok", row.error
+    assert row.timer == "cuda_events" and row.time_samples >= 3
+    assert row.measure_s <= budget.max_point_s

@@ -7,6 +7,7 @@ is there, with the sizes and overrides the issue asks for, and nothing is run or
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,11 +39,61 @@ def test_dry_run_prints_every_stage_and_runs_nothing(tmp_path: Path) -> None:
     assert "precision=fp32,tf32,bf16,fp16" in joined
     assert any("-m analysis.report" in c and str(out_dir / "results.csv") in c for c in commands)
     assert any("report.tar.gz" in c for c in commands)
-    # every long stage runs under a time limit (its cap; the run also cuts it to the time left),
-    # and the whole check under a total that fits the issue's 6 minutes
-    limits = [int(c.split()[2]) for c in commands if c.startswith("+ timeout ")]
-    assert len(limits) == 6 and all(0 < limit <= 150 for limit in limits)
-    assert "total limit 330s" in text
+    # every stage runs under a limit computed from the time left; with each stage using all of
+    # its limit the whole still fits the total (6 minutes on an H200, the wheels' install included)
+    limits = _limits(commands)
+    assert len(limits) == 7 and all(limit >= 5 for limit in limits.values())
+    assert sum(limits.values()) + 15 <= 330 and "total 330s" in text
+    assert f"deps {limits['deps']}s tests {limits['tests']}s" in text  # the computed limits are printed
+    assert any("gpu_check_helper.py fit" in c and str(out_dir) in c for c in commands)
+
+
+def _limits(commands: list[str]) -> dict[str, int]:
+    """Stage name -> the limit its `+ timeout N` line shows (the stages in their order)."""
+    names = ["deps", "tests", "quadratic_cost", "sdpa_kernels", "scaling_stability", "results", "report"]
+    timed = [int(c.split()[2]) for c in commands if c.startswith("+ timeout ")]
+    return dict(zip(names[len(names) - len(timed):], timed))
+
+
+@pytest.mark.parametrize("total_s", [120, 330, 600])
+def test_stage_limits_are_computed_from_the_time_left(tmp_path: Path, total_s: int) -> None:
+    done = _run(str(tmp_path / "out"), "--wheels", str(tmp_path / "wheels"), "--total-s", str(total_s), "--dry-run")
+    assert done.returncode == 0, done.stderr
+    limits = _limits([line for line in done.stdout.splitlines() if line.startswith("+ ")])
+    assert len(limits) == 7
+    # shares of what is left: never more than the total, and nothing wasted beyond rounding
+    assert total_s - 15 - len(limits) <= sum(limits.values()) <= total_s - 15
+    assert limits["tests"] > limits["quadratic_cost"] > limits["sdpa_kernels"] > limits["results"]
+
+
+def test_fit_leaves_what_the_device_tool_brings_back(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    out = tmp_path / "out"
+    (out / "report" / "figures").mkdir(parents=True)
+    (out / "report" / "figures" / "fig.png").write_bytes(b"x")
+    for name in ("env.txt", "pytest.log", "results.csv", "summary.txt", "report.md", "extra1.txt", "extra2.txt"):
+        (out / name).write_text(name)
+    (out / "sweep.log").write_bytes(b"first line\n" + b"x" * (17 * 2**20) + b"\nthe last line\n")
+    with tarfile.open(out / "report.tar.gz", "w:gz") as archive:  # incompressible figures, 18 MiB in all
+        for i, size in enumerate((2 * 2**20, 16 * 2**20)):
+            data = __import__("os").urandom(size)
+            info = tarfile.TarInfo(f"report/figures/fig{i}.png")
+            info.size = size
+            archive.addfile(info, io.BytesIO(data))
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check_helper.py"), "fit", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    left = sorted(out.iterdir())
+    assert len(left) <= 8 and all(p.is_file() and p.stat().st_size <= 16 * 2**20 for p in left)
+    names = {p.name for p in left}
+    assert {"results.csv", "report.md", "report.tar.gz", "summary.txt", "sweep.log"} <= names
+    log = (out / "sweep.log").read_bytes()
+    assert log.startswith(b"first line") and log.endswith(b"the last line\n") and b"bytes cut" in log
+    with tarfile.open(out / "report.tar.gz") as archive:
+        assert archive.getnames() == ["report/figures/fig0.png"]  # the largest figure left out, said in the output
+    assert "fig1.png" in done.stdout
 
 
 @pytest.mark.parametrize("args, message", [

@@ -1,10 +1,13 @@
 """The analytic model the budget guard relies on: how predictions scale, without allocating."""
 
+import sys
+import types
+
 import pytest
 
 from selfattn import Point
 from selfattn.measure import predict_mem_bytes
-from selfattn.measure.predict import UNTIMED_CALLS, input_bytes, predict_call_s, predict_point_s
+from selfattn.measure.predict import after_warmup_s, input_bytes, predict_call_s, predict_point_s
 
 
 def _ratio(backend: str, **fields) -> float:
@@ -43,18 +46,94 @@ def test_inputs_and_time_predictions():
     point = Point(batch=2, heads=4, seq_len=100, head_dim=8, mode="fwd_bwd")
     assert input_bytes(point) == (2 * 4 * 300 * 8 + 2 * 4 * 100 * 8) * 4  # q, k, v + upstream
     assert predict_call_s(point, 2.0) == pytest.approx(predict_call_s(point, 1.0) / 2)
-    # untimed calls + the timing budget (or min_samples calls, if longer) + the accuracy pass
-    # on 32 of the 100 rows, about two calls' worth of them
+    # the warm-up and 2 memory calls + the CPU timer's estimate block + the timing budget (or
+    # MIN_SAMPLES calls, if longer) + the accuracy pass on 32 of the 100 rows, about two calls' worth
     call_s = predict_call_s(point, 1e-4)
-    assert 0.01 < 3 * call_s < 1.0  # timing_s outlasts min_samples calls; the calls still count
-    assert predict_point_s(point, 1e-4, timing_s=1.0, min_samples=3, rows=32) == pytest.approx(
-        UNTIMED_CALLS * call_s + 1.0 + 2 * call_s * 0.32)
-    slow_s = predict_call_s(point, 1e-6)  # a peak so low that min_samples calls outlast timing_s
+    assert 0.01 < 3 * call_s < 1.0  # timing_s outlasts 3 calls; the calls still count
+    timed = int(1.0 / call_s)
+    assert predict_point_s(point, 1e-4, timing_s=1.0, rows=32) == pytest.approx(
+        (3 + 1 + timed) * call_s + 2 * call_s * 0.32)
+    slow_s = predict_call_s(point, 1e-6)  # a peak so low that 3 calls outlast timing_s
     assert 3 * slow_s > 1.0
-    assert predict_point_s(point, 1e-6, timing_s=1.0, min_samples=3, rows=500) == pytest.approx(
-        (UNTIMED_CALLS + 3 + 2) * slow_s)
+    assert predict_point_s(point, 1e-6, timing_s=1.0, rows=500) == pytest.approx((3 + 1 + 3 + 2) * slow_s)
+
+
+@pytest.fixture
+def with_do_bench(monkeypatch):
+    """A process where triton's do_bench imports and has not failed (the CUDA timer is do_bench)."""
+    import selfattn.measure.timing as timing
+
+    monkeypatch.setattr(timing, "_do_bench_broken", "")
+    monkeypatch.setitem(sys.modules, "triton", types.SimpleNamespace())
+    monkeypatch.setitem(sys.modules, "triton.testing", types.SimpleNamespace(do_bench=lambda *a, **k: None))
+
+
+def test_cuda_time_counts_do_bench_estimate_and_warm_up_calls(with_do_bench):
+    # 20 ms calls, timing_s = 1 s: do_bench times them, after 1 + 5 estimate calls and 1 warm-up call.
+    assert after_warmup_s("cuda", 0.02, 1.0) == pytest.approx((1 + 6 + 1 + 50) * 0.02)
+    point = Point(device="cuda", batch=2, heads=4, seq_len=100, head_dim=8)
+    call_s = predict_call_s(point, 1e-4)
+    timed = int(1.0 / call_s)
+    assert 10 <= timed < 1000  # do_bench's regime
+    assert predict_point_s(point, 1e-4, timing_s=1.0, rows=500) == pytest.approx((2 + 6 + 1 + timed + 2) * call_s)
+
+
+def test_slow_cuda_point_is_guarded_on_what_really_runs(with_do_bench):
+    # A 10 s call with max_point_s = 60: the warm-up, the memory call, the events timer's warm-up
+    # and 3 timed calls are 60 s. do_bench would have added 1 + 5 estimate calls (120 s in all).
+    assert 10.0 + after_warmup_s("cuda", 10.0, 1.0) == pytest.approx(60.0)
+    # tf32 adds its TF32-off call; a CPU its allocator-profile call (torch_timer: 1 estimate block)
+    assert 10.0 + after_warmup_s("cuda", 10.0, 1.0, "tf32") == pytest.approx(70.0)
+    assert 10.0 + after_warmup_s("cpu", 10.0, 1.0) == pytest.approx(70.0)
 
 
 def test_bad_precision_is_one_line_value_error():
     with pytest.raises(ValueError, match="precision"):
         predict_mem_bytes(Point(precision="fp8"))
+
+
+def _allocated_peak(fn) -> int:
+    """Peak of the running sum of torch's CPU allocations and frees while `fn` runs (profiler memory events)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = fn()
+        del result
+    live = peak = 0
+    for _, nbytes in sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                            if e.name() == "[memory]"):
+        live += nbytes
+        peak = max(peak, live)
+    return peak
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
+@pytest.mark.parametrize("causal, q_len", [(False, None), (True, None), (False, 256)], ids=["full", "causal", "q256"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_sdpa_math_kernel_memory_model_matches_its_allocations(precision, causal, q_len, mode):
+    # The math kernel is the same ATen code on a CPU and a GPU, so its allocations measured here
+    # are what a forced-math point allocates on a GPU: the budget guard must not be 2x low there.
+    import torch
+
+    from selfattn import attention
+    from selfattn.inputs import make_qkv
+    from selfattn.precision import DTYPES
+
+    point = Point(backend="sdpa", backend_options={"kernel": "math"}, precision=precision, device="cpu",
+                  batch=1, heads=2, seq_len=1024, q_len=q_len, head_dim=64, causal=causal, mode=mode)
+    grad = mode == "fwd_bwd"
+    q, k, v = make_qkv(1, 2, point.q_len_resolved, 1024, 64, dtype=DTYPES[precision], device="cpu", seed=0,
+                       requires_grad=grad)
+    upstream = torch.randn(q.shape).to(q.dtype)
+
+    def call():
+        with torch.set_grad_enabled(grad):
+            out = attention(q, k, v, backend="sdpa", causal=causal, kernel="math")
+            return torch.autograd.grad(out, (q, k, v), upstream) if grad else out
+
+    call()  # warm-up: lazily built kernels' buffers are not the call's
+    measured = _allocated_peak(call)
+    predicted = predict_mem_bytes(point)
+    # bytes per score: fp32 fwd 9, fp16/bf16 fwd 9 (+ fp32 copies of q, k, v, out), fwd_bwd 12
+    assert measured / point.scores > (8.9 if mode == "fwd" else 11.9)
+    assert predicted == pytest.approx(measured, rel=0.03), f"measured {measured} B, predicted {predicted} B"

@@ -205,3 +205,84 @@ def test_failed_point_leaves_no_memory_behind(monkeypatch):
     monkeypatch.setattr(workload_module, "build", allocate_then_fail)
     assert measure_point(_small(), QUICK).status == "oom"
     assert rss_bytes() - before < 64 * 2**20
+
+
+def test_ok_row_says_which_timer_measured_it_and_how_many_samples():
+    row = measure_point(_small(), QUICK)
+    assert row.status == "ok", row.error
+    assert row.timer == "torch_timer" and row.time_samples >= 3
+    assert row.computed_as == "fp32" and row.note == ""
+
+
+def test_tf32_row_whose_kernel_ignores_the_flag_is_marked_as_fp32(monkeypatch):
+    # On a CPU no kernel reads the TF32 flag, like SDPA's fused CUDA kernels: let tf32 run here
+    # (it is Unsupported on a CPU) and the row must say it computed fp32.
+    import selfattn.precision as precision_module
+
+    monkeypatch.setattr(precision_module, "resolve_dtype", lambda precision, device="cpu": torch.float32)
+    row = measure_point(_small(backend="sdpa", precision="tf32"), QUICK)
+    assert row.status == "ok", row.error
+    assert row.precision == "tf32" and row.computed_as == "fp32"
+    assert "tf32 ignored" in row.note and "\n" not in row.note
+
+
+def test_tflops_above_the_measured_peak_is_explained(monkeypatch):
+    monkeypatch.setattr(run_module, "predict_point_s", lambda *args, **kwargs: 0.0)
+    monkeypatch.setattr(run_module, "device_peak_tflops", lambda *args, **kwargs: 1e-9)  # a peak every call beats
+    row = measure_point(_small(), QUICK)
+    assert row.status == "ok", row.error
+    assert row.tflops > row.device_peak_tflops
+    assert "above the measured fp32 GEMM peak" in row.note
+
+
+@pytest.mark.parametrize("error, status", [
+    (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"), "oom"),
+    (RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported"), "oom"),
+    (RuntimeError("cuDNN Frontend error: [cudnn_frontend] Error: No execution plans support the graph."), "unsupported"),
+    (RuntimeError('"addmm_impl_cpu_" not implemented for \'Half\''), "unsupported"),
+    (KeyError("boom"), "error"),
+], ids=["cublas-alloc", "cuda-error-oom", "cudnn-no-plan", "no-dtype-kernel", "bug"])
+def test_library_failures_map_to_their_status(monkeypatch, error, status):
+    def failing(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(workload_module, "build", failing)
+    row = measure_point(_small(), QUICK)
+    assert row.status == status, row.error
+    assert "\n" not in row.error and row.error.startswith(type(error).__name__)
+
+
+def test_error_row_keeps_its_traceback_for_the_runner(monkeypatch):
+    from selfattn.measure import failures
+
+    def broken(*args, **kwargs):
+        raise KeyError("missing piece")
+
+    monkeypatch.setattr(workload_module, "build", broken)
+    assert measure_point(_small(), QUICK).status == "error"
+    text = failures.take_traceback()
+    assert text.startswith("Traceback") and "def broken" not in text and "in broken" in text and "KeyError" in text
+    assert failures.take_traceback() == ""  # taken once
+    monkeypatch.undo()
+    monkeypatch.setattr(workload_module, "build", lambda *a, **k: (_ for _ in ()).throw(torch.OutOfMemoryError("x")))
+    assert measure_point(_small(), QUICK).status == "oom" and failures.take_traceback() == ""  # only errors keep one
+
+
+def test_runner_writes_the_traceback_of_an_error_row_next_to_it(tmp_path, monkeypatch):
+    from runners import job
+
+    def broken(*args, **kwargs):
+        raise KeyError("missing piece")
+
+    monkeypatch.setattr(workload_module, "build", broken)
+    cfg = {"name": "t", "backend": {"name": "naive"}, "precision": {"name": "fp32"}, "device": "cpu",
+           "heads": 2, "seq_len": 64, "head_dim": 16, "budget": {"timing_s": 0.02}, "wandb": {"mode": "disabled"}}
+    context = job.JobContext(job_dir=tmp_path / "0", sweep_dir=tmp_path, multirun=True, index=0, sweep_id="t/x")
+    row = job.run_job(cfg, context)
+    assert row["status"] == "error" and row["error"] == "KeyError: 'missing piece'"
+    text = (tmp_path / "0" / "error.txt").read_text()
+    assert text.startswith("Traceback") and "in broken" in text and text.rstrip().endswith("KeyError: 'missing piece'")
+    monkeypatch.undo()
+    ok = job.run_job({**cfg, "seq_len": 32}, job.JobContext(job_dir=tmp_path / "1", sweep_dir=tmp_path, multirun=True,
+                                                            index=1, sweep_id="t/x"))
+    assert ok["status"] == "ok" and not (tmp_path / "1" / "error.txt").exists()
