@@ -164,8 +164,9 @@ def _derive(rows: pd.DataFrame) -> pd.DataFrame:
     rows["scale"] = rows["scale"].map(_scale_label)
     rows["q_len"] = rows["q_len"].fillna(rows["seq_len"])  # null q_len means q_len == seq_len
     rows["d_model"] = rows["d_model"].fillna(rows["heads"] * rows["head_dim"])
-    for axis in ("batch", "input_std", "seed"):  # older files lack these: they measured the default
+    for axis in ("batch", "input_std", "seed", "pad_frac"):  # older files lack these: they measured the default
         rows[axis] = rows[axis].fillna(axis_default(axis))
+    rows["kv_heads"] = rows["kv_heads"].fillna(rows["heads"])  # null kv_heads means one per query head
     # The factor applied to the logits: recorded, or implied by the scale label.
     implied = np.where(rows["scale"] == "auto", 1.0 / np.sqrt(rows["head_dim"]),
                        np.where(rows["scale"] == "none", 1.0, pd.to_numeric(rows["scale"], errors="coerce")))
@@ -182,7 +183,7 @@ def _derive(rows: pd.DataFrame) -> pd.DataFrame:
 
 def _keep_best(rows: pd.DataFrame) -> pd.DataFrame:
     key_cols = list(POINT_AXES + DEVICE_ID)
-    key = rows[key_cols].astype(str).agg("|".join, axis=1)
+    key = rows[key_cols].apply(lambda column: column.map(str)).agg("|".join, axis=1)  # NaN reads "nan"
     # The runner's rule (selfattn.results.rank): ok beats failed, then newest; among equals the
     # later file/row wins.
     ok, newest = zip(*(rank(r) for r in rows[["status", "timestamp"]].to_dict("records"))) if len(rows) else ((), ())
@@ -204,7 +205,7 @@ def _label_devices(rows: pd.DataFrame) -> pd.DataFrame:
     rows = rows.copy()
     name = rows["device_name"].where(rows["device_name"] != "", rows["device"])
     base = name.map(short_device_name)
-    ident = rows[list(DEVICE_ID)].astype(str).agg("|".join, axis=1)
+    ident = rows[list(DEVICE_ID)].apply(lambda column: column.map(str)).agg("|".join, axis=1)
     label = base.copy()
     for value in base.unique():
         mask = base == value

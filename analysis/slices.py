@@ -37,7 +37,7 @@ class Slice:
 
 def matches(series: pd.Series, value: Any) -> pd.Series:
     """series == value, where NaN equals NaN."""
-    if isinstance(value, float) and math.isnan(value):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return series.isna()
     return series == value
 
@@ -48,10 +48,30 @@ def self_attention(rows: pd.DataFrame) -> pd.DataFrame:
     return full if not full.empty else rows
 
 
+# Axes a figure that neither fixes nor varies them holds at their plain value (no window, no
+# padding, one document, a K/V head per query head), so rows of the masks and GQA studies never
+# mix into the figures of the chapter's cost and stability studies.
+PLAIN_UNLESS_NAMED = ("window", "pad_frac", "documents", "kv_heads")
+
+
+def plain(rows: pd.DataFrame, axis: str) -> pd.Series:
+    """Rows whose `axis` is at its plain value (older files without the column count as plain)."""
+    if axis not in rows:
+        return pd.Series(True, index=rows.index)
+    if axis == "kv_heads":
+        return rows[axis].isna() | (rows[axis] == rows["heads"])
+    default = axis_default(axis)
+    return rows[axis].isna() | (rows[axis] == default) if default is not None else rows[axis].isna()
+
+
 def fix_axes(rows: pd.DataFrame, fixed: Sequence[str], vary: Sequence[str],
              prefer: Mapping[str, Any] | None = None) -> Slice:
-    """Keep one value of each axis in `fixed` (in order), maximising the coverage of `vary`."""
+    """Keep one value of each axis in `fixed` (in order), maximising the coverage of `vary`;
+    axes of PLAIN_UNLESS_NAMED not in either stay at their plain value."""
     prefer = {**PREFERRED, **(prefer or {})}
+    for axis in PLAIN_UNLESS_NAMED:
+        if axis not in fixed and axis not in vary:
+            rows = rows[plain(rows, axis)]
     chosen: dict[str, Any] = {}
     candidates: dict[str, int] = {}
     for axis in fixed:

@@ -89,7 +89,7 @@ def parse_job(cfg: Mapping[str, Any]) -> Job:
         job.runner = check_fields(RunnerConf, {k: values[k] for k in values if k in _RUNNER_KEYS})
         job.point = _point(values, job.runner["d_model"])
         job.budget = Budget(**check_fields(Budget, values.get("budget"), prefix="budget."))
-        job.point_id = job.point.point_id()
+        job.point_id = job.point.point_id(defaults(get_backend(job.point.backend).Options))
     except ValueError as exc:
         job.point, job.problem = None, str(exc)
         job.point_id = raw_point_id(values)

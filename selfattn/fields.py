@@ -31,13 +31,14 @@ def spec(
     ge: float | None = None,
     gt: float | None = None,
     le: float | None = None,
+    lt: float | None = None,
     parse: Callable[[Any], Any] | None = None,
     default_factory: Callable[[], Any] | Any = _MISSING,
 ) -> Any:
     """A dataclass field with its rules: allowed `choices`, bounds (`ge`, `gt`, `le`), or a
     `parse` function that returns the canonical value or raises ValueError naming the key."""
     metadata = {"help": help, "choices": tuple(choices) if choices is not None else None,
-                "ge": ge, "gt": gt, "le": le, "parse": parse}
+                "ge": ge, "gt": gt, "le": le, "lt": lt, "parse": parse}
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -66,6 +67,8 @@ def _bounds_text(meta: Mapping[str, Any]) -> str:
         parts.append(f">= {meta['ge']:g}")
     if meta.get("le") is not None:
         parts.append(f"<= {meta['le']:g}")
+    if meta.get("lt") is not None:
+        parts.append(f"< {meta['lt']:g}")
     return " and ".join(parts)
 
 
@@ -130,6 +133,8 @@ def check_value(key: str, value: Any, f: dataclasses.Field, annotation: Any) -> 
         if meta.get("ge") is not None and not value >= meta["ge"]:
             raise bad()
         if meta.get("le") is not None and not value <= meta["le"]:
+            raise bad()
+        if meta.get("lt") is not None and not value < meta["lt"]:
             raise bad()
     return value
 

@@ -35,14 +35,22 @@ def make_qkv(
     std: float = 1.0,
     seed: int = 0,
     requires_grad: bool = False,
+    kv_heads: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q (batch, heads, q_len, head_dim) and k, v (batch, heads, seq_len, head_dim), N(0, std^2)."""
-    for name, value in (("batch", batch), ("heads", heads), ("q_len", q_len), ("seq_len", seq_len), ("head_dim", head_dim)):
+    """q (batch, heads, q_len, head_dim) and k, v (batch, kv_heads, seq_len, head_dim), N(0, std^2).
+
+    kv_heads=None means heads; fewer K/V heads (grouped-query attention) must divide heads.
+    """
+    kv_heads = heads if kv_heads is None else kv_heads
+    for name, value in (("batch", batch), ("heads", heads), ("q_len", q_len), ("seq_len", seq_len),
+                        ("head_dim", head_dim), ("kv_heads", kv_heads)):
         check_positive_int(name, value)
+    if heads % kv_heads:
+        raise ValueError(f"kv_heads: must divide heads={heads}, got {kv_heads}")
     generator = torch.Generator(device="cpu").manual_seed(check_seed(seed))
     q = _draw((batch, heads, q_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)
-    k = _draw((batch, heads, seq_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)
-    v = _draw((batch, heads, seq_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)
+    k = _draw((batch, kv_heads, seq_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)
+    v = _draw((batch, kv_heads, seq_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)
     return tuple(t.requires_grad_(requires_grad) for t in (q, k, v))  # type: ignore[return-value]
 
 
@@ -62,3 +70,36 @@ def make_x(
         check_positive_int(name, value)
     x = _draw((batch, seq_len, d_model), dtype=dtype, device=device, std=std, seed=seed)
     return x.requires_grad_(requires_grad)
+
+
+def make_key_lengths(batch: int, seq_len: int, pad_frac: float, *, seed: int = 0) -> torch.Tensor | None:
+    """Unequal sequence lengths (batch,) whose padding averages `pad_frac` of seq_len; None when 0.
+
+    The padding fractions are spread evenly over [max(0, 2 pad_frac - 1), min(1, 2 pad_frac)]
+    (mean pad_frac, so a batch of one is padded by exactly pad_frac), and the seed decides which
+    sequence gets which: reproducible, unequal, never empty.
+    """
+    if pad_frac == 0:
+        return None
+    low, high = max(0.0, 2 * pad_frac - 1), min(1.0, 2 * pad_frac)
+    fractions = torch.tensor([low + (high - low) * (b + 0.5) / batch for b in range(batch)], dtype=torch.float64)
+    order = torch.randperm(batch, generator=torch.Generator().manual_seed(check_seed(seed)))
+    lengths = torch.round(seq_len * (1 - fractions[order])).long()
+    return lengths.clamp(1, seq_len)
+
+
+def make_document_ids(batch: int, seq_len: int, documents: int | None, *, seed: int = 0) -> torch.Tensor | None:
+    """(batch, seq_len) document ids 0..documents-1, non-decreasing: `documents` packed documents
+    of seeded, unequal lengths per sequence (cut points drawn without replacement); None for one."""
+    if documents is None:
+        return None
+    if documents > seq_len:
+        raise ValueError(f"documents: at most seq_len={seq_len} documents fit, got {documents}")
+    generator = torch.Generator().manual_seed(check_seed(seed))
+    ids = torch.zeros(batch, seq_len, dtype=torch.long)
+    for b in range(batch):
+        cuts = torch.randperm(seq_len - 1, generator=generator)[: documents - 1] + 1  # document starts 1..seq_len-1
+        starts = torch.zeros(seq_len, dtype=torch.long)
+        starts[cuts] = 1
+        ids[b] = torch.cumsum(starts, dim=0)
+    return ids

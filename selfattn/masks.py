@@ -16,6 +16,7 @@ computation instead of one per back end.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -49,6 +50,26 @@ class Masks:
         """Bool (batch or 1, rows, keys): True where query i may see key j (the mask itself)."""
         lo, hi = self.intervals(q_len, seq_len, device)
         return keep_from_intervals(lo, hi, seq_len, rows=rows, keys=keys)
+
+
+def point_masks(point: Any, device: torch.device | str = "cpu") -> Masks:
+    """The masks of a sweep point (selfattn.Point): its causal flag and window, and padding
+    lengths and document ids drawn from its seed (selfattn.inputs), on `device`."""
+    from selfattn.inputs import make_document_ids, make_key_lengths
+
+    key_lengths = make_key_lengths(point.batch, point.seq_len, point.pad_frac, seed=point.seed)
+    document_ids = make_document_ids(point.batch, point.seq_len, point.documents, seed=point.seed)
+    return Masks(
+        causal=point.causal, window=point.window,
+        key_lengths=None if key_lengths is None else key_lengths.to(device),
+        document_ids=None if document_ids is None else document_ids.to(device),
+    )
+
+
+def mask_density(point: Any) -> float:
+    """Fraction of the q_len x seq_len (query, key) pairs the point's masks let through."""
+    lo, hi = point_masks(point).intervals(point.q_len_resolved, point.seq_len)
+    return seen_pairs(lo, hi, point.batch) / (point.batch * point.q_len_resolved * point.seq_len)
 
 
 def key_intervals(

@@ -72,10 +72,14 @@ class Point:
     device: str = spec("auto", choices=DEVICES, help="auto: cuda when torch sees a GPU, else cpu")
     batch: int = spec(1, ge=1, help="sequences per call")
     heads: int = spec(8, ge=1, help="attention heads")
+    kv_heads: int | None = spec(None, ge=1, help="K/V heads (grouped-query attention); null: heads; 1: multi-query")
     q_len: int | None = spec(None, ge=1, help="queries per sequence; null: seq_len (1: one decode step)")
     seq_len: int = spec(1024, ge=1, help="keys per sequence (n)")
     head_dim: int = spec(64, ge=1, help="d_k, the dimension of one head")
     causal: bool = spec(False, help="bottom-right aligned causal mask")
+    window: int | None = spec(None, ge=1, help="sliding window: query p sees keys j with p - j < window (and j - p < window unless causal)")
+    pad_frac: float = spec(0.0, ge=0, lt=1, help="mean fraction of each sequence's keys that are right padding (lengths from the seed)")
+    documents: int | None = spec(None, ge=1, help="packed documents of seeded, unequal lengths per sequence; null: one")
     scale: Any = spec("auto", parse=_check_scale,
                       help="auto (1/sqrt(head_dim)) | none (1.0, the unscaled ablation) | a positive number")
     mode: str = spec("fwd", choices=("fwd", "fwd_bwd"), help="forward only, or forward and backward")
@@ -87,6 +91,10 @@ class Point:
     @property
     def q_len_resolved(self) -> int:
         return self.seq_len if self.q_len is None else self.q_len
+
+    @property
+    def kv_heads_resolved(self) -> int:
+        return self.heads if self.kv_heads is None else self.kv_heads
 
     @property
     def scale_value(self) -> float:
@@ -116,14 +124,36 @@ class Point:
 
     @property
     def grad_bytes(self) -> int:
-        """dq, dk and dv."""
-        return self.batch * self.heads * (self.q_len_resolved + 2 * self.seq_len) * self.head_dim * self.element_bytes
+        """dq, dk and dv (dk and dv per K/V head)."""
+        rows = self.heads * self.q_len_resolved + 2 * self.kv_heads_resolved * self.seq_len
+        return self.batch * rows * self.head_dim * self.element_bytes
+
+    @property
+    def kv_bytes(self) -> int:
+        """K and V: what a decode step reads (per K/V head, so GQA divides it)."""
+        return 2 * self.batch * self.kv_heads_resolved * self.seq_len * self.head_dim * self.element_bytes
+
+    @property
+    def masked(self) -> bool:
+        """Whether any mask hides keys (what makes back ends build or skip anything)."""
+        return self.causal or self.window is not None or self.pad_frac > 0 or self.documents is not None
 
     def validate(self) -> None:
         """Raise ValueError with one line naming the field and what is allowed."""
         validate_instance(self)
         if self.scope == "layer" and self.q_len is not None and self.q_len != self.seq_len:
             raise ValueError(f"q_len: scope=layer is self-attention over X, so q_len must be null or seq_len, got {self.q_len!r}")
+        if self.heads % self.kv_heads_resolved:
+            raise ValueError(f"kv_heads: must divide heads={self.heads}, got {self.kv_heads!r}")
+        if self.documents is not None:
+            if self.q_len_resolved != self.seq_len:
+                raise ValueError(f"documents: packed documents need q_len == seq_len, got q_len={self.q_len!r}")
+            if self.documents > self.seq_len:
+                raise ValueError(f"documents: at most seq_len={self.seq_len} documents fit, got {self.documents!r}")
+        if self.scope == "layer":  # the layer runs causal self-attention over X with all its heads
+            for name, plain in (("kv_heads", None), ("window", None), ("pad_frac", 0.0), ("documents", None)):
+                if getattr(self, name) != plain and not (name == "kv_heads" and self.kv_heads == self.heads):
+                    raise ValueError(f"{name}: scope=layer supports the causal mask and kv_heads = heads only, got {getattr(self, name)!r}")
 
     def with_device(self, device: str) -> Point:
         return self if self.device == device else replace(self, device=device)
@@ -135,6 +165,7 @@ class Point:
         """
         values: dict[str, Any] = {name: getattr(self, name) for name in AXES}
         values["q_len"] = self.q_len_resolved
+        values["kv_heads"] = self.kv_heads_resolved
         try:
             values["backend_options"] = json.dumps(dict(self.backend_options), sort_keys=True, default=str)
         except (TypeError, ValueError):
@@ -145,16 +176,19 @@ class Point:
             values["scale"] = str(self.scale)
         return values
 
-    def point_id(self) -> str:
+    def point_id(self, option_defaults: Mapping[str, Any] | None = None) -> str:
         """A stable hash of everything that decides what is measured (not budget, not wandb).
 
         The key is every field, with q_len resolved and the scale's canonical label; a field
-        added after ids began joins it only when it leaves its default, so rows of earlier
-        sweeps keep their ids (resume relies on it).
+        added after ids began joins it only when it leaves its default, and so does a back-end
+        option (`option_defaults`: the back end's Options defaults), so adding an axis or an
+        option keeps the ids of earlier sweeps' rows (resume relies on it).
         """
         key = {name: getattr(self, name) for name in FIELD_NAMES
                if name in _ALWAYS_IN_ID or getattr(self, name) != axis_default(name)}
-        key.update(backend_options=dict(sorted(self.backend_options.items())), q_len=self.q_len_resolved,
+        defaults_ = option_defaults or {}
+        options = {k: v for k, v in self.backend_options.items() if k not in defaults_ or v != defaults_[k]}
+        key.update(backend_options=dict(sorted(options.items())), q_len=self.q_len_resolved,
                    scale=scale_label(self.scale))
         return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

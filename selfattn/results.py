@@ -30,11 +30,16 @@ class Row:
     scope: str = ""
     batch: int | None = None
     heads: int | None = None
+    kv_heads: int | None = None  # K/V heads (grouped-query attention; = heads for plain multi-head)
     q_len: int | None = None
     seq_len: int | None = None
     head_dim: int | None = None
     d_model: int | None = None
     causal: bool | None = None
+    window: int | None = None  # sliding window (keys), empty = none
+    pad_frac: float | None = None  # mean fraction of keys that are right padding
+    documents: int | None = None  # packed documents per sequence, empty = one
+    mask_density: float | None = None  # fraction of the q_len x seq_len (query, key) pairs the masks let through
     scale: str = ""  # "auto" | "none" | number, as configured
     scale_value: float | None = None  # the factor actually applied to the logits
     input_std: float | None = None

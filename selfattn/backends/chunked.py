@@ -357,13 +357,19 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     c = FP32_BYTES if low else s
     bh, d = point.batch * point.heads, point.head_dim
     q_len, seq_len = point.q_len_resolved, point.seq_len
-    q_chunk = min(int(options.get("q_chunk") or FALLBACK_CHUNKS[0]), q_len)
+    group = point.heads // point.kv_heads_resolved
+    q_chunk = min(int(options.get("q_chunk") or FALLBACK_CHUNKS[0]), group * q_len)  # blocks of virtual rows
     kv_chunk = min(int(options.get("kv_chunk") or FALLBACK_CHUNKS[1]), seq_len)
-    block = bh * q_chunk * kv_chunk * c  # one block of scores for every (batch, head)
-    q_c, kv_c, rows_c = bh * q_len * d * c, bh * seq_len * d * c, bh * q_len * c
+    bkv = point.batch * point.kv_heads_resolved  # K and V are per K/V head (GQA shares them)
+    per_sequence = point.pad_frac > 0 or point.documents is not None
+    x = point.kv_heads_resolved if per_sequence else bkv  # flattened heads one plan runs over at once
+    block = x * q_chunk * kv_chunk * c  # one block of scores for each of them
+    q_c, kv_c, rows_c = bh * q_len * d * c, bkv * seq_len * d * c, bh * q_len * c
+    if per_sequence:  # each sequence runs its own plan; their outputs are concatenated once
+        out += bh * q_len * d * c + rows_c
     # forward: the scaled q (and its fp32 cast), fp32 k/v casts, output, log-sum-exp,
     # two score blocks alive across an iteration, the block's accumulator, the output cast back
-    fwd = q_c * (2 if low else 1) + (2 * kv_c if low else 0) + q_c + rows_c + 2 * block + bh * q_chunk * d * c
+    fwd = q_c * (2 if low else 1) + (2 * kv_c if low else 0) + q_c + rows_c + 2 * block + x * q_chunk * d * c
     fwd += out if low else 0
     if point.mode == "fwd":
         return fwd

@@ -93,7 +93,9 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     s = point.element_bytes
     scores, out, grads = point.scores, point.out_bytes, point.grad_bytes
     out += out if options.get("scale_at", "logits") == "query" else 0
-    mask = point.q_len_resolved * point.seq_len * (1 + s) if point.causal else 0  # bool keep + additive mask
+    # the bool keep mask and the additive -inf mask, per sequence when padding or documents differ
+    masks_per = point.batch if (point.pad_frac > 0 or point.documents is not None) else 1
+    mask = masks_per * point.q_len_resolved * point.seq_len * (1 + s) if point.masked else 0
     upcast = bool(options.get("upcast_softmax", False)) and point.precision not in ("fp32", "tf32")
     if point.mode == "fwd":
         if upcast:  # scores (s) + fp32 copy (4) + fp32 softmax (4), then softmax (4) + weights (s)

@@ -43,6 +43,7 @@ CPU_FLASH_KV_SPLIT = 512
 class Options:
     kernel: str = spec("auto", choices=tuple(KERNELS),
                        help="auto lets torch choose; a forced kernel that cannot run is an unsupported row")
+    bool_mask: bool = spec(False, help="pass even a causal-only mask as a boolean attn_mask, to measure what is_causal saves")
 
 
 def available(device: torch.device | str) -> bool:
@@ -54,7 +55,7 @@ def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtyp
 
 
 def kernel_label(options: Mapping[str, Any]) -> str:
-    return str(options["kernel"])
+    return str(options["kernel"]) + ("-boolmask" if options.get("bool_mask") else "")
 
 
 def attention(
@@ -65,8 +66,9 @@ def attention(
     masks: Masks,
     scale: float,
     kernel: str = "auto",
+    bool_mask: bool = False,
 ) -> torch.Tensor:
-    mask, is_causal, sees = _mask_arguments(q_BHMD, k_BKND, masks)
+    mask, is_causal, sees = _mask_arguments(q_BHMD, k_BKND, masks, bool_mask)
     gqa = k_BKND.shape[1] != q_BHMD.shape[1]
     if kernel == "auto":
         out = _call(q_BHMD, k_BKND, v_BKND, mask, is_causal, scale, gqa)
@@ -77,11 +79,13 @@ def attention(
     return out
 
 
-def _mask_arguments(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, masks: Masks) -> tuple[Any, bool, torch.Tensor | None]:
-    """(attn_mask, is_causal, sees): `is_causal` when causal is the only mask (torch's fast path),
-    otherwise a boolean mask (True = attend) with rows that see no key opened (see no_empty_rows)."""
+def _mask_arguments(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, masks: Masks,
+                    bool_mask: bool = False) -> tuple[Any, bool, torch.Tensor | None]:
+    """(attn_mask, is_causal, sees): `is_causal` when causal is the only mask (torch's fast path)
+    unless `bool_mask`, otherwise a boolean mask (True = attend) with rows that see no key opened
+    (see no_empty_rows)."""
     q_len, seq_len = q_BHMD.shape[2], k_BKND.shape[2]
-    if masks.only_causal:
+    if masks.only_causal and not (bool_mask and masks.causal):
         if not masks.causal:
             return None, False, None
         if q_len == seq_len:
@@ -132,6 +136,12 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     # take it natively; elsewhere torch materializes it (bool, then an additive mask in the dtype).
     native_mask = device == "cuda" and not math_kernel
     mask = q_len * seq_len * (1 + s) if point.causal and q_len != seq_len and not native_mask else 0
+    if point.window is not None or point.pad_frac > 0 or point.documents is not None or (
+            point.causal and options.get("bool_mask")):
+        # any other mask is a boolean attn_mask (keep, and keep with empty rows opened), which the
+        # kernels turn into an additive mask in the dtype: per sequence when padding or documents differ
+        masks_per = point.batch if (point.pad_frac > 0 or point.documents is not None) else 1
+        mask = masks_per * q_len * seq_len * (2 + s)
     if math_kernel:
         # ATen's math kernel computes in fp32 at least (c bytes): fp16/bf16 inputs are upcast. Measured
         # on a CPU (the same ATen code as CUDA's; torch 2.13, the profiler's allocation events, fp64/

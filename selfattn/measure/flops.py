@@ -2,13 +2,16 @@
 
 The count is the field's convention (FlashAttention's benchmarks), not what a particular
 kernel happens to execute: the two matmuls S = Q K^T and O = P V cost 2*D FLOPs each per
-unmasked (query, key) pair, so one forward pass is 4*B*H*D*pairs. Softmax, scaling and
+unmasked (query, key) pair, so one forward pass is 4*B*H*D*pairs, with the pairs every mask
+lets through counted exactly (selfattn/masks.py). K/V heads do not change it: each query head
+still multiplies with its (shared) K and V. Softmax, scaling and
 masking are not counted. A back end that computes masked scores anyway (naive does) still
 gets credit only for the unmasked ones, so its `tflops` shows the waste.
 """
 
 from __future__ import annotations
 
+from selfattn.masks import point_masks, seen_pairs
 from selfattn.point import Point
 
 # Backward recomputes/uses 2.5x the forward matmuls (dQ, dK, dV, dP and, for fused kernels, the
@@ -50,10 +53,17 @@ def projection_flops(batch: int, seq_len: int, d_model: int) -> float:
     return LAYER_PROJECTIONS * 2.0 * batch * seq_len * d_model * d_model
 
 
+def point_pairs(point: Point) -> int:
+    """(query, key) pairs the point's masks let through, over its whole batch (per head)."""
+    if point.window is None and point.pad_frac == 0 and point.documents is None:  # the closed form
+        return point.batch * unmasked_pairs(point.q_len_resolved, point.seq_len, point.causal)
+    lo, hi = point_masks(point).intervals(point.q_len_resolved, point.seq_len)
+    return seen_pairs(lo, hi, point.batch)
+
+
 def point_flops(point: Point) -> float:
-    """FLOPs of one timed call of `point` (forward, or forward + backward)."""
-    q_len = point.q_len_resolved
-    core = attention_flops(point.batch, point.heads, q_len, point.seq_len, point.head_dim, point.causal)
+    """FLOPs of one timed call of `point` (forward, or forward + backward): 4 * H * D per seen pair."""
+    core = 4.0 * point.heads * point.head_dim * point_pairs(point)
     if point.mode == "fwd_bwd":
         core *= FWD_BWD_FACTOR
     if point.scope != "layer":

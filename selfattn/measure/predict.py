@@ -49,7 +49,7 @@ def input_bytes(point: Point) -> int:
         total = (b * seq_len * point.d_model + 4 * point.d_model * point.d_model) * s
         upstream = b * seq_len * point.d_model * s
     else:
-        total = b * h * (q_len + 2 * seq_len) * d * s
+        total = b * h * q_len * d * s + point.kv_bytes  # Q, and K and V per K/V head
         upstream = b * h * q_len * d * s
     return total + (upstream if point.mode == "fwd_bwd" else 0)
 

@@ -19,6 +19,7 @@ from selfattn.measure import failures
 from selfattn.measure.accuracy import compare, sample_rows
 from selfattn.measure.budget import Budget, over_budget
 from selfattn.measure.device import device_peak_tflops, environment, resolve_device
+from selfattn.masks import mask_density
 from selfattn.measure.flops import point_flops
 from selfattn.measure.memory import free_bytes, measure_peak, release_memory
 from selfattn.measure.predict import (
@@ -85,6 +86,7 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
         options = resolve_options(point.backend, dict(point.backend_options), device, dtype)
         row.kernel = kernel_label(point.backend, dict(point.backend_options), device=device, dtype=dtype)
         row.flops = point_flops(point)
+        row.mask_density = mask_density(point)
         row.predicted_mem_bytes = predict_mem_bytes(point, options)
         peak = device_peak_tflops(device, dtype) if budget.measure_device_peak else nominal_peak_tflops(device, point.precision)
         rows = sample_rows(point.q_len_resolved, budget.accuracy_rows, point.seed)
@@ -195,7 +197,7 @@ def _accuracy_and_stability(point: Point, workload: Any, checked: Any, rows: tor
 
     q_rows, k, v, rows_cpu = workload.stability_inputs()
     metrics = stability(
-        q_rows, k, v, rows_cpu, q_len=point.q_len_resolved, causal=point.causal,
+        q_rows, k, v, rows_cpu, q_len=point.q_len_resolved, masks=workload.masks,
         scale=point.scale_value, upstream_BHrD=workload.upstream_rows,
     )
     for name, value in metrics.to_dict().items():

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from selfattn.reference import causal_keep_mask
+from selfattn.masks import Masks, no_empty_rows
 
 SATURATED_WEIGHT = 0.99  # a row whose largest weight exceeds this is one-hot for practical purposes
 
@@ -59,24 +59,35 @@ def stability(
     rows: torch.Tensor,
     *,
     q_len: int,
-    causal: bool,
+    masks: Masks,
     scale: float,
     upstream_BHrD: torch.Tensor,
 ) -> Stability:
-    """Stability metrics for the query rows `rows` (indices into the full q_len) of one point."""
+    """Stability metrics for the query rows `rows` (indices into the full q_len) of one point.
+
+    K and V may have fewer heads than the queries (grouped-query attention). Rows that see no
+    key (padding, windows) have no softmax to describe: they are left out of every metric.
+    """
     seq_len = k_BHLD.shape[2]
+    group = q_rows_BHrD.shape[1] // k_BHLD.shape[1]
     q = q_rows_BHrD.detach().requires_grad_(True)  # new leaves sharing storage: no copies
     k = k_BHLD.detach().requires_grad_(True)
     v = v_BHLD.detach()
+    masked = masks.causal or not masks.only_causal
     with torch.enable_grad():
-        logits_BHrL = (q @ k.transpose(-1, -2)) * scale
-        keys_seen_r = torch.full((len(rows),), seq_len, dtype=torch.long)
-        if causal:
-            keep_rL = causal_keep_mask(q_len, seq_len, device=q.device, rows=rows.to(q.device))
+        k_heads = k.repeat_interleave(group, dim=1) if group > 1 else k
+        v_heads = v.repeat_interleave(group, dim=1) if group > 1 else v
+        logits_BHrL = (q @ k_heads.transpose(-1, -2)) * scale
+        keys_seen_r = torch.full((1, 1, len(rows)), seq_len, dtype=torch.long)
+        sees_r1 = None
+        if masked:
+            keep_rL, sees_r1 = no_empty_rows(masks.keep(q_len, seq_len, rows=rows.to(q.device), device=q.device)[:, None])
             logits_BHrL = logits_BHrL.masked_fill(~keep_rL, float("-inf"))
-            keys_seen_r = keep_rL.sum(dim=-1).cpu()
+            keys_seen_r = (keep_rL & sees_r1).sum(dim=-1).cpu()
         weights_BHrL = torch.softmax(logits_BHrL, dim=-1)
-        out_BHrD = weights_BHrL @ v
+        out_BHrD = weights_BHrL @ v_heads
+        if sees_r1 is not None:
+            out_BHrD = out_BHrD * sees_r1
         loss = (out_BHrD * upstream_BHrD).sum()
         # logits_BHrL is softmax's input (scaled, masked): its gradient is 0 at masked keys
         grad_q, grad_k, grad_logits = torch.autograd.grad(loss, (q, k, logits_BHrL))
@@ -87,8 +98,8 @@ def stability(
         stat_dtype = torch.float64 if logits_BHrL.dtype == torch.float64 else torch.float32
         logits = logits_BHrL.detach().to(stat_dtype)
         visible = torch.isfinite(logits)
-        if causal:
-            visible &= keep_rL
+        if masked:
+            visible &= keep_rL & sees_r1
         # std of the logits softmax actually sees: masked entries excluded, overflowed ones too
         # (their share shows in nonfinite_frac of the output)
         seen_logits = (logits if bool(visible.all()) else logits[visible]).to(torch.float64)
@@ -96,6 +107,8 @@ def stability(
 
         w = weights_BHrL.detach().to(stat_dtype)
         row_ok = torch.isfinite(w).all(dim=-1)  # rows where softmax produced NaN are left out
+        if sees_r1 is not None:
+            row_ok &= sees_r1.squeeze(-1)  # and rows that see no key
         entropy = torch.special.entr(w).sum(dim=-1, dtype=torch.float64)  # -sum w log w, 0 log 0 = 0
         seen = keys_seen_r.to(device=w.device, dtype=torch.float64).expand_as(entropy)
         normalizable = row_ok & (seen > 1)
@@ -112,7 +125,10 @@ def stability(
         # Per-row norms, then the median: the typical row, not the few unsaturated rows that
         # dominate a norm over all rows. Rows with a non-finite entry are left out (overflow
         # shows in nonfinite_frac and grad_nonfinite_frac).
-        row_norms = grad_logits.to(torch.float64).norm(dim=-1).flatten()
+        row_norms = grad_logits.to(torch.float64).norm(dim=-1)
+        if sees_r1 is not None:
+            row_norms = row_norms[sees_r1.squeeze(-1).expand_as(row_norms)]
+        row_norms = row_norms.flatten()
         row_norms = row_norms[torch.isfinite(row_norms)]
         norm_logits = row_norms.quantile(0.5).item() if row_norms.numel() else math.nan
     return Stability(

@@ -19,6 +19,7 @@ import torch
 from selfattn.api import attention
 from selfattn.inputs import make_qkv, make_x
 from selfattn.layer import MultiHeadSelfAttention
+from selfattn.masks import Masks, point_masks
 from selfattn.point import Point, parse_scale
 from selfattn.reference import attention_reference
 
@@ -42,6 +43,7 @@ class Workload:
     stability_inputs: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
     upstream_rows: torch.Tensor  # (B, H, rows, D) in the point's dtype, for the stability loss
     rows: torch.Tensor
+    masks: Masks  # the point's masks, padding and documents drawn from its seed
 
 
 def _randn(shape: tuple[int, ...], seed: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -69,13 +71,17 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
     scale = parse_scale(point.scale)
     options = dict(point.backend_options)
     grad = point.mode == "fwd_bwd"
-    q, k, v = make_qkv(b, h, q_len, seq_len, d, dtype=dtype, device=device, std=point.input_std, seed=point.seed, requires_grad=grad)
+    q, k, v = make_qkv(b, h, q_len, seq_len, d, dtype=dtype, device=device, std=point.input_std, seed=point.seed,
+                       requires_grad=grad, kv_heads=point.kv_heads_resolved)
+    masks = point_masks(point, device)
+    mask_args = dict(causal=masks.causal, window=masks.window, key_lengths=masks.key_lengths,
+                     document_ids=masks.document_ids)
     # The dense upstream exists only where a backward runs (drawing it costs as much as Q).
     upstream = _randn((b, h, q_len, d), point.seed + UPSTREAM_SEED_OFFSET, dtype, device) if grad else None
     rows_dev = rows.to(device)
 
     def forward() -> torch.Tensor:
-        return attention(q, k, v, backend=point.backend, causal=point.causal, scale=scale, **options)
+        return attention(q, k, v, backend=point.backend, scale=scale, **mask_args, **options)
 
     if grad:
         sparse_upstream = _on_rows(upstream, rows_dev, 2)
@@ -100,7 +106,7 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
     def reference() -> Result:
         q64, k64, v64 = (t.detach().to(torch.float64).requires_grad_(grad) for t in (q, k, v))
         with torch.enable_grad() if grad else torch.no_grad():
-            ref = attention_reference(q64, k64, v64, causal=point.causal, scale=scale, rows=rows_dev)
+            ref = attention_reference(q64, k64, v64, scale=scale, rows=rows_dev, **mask_args)
             if not grad:
                 return Result(ref, None)
             loss = (ref * upstream[:, :, rows_dev].to(torch.float64)).sum()
@@ -110,7 +116,8 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
     def stability_inputs():
         return q.detach()[:, :, rows_dev], k.detach(), v.detach(), rows
 
-    return Workload(call, check_call, reference, stability_inputs, _stability_upstream(point, len(rows), dtype, device), rows)
+    return Workload(call, check_call, reference, stability_inputs, _stability_upstream(point, len(rows), dtype, device),
+                    rows, masks)
 
 
 def _stability_upstream(point: Point, rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -177,7 +184,8 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
             q_rows, k, v = _project_rows(layer, x.detach(), rows_dev)
         return q_rows, k, v, rows
 
-    return Workload(call, check_call, reference, stability_inputs, _stability_upstream(point, len(rows), dtype, device), rows)
+    return Workload(call, check_call, reference, stability_inputs, _stability_upstream(point, len(rows), dtype, device),
+                    rows, Masks(causal=point.causal))
 
 
 def _project_rows(layer: MultiHeadSelfAttention, x_BLD: torch.Tensor, rows: torch.Tensor):

@@ -22,7 +22,7 @@ def test_registry_is_a_plain_dict_of_the_three_backends():
 
 def test_default_options_are_resolved():
     assert backends.default_options("naive", "cpu", torch.float32) == {"upcast_softmax": False, "scale_at": "logits"}
-    assert backends.default_options("sdpa", "cpu", torch.float32) == {"kernel": "auto"}
+    assert backends.default_options("sdpa", "cpu", torch.float32) == {"kernel": "auto", "bool_mask": False}
     chunked = backends.default_options("chunked", "cpu", torch.float32)
     assert set(chunked) == {"q_chunk", "kv_chunk"}
     assert all(isinstance(v, int) and v >= 1 for v in chunked.values())

@@ -9,6 +9,7 @@ import torch
 
 import selfattn
 from selfattn.inputs import make_qkv
+from selfattn.masks import Masks
 from selfattn.measure.stability import stability
 from selfattn.validate import resolve_scale
 
@@ -78,7 +79,7 @@ def test_logit_std_grows_like_sqrt_dk_and_scaling_fixes_it(head_dim):
     rows = torch.arange(256)
 
     def logit_std(scale: float) -> float:
-        return stability(q, k, v, rows, q_len=256, causal=False, scale=scale, upstream_BHrD=torch.ones_like(q)).logit_std
+        return stability(q, k, v, rows, q_len=256, masks=Masks(), scale=scale, upstream_BHrD=torch.ones_like(q)).logit_std
 
     expected = math.sqrt(head_dim)
     assert abs(logit_std(1.0) - expected) < 0.05 * expected

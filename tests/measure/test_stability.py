@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from selfattn.masks import Masks
 from selfattn.measure.stability import stability
 
 SEQ_LEN, ROWS, HEADS = 256, 128, 2
@@ -24,7 +25,7 @@ def _inputs(head_dim: int, seed: int = 0, dtype: torch.dtype = torch.float32):
 def _measure(head_dim: int, scale: str, causal: bool = False, dtype: torch.dtype = torch.float32):
     q, k, v, rows, upstream = _inputs(head_dim, dtype=dtype)
     factor = 1.0 / math.sqrt(head_dim) if scale == "auto" else 1.0
-    return stability(q, k, v, rows, q_len=SEQ_LEN, causal=causal, scale=factor, upstream_BHrD=upstream)
+    return stability(q, k, v, rows, q_len=SEQ_LEN, masks=Masks(causal=causal), scale=factor, upstream_BHrD=upstream)
 
 
 def test_matches_the_softmax_jacobian_row_by_row():
@@ -33,7 +34,7 @@ def test_matches_the_softmax_jacobian_row_by_row():
     w = torch.softmax(q @ k.transpose(-1, -2) / 8.0, dim=-1)
     g = upstream @ v.transpose(-1, -2)
     expected = (w * (g - (w * g).sum(-1, keepdim=True))).norm(dim=-1).flatten().quantile(0.5)
-    measured = stability(q, k, v, rows, q_len=SEQ_LEN, causal=False, scale=1 / 8.0, upstream_BHrD=upstream)
+    measured = stability(q, k, v, rows, q_len=SEQ_LEN, masks=Masks(), scale=1 / 8.0, upstream_BHrD=upstream)
     assert measured.grad_norm_logits == pytest.approx(expected.item(), rel=1e-9)
 
 
@@ -56,16 +57,16 @@ def test_fp16_overflowed_rows_are_left_out_and_all_nonfinite_is_none():
     # gradients too. Head 1 stays finite, and the medians must be head 1's alone.
     big_q = q.clone()
     big_q[:, 0] *= 10_000
-    mixed = stability(big_q, k, v, rows, q_len=SEQ_LEN, causal=False, scale=1.0, upstream_BHrD=upstream)
-    head1 = stability(q[:, 1:], k[:, 1:], v[:, 1:], rows, q_len=SEQ_LEN, causal=False, scale=1.0,
+    mixed = stability(big_q, k, v, rows, q_len=SEQ_LEN, masks=Masks(), scale=1.0, upstream_BHrD=upstream)
+    head1 = stability(q[:, 1:], k[:, 1:], v[:, 1:], rows, q_len=SEQ_LEN, masks=Masks(), scale=1.0,
                       upstream_BHrD=upstream[:, 1:])
     assert head1.grad_nonfinite_frac == 0.0 and head1.grad_norm_logits is not None
     assert mixed.grad_nonfinite_frac == 0.5  # head 0's dq and dk, half of all gradient entries
     assert mixed.grad_norm_logits == pytest.approx(head1.grad_norm_logits, rel=1e-12)
     assert mixed.max_weight == pytest.approx(head1.max_weight, rel=1e-12)
     # Every row overflowed: no median to report, and every gradient entry is non-finite
-    overflowed = stability(q * 100, k * 100, v, rows, q_len=SEQ_LEN, causal=False, scale=1.0, upstream_BHrD=upstream)
+    overflowed = stability(q * 100, k * 100, v, rows, q_len=SEQ_LEN, masks=Masks(), scale=1.0, upstream_BHrD=upstream)
     assert overflowed.grad_norm_logits is None and overflowed.grad_nonfinite_frac == 1.0
     nan_q = torch.full_like(q, float("nan"))
-    broken = stability(nan_q, k, v, rows, q_len=SEQ_LEN, causal=False, scale=0.125, upstream_BHrD=upstream)
+    broken = stability(nan_q, k, v, rows, q_len=SEQ_LEN, masks=Masks(), scale=0.125, upstream_BHrD=upstream)
     assert broken.grad_norm_logits is None
