@@ -111,7 +111,7 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     pid = parsed.point_id
 
     varying = _varying(cfg, ctx.varying)
-    status = rows.point_status(ctx.sweep_dir, pid)  # this point's own index entry: flat in the sweep's size
+    status = rows.point_status(ctx.sweep_dir, pid, ctx.job_dir)  # this point's own index entry: flat in the sweep's size
     done = {pid: status} if status is not None else {}
     if pid in done and (done[pid] == "ok" or not parsed.runner["retry_failed"]):
         stub = _stub(parsed, done[pid])

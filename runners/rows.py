@@ -92,13 +92,20 @@ def write_row(job_dir: Path, row: Mapping[str, Any]) -> Path:
     If row.json already holds another point (a resumed sweep whose grid changed, so job
     numbers map to other points), that row is kept and this one goes to row-<point_id>.json.
     """
+    path = row_path(job_dir, row)
+    atomic_write_text(path, json.dumps(dict(row), default=str, indent=1))
+    return path
+
+
+def row_path(job_dir: Path, row: Mapping[str, Any]) -> Path:
+    """Where write_row puts `row` (creating the job folder): row.json, or row-<point_id>.json
+    when row.json already holds another point."""
     job_dir = Path(job_dir)
     job_dir.mkdir(parents=True, exist_ok=True)
     path = job_dir / "row.json"
     existing = _load(path)
     if existing is not None and existing.get("point_id") != row.get("point_id"):
         path = job_dir / f"row-{row.get('point_id')}.json"
-    atomic_write_text(path, json.dumps(dict(row), default=str, indent=1))
     return path
 
 
@@ -307,18 +314,31 @@ def _indexed_row(sweep_dir: Path, point_id: str) -> tuple[Path, dict[str, Any]] 
     return path, row
 
 
-def point_status(sweep_dir: Path, point_id: str) -> str | None:
-    """The status of this point's best row in the sweep folder, or None: a lookup by id, not a scan."""
-    found = _indexed_row(Path(sweep_dir), str(point_id))
+def point_status(sweep_dir: Path, point_id: str, job_dir: Path | None = None) -> str | None:
+    """The status of this point's best row in the sweep folder, or None: a lookup by id, not a scan.
+
+    `job_dir`: the job's own folder, looked in when the index names no row for the point (a job
+    killed after its row file but before its index entry); the index entry is then written.
+    """
+    sweep_dir, point_id = Path(sweep_dir), str(point_id)
+    found = _indexed_row(sweep_dir, point_id)
+    if found is None and job_dir is not None:
+        for path in (Path(job_dir) / "row.json", Path(job_dir) / f"row-{point_id}.json"):
+            row = _load(path)
+            if row is not None and str(row.get("point_id")) == point_id:
+                _write_entry(ensure_index(sweep_dir), point_id, _relative(sweep_dir, path), row)
+                return str(row.get("status"))
     return None if found is None else str(found[1].get("status"))
 
 
 def record_row(sweep_dir: Path, job_dir: Path, row: Mapping[str, Any]) -> Path:
     """Everything a finished job writes: its row file, its index entry, results.csv while cheap.
 
-    The row file comes first: a job killed after it has recorded its point (a rerun that
-    finds no index entry still reads it when the index is rebuilt). A single run (its job
-    folder is the sweep folder) writes its one-row results.csv right away.
+    The row file comes first: a build that sees the new index entry (results.csv's staleness is
+    read from the index) then finds the row too. A job killed between the two leaves a row the
+    index does not name yet; the resume check also looks in the job's own folder
+    (`point_status(..., job_dir)`), so the rerun does not measure it again. A single run (its
+    job folder is the sweep folder) writes its one-row results.csv right away.
     """
     sweep_dir, job_dir = Path(sweep_dir), Path(job_dir)
     path = write_row(job_dir, row)
