@@ -58,6 +58,13 @@ class Row:
     flops: float | None = None
     tflops: float | None = None
     device_peak_tflops: float | None = None
+    # memory traffic: the least bytes a call reads and writes (selfattn/measure/traffic.py), the
+    # bandwidth that implies, and the device's measured copy bandwidth; flops / bytes_moved is the
+    # row's arithmetic intensity (its place on the roofline)
+    bytes_moved: int | None = None
+    gbps: float | None = None
+    device_peak_gbps: float | None = None
+    kv_cache_bytes: int | None = None  # K and V of seq_len tokens: 2 x batch x kv_heads x seq_len x head_dim x element size
     # the precision the kernel really computed in: `precision`, except "fp32" for a tf32 row whose
     # kernel ignores the TF32 flag (its output is bit-identical to fp32's, so it is not a tf32 result)
     computed_as: str = ""

@@ -179,3 +179,35 @@ def _measure_peak(device: str, dtype: torch.dtype) -> float:
     # another process during this short measurement does not drag it down.
     best_ms = timing.min_ms if timing.min_ms is not None else timing.p20_ms
     return 2.0 * n**3 / (best_ms * 1e-3) / 1e12
+
+
+# The bandwidth peak copies a buffer far larger than any cache: a CPU's last-level cache is tens
+# of MiB, a GPU's L2 up to ~100 MiB. A copy reads and writes every byte once (2 x its size).
+BANDWIDTH_BYTES = {"cpu": 256 * 2**20, "cuda": 2 * 2**30}
+BANDWIDTH_RUNS = 5  # the best of a few copies: the peak is what the device can do, not its average
+_BANDWIDTH: dict[str, float] = {}
+
+
+def device_peak_gbps(device: str) -> float:
+    """Measured memory bandwidth of `device` in GB/s (1e9 bytes): the fastest of BANDWIDTH_RUNS
+    copies of a large buffer, bytes read plus bytes written over its time. Once per process and
+    device, like device_peak_tflops; decode steps are judged against it (their arithmetic per
+    byte is too low for the matmul peak to matter)."""
+    device = resolve_device(device)
+    if device not in _BANDWIDTH:
+        _BANDWIDTH[device] = _measure_bandwidth(device)
+    return _BANDWIDTH[device]
+
+
+def _measure_bandwidth(device: str) -> float:
+    from selfattn.measure.timing import wall_call
+
+    n = BANDWIDTH_BYTES[device]
+    if device == "cuda":  # leave room: a GPU shared with other jobs may not have 2 x 2 GiB free
+        n = min(n, int(torch.cuda.mem_get_info()[0] // 8))
+    src = torch.ones(n // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # warm-up: first-touch page faults are not bandwidth
+    best_s = min(wall_call(lambda: dst.copy_(src), device)[1] for _ in range(BANDWIDTH_RUNS))
+    del src, dst
+    return 2.0 * n / best_s / 1e9

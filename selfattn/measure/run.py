@@ -18,9 +18,10 @@ from selfattn.errors import Unsupported
 from selfattn.measure import failures
 from selfattn.measure.accuracy import compare, sample_rows
 from selfattn.measure.budget import Budget, over_budget
-from selfattn.measure.device import device_peak_tflops, environment, resolve_device
+from selfattn.measure.device import device_peak_gbps, device_peak_tflops, environment, resolve_device
 from selfattn.masks import mask_density
 from selfattn.measure.flops import point_flops
+from selfattn.measure.traffic import bytes_moved, kv_cache_bytes
 from selfattn.measure.memory import free_bytes, measure_peak, release_memory
 from selfattn.measure.predict import (
     accuracy_bytes,
@@ -86,6 +87,7 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
         options = resolve_options(point.backend, dict(point.backend_options), device, dtype)
         row.kernel = kernel_label(point.backend, dict(point.backend_options), device=device, dtype=dtype)
         row.flops = point_flops(point)
+        row.bytes_moved, row.kv_cache_bytes = bytes_moved(point), kv_cache_bytes(point)
         row.mask_density = mask_density(point)
         row.predicted_mem_bytes = predict_mem_bytes(point, options)
         peak = device_peak_tflops(device, dtype) if budget.measure_device_peak else nominal_peak_tflops(device, point.precision)
@@ -101,6 +103,7 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
             point_s = predict_point_s(point, peak, budget.timing_s, len(rows))
             reason = over_budget(point, budget, need, free, point_s)
         row.device_peak_tflops = peak if budget.measure_device_peak else None
+        row.device_peak_gbps = device_peak_gbps(device) if budget.measure_device_peak else None
         row.predicted_time_ms = predict_call_s(point, peak) * 1e3
         if reason is not None:
             row.status, row.error = "skipped_budget", reason
@@ -159,6 +162,7 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, rows: to
     )
     row.timer = timing.timer
     row.tflops = row.flops / (timing.median_ms * 1e-3) / 1e12 if timing.median_ms > 0 else None
+    row.gbps = row.bytes_moved / (timing.median_ms * 1e-3) / 1e9 if timing.median_ms > 0 else None
     _precision_notes(point, workload, checked, row)
 
     with _single_threaded_on_cpu(device):

@@ -68,3 +68,15 @@ def test_a_peak_measured_in_a_bad_moment_is_corrected_before_skipping(monkeypatc
     row = measure_point(Point(heads=2, seq_len=1024, head_dim=16), Budget(timing_s=0.02, accuracy_rows=16))
     assert row.status == "ok", row.error
     assert row.device_peak_tflops > 1e-6 and device_module._REMEASURED[key] == 1
+
+
+def test_cpu_bandwidth_is_plausible_and_measured_once(monkeypatch):
+    measured = []
+    real_measure = device_module._measure_bandwidth
+    monkeypatch.setattr(device_module, "_measure_bandwidth", lambda d: (measured.append(d), real_measure(d))[1])
+    monkeypatch.setattr(device_module, "_BANDWIDTH", {})
+    monkeypatch.setattr(device_module, "BANDWIDTH_BYTES", {"cpu": 64 * 2**20, "cuda": 2**30})
+    peak = device_module.device_peak_gbps("cpu")
+    assert 0.1 < peak < 10_000  # 100 MB/s .. 10 TB/s
+    assert device_module.device_peak_gbps("cpu") == peak
+    assert measured == ["cpu"]

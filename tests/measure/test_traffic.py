@@ -1,0 +1,28 @@
+"""bytes_moved and kv_cache_bytes: the least traffic of a call, GQA dividing K/V."""
+
+from selfattn.measure.traffic import bytes_moved, kv_cache_bytes
+from selfattn.point import Point
+
+
+def test_decode_step_reads_the_cache_once_per_kv_head():
+    mha = Point(batch=2, heads=8, q_len=1, seq_len=1000, head_dim=64, precision="fp16")
+    gqa = Point(batch=2, heads=8, kv_heads=2, q_len=1, seq_len=1000, head_dim=64, precision="fp16")
+    assert kv_cache_bytes(mha) == 2 * 2 * 8 * 1000 * 64 * 2
+    assert kv_cache_bytes(mha) == 4 * kv_cache_bytes(gqa)
+    q_and_out = 2 * 2 * 8 * 1 * 64 * 2
+    assert bytes_moved(mha) == kv_cache_bytes(mha) + q_and_out
+    assert bytes_moved(gqa) == kv_cache_bytes(gqa) + q_and_out
+
+
+def test_backward_adds_the_upstream_and_every_gradient():
+    fwd = Point(batch=1, heads=4, seq_len=256, head_dim=32)
+    bwd = Point(batch=1, heads=4, seq_len=256, head_dim=32, mode="fwd_bwd")
+    tensor = 1 * 4 * 256 * 32 * 4  # one of Q, K, V, O in fp32
+    assert bytes_moved(fwd) == 4 * tensor
+    assert bytes_moved(bwd) == 4 * tensor + 4 * tensor  # dO read; dQ, dK, dV written
+
+
+def test_layer_counts_activations_and_weights():
+    point = Point(scope="layer", batch=1, heads=2, head_dim=8, seq_len=10, causal=True)
+    d = 16
+    assert bytes_moved(point) == (2 * 10 * d + 4 * d * d) * 4
