@@ -51,7 +51,8 @@ class Row:
     time_samples: int | None = None
     timer: str = ""  # what timed the calls: torch_timer (CPU), do_bench or cuda_events (CUDA)
     # memory beyond the inputs
-    peak_mem_bytes: int | None = None
+    peak_mem_bytes: int | None = None  # the process's view: peak RSS growth on a CPU
+    peak_alloc_bytes: int | None = None  # peak bytes through torch's allocator, kernel buffers included (exact)
     predicted_mem_bytes: int | None = None
     predicted_time_ms: float | None = None
     # work
@@ -85,6 +86,8 @@ class Row:
     grad_norm_k: float | None = None
     grad_norm_logits: float | None = None  # median over sampled rows of ||dloss/dlogits_row|| (softmax input)
     grad_nonfinite_frac: float | None = None
+    # max |attn(PQ, PK, PV) - P attn(Q, K, V)| over a random token permutation P (0 without a mask)
+    perm_max_abs_diff: float | None = None
     # harness cost: seconds spent in warm-up + timed calls, and the whole job's wall time
     measure_s: float | None = None
     job_wall_s: float | None = None

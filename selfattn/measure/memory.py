@@ -7,16 +7,26 @@ every byte the call allocates and writes shows up in VmHWM. Large tensors are mm
 returned to the OS on free, which is fine: VmHWM still records their peak. Pages allocated but
 never written are not counted, which is also fine: attention writes every buffer it allocates.
 Where /proc is not available (macOS, Windows) the CPU measurement is None, never a guess.
+
+RSS is the process's view and carries the allocator's and the OS's noise (a few MiB of pages
+kept or returned). `alloc_peak_bytes` is exact instead: the peak of the running sum of every
+allocation and free made through torch's CPU allocator during the call (kernel-internal buffers
+included), read from the profiler's memory events. The same call gives the same number each time.
+Buffers a BLAS library allocates with its own malloc are not in it; on CUDA the caching
+allocator's counter (`cuda_peak_bytes`) is that same number.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
 import gc
+import os
+import sys
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -96,6 +106,47 @@ def cpu_peak_bytes(fn: Callable[[], object]) -> tuple[int | None, float]:
     return max(0, peak - before), call_s
 
 
+@contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """Point file descriptor 2 at /dev/null for a moment: C++ code writes there, not to sys.stderr."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def alloc_peak_bytes(fn: Callable[[], object]) -> int | None:
+    """Peak bytes allocated through torch's CPU allocator while `fn` runs (its result included),
+    beyond what was live before; None when this torch's profiler does not expose memory events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    gc.collect(_GC_GENERATION)
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _stderr_silenced():  # the profiler prints two lines per start and stop; a sweep prints one per point
+        prof.start()
+    try:
+        result = fn()  # its own errors (a CPU OOM is a RuntimeError) propagate
+        del result
+    finally:
+        with _stderr_silenced():
+            prof.stop()
+    try:
+        events = prof.profiler.kineto_results.events()
+        deltas = sorted(((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"), key=lambda d: d[0])
+    except AttributeError:  # a torch whose profiler keeps its results elsewhere: no number rather than a guess
+        return None
+    live = peak = 0
+    for _start, nbytes in deltas:  # allocations are positive, frees negative, in time order
+        live += nbytes
+        peak = max(peak, live)
+    return peak
+
+
 def cuda_peak_bytes(fn: Callable[[], object]) -> tuple[int, float]:
     """Peak bytes allocated on the current CUDA device while `fn` runs beyond what was live, and fn's seconds."""
     gc.collect(_GC_GENERATION)
@@ -137,8 +188,6 @@ def free_bytes(device: str) -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     try:
-        import os
-
         return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
         return None

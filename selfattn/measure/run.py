@@ -22,7 +22,8 @@ from selfattn.measure.device import device_peak_gbps, device_peak_tflops, enviro
 from selfattn.masks import mask_density
 from selfattn.measure.flops import point_flops
 from selfattn.measure.traffic import bytes_moved, kv_cache_bytes
-from selfattn.measure.memory import free_bytes, measure_peak, release_memory
+from selfattn.measure.memory import alloc_peak_bytes, free_bytes, measure_peak, release_memory
+from selfattn.measure.permutation import permutation_max_abs_diff
 from selfattn.measure.predict import (
     accuracy_bytes,
     after_warmup_s,
@@ -152,6 +153,8 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, rows: to
         )
         return
     row.peak_mem_bytes, memory_call_s = measure_peak(workload.call, device)
+    # CUDA's number above already is the allocator's peak; a CPU needs one profiled call for it.
+    row.peak_alloc_bytes = row.peak_mem_bytes if device == "cuda" else alloc_peak_bytes(workload.call)
     started = time.perf_counter()
     timing = time_call(workload.call, device, budget.timing_s, min(warmup_s, memory_call_s))
     # Seconds inside calls of the point (warm-up, memory call, the timer's run); everything else
@@ -167,6 +170,7 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, rows: to
 
     with _single_threaded_on_cpu(device):
         _accuracy_and_stability(point, workload, checked, rows, row)
+        row.perm_max_abs_diff = permutation_max_abs_diff(point, dtype, torch.device(device))
     row.status, row.error = "ok", ""
 
 
