@@ -93,10 +93,14 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
         "Rules:", "",
         *[f"{i + 1}. {RULES[c.key]}" for i, c in enumerate(claims.itertuples())], "",
         "## Fitted exponents", "",
-        "Least squares of log y on log n over the larger sizes (the upper half of the measured seq_len values, at "
-        "least 3), with a 95% interval from the t distribution; a slope of 2 is quadratic. The slice is the one "
-        "in figures 1 and 2. On a CPU the peak memory at small n is dominated by fixed costs (allocator pages, "
-        "thread buffers), which is why only the larger sizes are fitted.", "",
+        "Theil-Sen slope of log y on log n (the median of the slopes between every pair of sizes, with its 95% "
+        "interval from Kendall's tau, so one point slowed by load moves it little) over the larger sizes (the top "
+        "one and a half octaves of the measured seq_len values or their upper half, whichever holds more, at least "
+        "3); a slope "
+        "of 2 is quadratic. The slice is the one in figures 1 and 2. Memory is the exact peak of bytes allocated "
+        "through torch's allocator during the call (peak_alloc_bytes; the process's RSS, peak_mem_bytes, for older "
+        "CSVs). Small sizes are left out because fixed costs (Python, kernel launches, thread buffers) dominate "
+        "there.", "",
         _exponent_table(exponents), "",
         "## Figures", "",
     ]

@@ -94,7 +94,7 @@ def line_grid(data: pd.DataFrame, *, x: str, y: str, panel_width: float, panel_h
     kw.setdefault("linewidth", 1.6)
     kw.setdefault("markersize", 4.5)
     g = sns.relplot(data=data, kind="line", x=x, y=y, hue=hue, palette=palette, row=row, col=col,
-                    col_wrap=col_wrap, estimator=ESTIMATOR, errorbar=errorbar, legend=False,
+                    col_wrap=col_wrap, estimator=kw.pop("estimator", ESTIMATOR), errorbar=errorbar, legend=False,
                     height=panel_height, aspect=panel_width / panel_height,
                     facet_kws={"sharex": False, "sharey": share_y}, **kw)
     for ax in g.axes.flat:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from selfattn.results import COLUMNS, Row
 
@@ -44,7 +45,8 @@ class Fabricator:
         return float(np.exp(self.rng.normal(0.0, self.laws.noise)))
 
     def point(self, *, backend="naive", precision="fp32", seq_len=1024, head_dim=64, heads=8, batch=1,
-              causal=False, scale="auto", mode="fwd", scope="core", input_std=1.0, status="ok", seed=0) -> dict:
+              causal=False, scale="auto", mode="fwd", scope="core", input_std=1.0, status="ok", seed=0,
+              scale_at="logits") -> dict:
         laws = self.laws
         n, d = seq_len, head_dim
         scale_value = 1.0 / math.sqrt(d) if scale == "auto" else 1.0
@@ -61,7 +63,8 @@ class Fabricator:
         else:
             mem = 2e6 + 64.0 * batch * heads * itemsize * n * 8
         mem *= self._noise()
-        row = Row(status=status, backend=backend, kernel=backend, backend_options="{}", precision=precision,
+        options = '{"scale_at": "query"}' if scale_at == "query" else "{}"
+        row = Row(status=status, backend=backend, kernel=backend, backend_options=options, precision=precision,
                   device=self.device, device_name=self.device_name, mode=mode, scope=scope, batch=batch,
                   heads=heads, q_len=n, seq_len=n, head_dim=d, d_model=heads * d, causal=causal, scale=scale,
                   scale_value=scale_value, input_std=input_std, seed=seed, device_mem_bytes=int(self.mem_bytes),
@@ -74,16 +77,24 @@ class Fabricator:
             return self.rows[-1]
         row.time_ms, row.time_ms_p20, row.time_ms_p80 = time_ms, time_ms * 0.97, time_ms * 1.04
         row.peak_mem_bytes = int(mem)
+        row.peak_alloc_bytes = int(mem)
+        row.perm_max_abs_diff = (1.0 + self.rng.random()) if causal else 1e-7 * self.rng.random()
         row.tflops = flops / (time_ms * 1e-3) / 1e12
-        self._stability(row, n, d, scale_value, input_std, precision)
+        self._stability(row, n, d, scale_value, input_std, precision, backend, scale_at)
         self.rows.append(row.to_dict())
         return self.rows[-1]
 
-    def _stability(self, row: Row, n: int, d: int, scale_value: float, input_std: float, precision: str) -> None:
+    def _stability(self, row: Row, n: int, d: int, scale_value: float, input_std: float, precision: str,
+                   backend: str = "naive", scale_at: str = "logits") -> None:
         grows = self.laws.unscaled_std_grows or row.scale == "auto"
         std = scale_value * input_std ** 2 * math.sqrt(d) if grows else input_std ** 2
         logits = self.rng.normal(0.0, std, size=(16, min(n, 512)))
-        overflow = precision == "fp16" and bool((np.abs(logits) > FP16_MAX).any())
+        # fp16 overflow where the product Q K^T is formed in fp16 (naive): of std s²·√d_k unless the
+        # scale went on Q first; a row with one logit past 65504 turns NaN (32 rows sampled).
+        product_std = input_std ** 2 * (math.sqrt(d) if scale_at != "query" or row.scale == "none" else 1.0)
+        p_row = -math.expm1(n * math.log1p(-stats.norm.sf(FP16_MAX / product_std)))
+        nonfinite = self.rng.binomial(32, p_row) / 32 if precision == "fp16" and backend == "naive" else 0.0
+        overflow = nonfinite > 0
         weights = np.exp(logits - logits.max(axis=1, keepdims=True))
         weights /= weights.sum(axis=1, keepdims=True)
         entropy = -(weights * np.log(np.clip(weights, 1e-300, None))).sum(axis=1) / math.log(weights.shape[1])
@@ -100,7 +111,7 @@ class Fabricator:
         row.grad_norm_logits = float(np.median(np.linalg.norm(grad_logits, axis=1)))
         row.rel_rms_err = EPS[precision] * math.sqrt(math.log2(n)) * self._noise()
         row.max_abs_err = row.rel_rms_err * 4
-        row.nonfinite_frac = 0.6 if overflow else 0.0
+        row.nonfinite_frac = nonfinite
         row.grad_nonfinite_frac = row.nonfinite_frac
         if overflow:
             row.logit_std = float("nan")
@@ -131,6 +142,11 @@ class Fabricator:
                     for std in (1.0, 4.0, 16.0, 64.0):
                         self.point(seq_len=256, head_dim=d, scale=scale, precision=precision, input_std=std,
                                    mode="fwd_bwd")
+                for std in (1.0, 8.0, 16.0, 32.0, 64.0):  # the scale on Q first, and a fused kernel
+                    self.point(seq_len=256, head_dim=d, scale=scale, precision="fp16", input_std=std,
+                               mode="fwd_bwd", scale_at="query")
+                    self.point(backend="sdpa", seq_len=256, head_dim=d, scale=scale, precision="fp16",
+                               input_std=std, mode="fwd_bwd")
         return self
 
     def heads(self) -> "Fabricator":

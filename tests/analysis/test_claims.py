@@ -81,7 +81,8 @@ def test_fp16_without_overflow_is_not_measured_or_fails_depending_on_the_regime(
 
 
 def test_noisy_fits_are_listed_but_decide_nothing(tmp_path, fabricate):
-    claims = verdicts(tmp_path, fabricate(laws={"noise": 0.6}).quadratic_cost(sizes=(256, 512, 1024)))
+    # Three sizes: Theil-Sen's interval is the range of the three pairwise slopes, wide under this much noise
+    claims = verdicts(tmp_path, fabricate(laws={"noise": 1.0}).quadratic_cost(sizes=(256, 512, 1024)))
     memory = claims["memory_quadratic"]
     assert "CI too wide" in memory.evidence and memory.verdict == NOT_MEASURED
     assert "more seq_len values" in memory.experiment
