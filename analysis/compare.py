@@ -42,9 +42,12 @@ def device_speedups(rows: pd.DataFrame, baseline: str) -> pd.DataFrame:
     ok = ok[(ok["status"] == "ok") & (ok["time_ms"] > 0)]
     ok = ok.assign(label=variant_labels(ok))
     key = list(MATCH_KEY)
-    med = ok.groupby(key + ["device_label", "label"], dropna=False)["time_ms"].median().reset_index()
+    # The kernel column says which SDPA kernel `auto` picked on each device ("auto:flash"): two GPUs'
+    # "sdpa" may compare different kernels, and the table says so.
+    med = ok.groupby(key + ["device_label", "label"], dropna=False).agg(
+        time_ms=("time_ms", "median"), kernel=("kernel", lambda s: "/".join(sorted(set(map(str, s)))))).reset_index()
     base = med[med["device_label"] == baseline].drop(columns=["device_label", "label"])
-    base = base.rename(columns={"time_ms": "baseline_time_ms"})
+    base = base.rename(columns={"time_ms": "baseline_time_ms", "kernel": "baseline_kernel"})
     others = med[med["device_label"] != baseline]
     merged = others.merge(base, on=key, how="inner")
     merged["speedup"] = merged["baseline_time_ms"] / merged["time_ms"]
@@ -56,10 +59,13 @@ def speedup_table(speedups: pd.DataFrame) -> pd.DataFrame:
     out = []
     for (device, label), group in speedups.groupby(["device_label", "label"], sort=True):
         largest = group[group["seq_len"] == group["seq_len"].max()]
-        out.append({"device": device, "backend": label, "points": len(group),
+        kernels = "/".join(sorted(set("/".join(group["kernel"]).split("/"))))
+        baseline_kernels = "/".join(sorted(set("/".join(group["baseline_kernel"]).split("/"))))
+        out.append({"device": device, "backend": label, "kernel": kernels, "baseline_kernel": baseline_kernels,
+                    "points": len(group),
                     "geomean_speedup": float(np.exp(np.log(group["speedup"]).mean())),
                     "min_speedup": float(group["speedup"].min()), "max_speedup": float(group["speedup"].max()),
                     "largest_n": int(group["seq_len"].max()),
                     "speedup_at_largest_n": float(np.exp(np.log(largest["speedup"]).mean()))})
-    return pd.DataFrame(out, columns=["device", "backend", "points", "geomean_speedup", "min_speedup",
-                                      "max_speedup", "largest_n", "speedup_at_largest_n"])
+    return pd.DataFrame(out, columns=["device", "backend", "kernel", "baseline_kernel", "points", "geomean_speedup",
+                                      "min_speedup", "max_speedup", "largest_n", "speedup_at_largest_n"])

@@ -23,6 +23,7 @@ from analysis.claims import RULES, check_claims, claims_frame
 from analysis.compare import device_speedups, pick_baseline, speedup_table
 from analysis.cost import exponent_table
 from analysis.figures import FIGURES, Context, Made, Skipped
+from analysis.findings import study_findings
 from analysis.load import Loaded, NoUsableResults, describe_devices, load
 
 
@@ -92,6 +93,7 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
         "", _claims_table(claims), "",
         "Rules:", "",
         *[f"{i + 1}. {RULES[c.key]}" for i, c in enumerate(claims.itertuples())], "",
+        *_findings_section(rows),
         "## Fitted exponents", "",
         "Theil-Sen slope of log y on log n (the median of the slopes between every pair of sizes, with its 95% "
         "interval from Kendall's tau, so one point slowed by load moves it little) over the larger sizes (the top "
@@ -160,6 +162,16 @@ def _markdown(frame: pd.DataFrame) -> str:
     return frame.map(_cell).to_markdown(index=False, disable_numparse=True)
 
 
+def _findings_section(rows: pd.DataFrame) -> list[str]:
+    """The masks, GQA, ... studies' findings, when their rows are present (none in the default study)."""
+    lines: list[str] = []
+    for title, found in study_findings(rows):
+        frame = claims_frame(found)
+        lines += [f"## {title}: findings", "", _claims_table(frame), "", "Rules:", "",
+                  *[f"{i + 1}. {c.rule}" for i, c in enumerate(found)], ""]
+    return lines
+
+
 def _claims_table(claims: pd.DataFrame) -> str:
     verdicts = "**" + claims["verdict"] + "**"
     not_measured = claims["verdict"] == "not measured"
@@ -196,7 +208,8 @@ def _exponent_table(table: pd.DataFrame) -> str:
 def _speedup_table(devices: pd.DataFrame) -> str:
     two = "{:.2f}".format
     return _markdown(pd.DataFrame({
-        "Device": devices["device"], "Back end": devices["backend"], "Points": devices["points"],
+        "Device": devices["device"], "Back end": devices["backend"],
+        "Kernel (device / baseline)": devices["kernel"] + " / " + devices["baseline_kernel"], "Points": devices["points"],
         "Geo-mean ×": devices["geomean_speedup"].map(two), "Min ×": devices["min_speedup"].map(two),
         "Max ×": devices["max_speedup"].map(two), "Largest n": devices["largest_n"],
         "× at largest n": devices["speedup_at_largest_n"].map(two)}))

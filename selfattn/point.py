@@ -83,8 +83,11 @@ class Point:
     scale: Any = spec("auto", parse=_check_scale,
                       help="auto (1/sqrt(head_dim)) | none (1.0, the unscaled ablation) | a positive number")
     mode: str = spec("fwd", choices=("fwd", "fwd_bwd"), help="forward only, or forward and backward")
-    scope: str = spec("core", choices=("core", "layer"),
-                      help="core (Q, K, V given) | layer (X with Q/K/V/O projections)")
+    scope: str = spec("core", choices=("core", "layer", "generate"),
+                      help="core (Q, K, V given) | layer (X with Q/K/V/O projections) | "
+                           "generate (new_tokens tokens after a seq_len-token prompt, selfattn/decode.py)")
+    new_tokens: int = spec(16, ge=1, help="scope=generate: tokens generated after the prompt (T)")
+    kv_cache: bool = spec(True, help="scope=generate: keep K and V of past tokens (true) or recompute the prefix every step")
     input_std: float = spec(1.0, gt=0, help="standard deviation of the random inputs")
     seed: int = spec(0, ge=0, help="seed of the inputs and of the sampled accuracy rows")
 
@@ -150,6 +153,12 @@ class Point:
                 raise ValueError(f"documents: packed documents need q_len == seq_len, got q_len={self.q_len!r}")
             if self.documents > self.seq_len:
                 raise ValueError(f"documents: at most seq_len={self.seq_len} documents fit, got {self.documents!r}")
+        if self.scope == "generate":  # autoregressive: causal, one query per new token, no other mask
+            if not self.causal:
+                raise ValueError("causal: scope=generate is autoregressive, so causal must be true, got False")
+            for name, plain in (("q_len", None), ("window", None), ("pad_frac", 0.0), ("documents", None)):
+                if getattr(self, name) != plain:
+                    raise ValueError(f"{name}: scope=generate takes the prompt length from seq_len and no mask but causal, got {getattr(self, name)!r}")
         if self.scope == "layer":  # the layer runs causal self-attention over X with all its heads
             for name, plain in (("kv_heads", None), ("window", None), ("pad_frac", 0.0), ("documents", None)):
                 if getattr(self, name) != plain and not (name == "kv_heads" and self.kv_heads == self.heads):

@@ -39,6 +39,8 @@ class Row:
     window: int | None = None  # sliding window (keys), empty = none
     pad_frac: float | None = None  # mean fraction of keys that are right padding
     documents: int | None = None  # packed documents per sequence, empty = one
+    new_tokens: int | None = None  # scope=generate: tokens generated after a prompt of seq_len tokens
+    kv_cache: bool | None = None  # scope=generate: with a KV-cache, or recomputing the prefix every step
     mask_density: float | None = None  # fraction of the q_len x seq_len (query, key) pairs the masks let through
     scale: str = ""  # "auto" | "none" | number, as configured
     scale_value: float | None = None  # the factor actually applied to the logits
@@ -65,6 +67,7 @@ class Row:
     bytes_moved: int | None = None
     gbps: float | None = None
     device_peak_gbps: float | None = None
+    tokens_per_s: float | None = None  # scope=generate: new_tokens / time of the whole loop
     kv_cache_bytes: int | None = None  # K and V of seq_len tokens: 2 x batch x kv_heads x seq_len x head_dim x element size
     # the precision the kernel really computed in: `precision`, except "fp32" for a tf32 row whose
     # kernel ignores the TF32 flag (its output is bit-identical to fp32's, so it is not a tf32 result)

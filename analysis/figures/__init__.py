@@ -8,6 +8,7 @@ from analysis.figures.common import Context, Made, Skipped
 from analysis.figures.cost import memory_vs_seq_len, throughput_vs_seq_len, time_vs_seq_len
 from analysis.figures.devices import devices_compared
 from analysis.figures.heads import heads_at_fixed_width
+from analysis.figures.masks import gqa_vs_kv_heads, masks_vs_density
 from analysis.figures.layer import layer_share
 from analysis.figures.overflow import low_precision_overflow
 from analysis.figures.stability import scaling_stability
@@ -23,6 +24,8 @@ FIGURES = (
     heads_at_fixed_width,  # 8
     devices_compared,  # 9
     layer_share,  # 10
+    masks_vs_density,  # 11
+    gqa_vs_kv_heads,  # 12
 )
 
 __all__ = ["FIGURES", "Context", "Made", "Skipped"]

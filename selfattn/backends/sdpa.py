@@ -98,6 +98,32 @@ def _mask_arguments(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, masks: Masks,
     return keep_bMN[:, None], False, sees
 
 
+_CHOICES: dict[int, str] = {int(backend.value): name for name, backend in KERNELS.items() if backend is not None}
+
+
+def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
+               kernel: str = "auto", bool_mask: bool = False) -> str:
+    """The kernel this call runs: a forced one is itself; with `auto`, torch's own choice for these
+    inputs (torch._fused_sdp_choice, the function SDPA dispatches on), so two GPUs' "auto" rows say
+    whether they compared the same kernel. A lower-right causal mask on CUDA goes through torch's
+    CausalBias, which runs the fused kernel it names when it can; it is asked as for is_causal."""
+    if kernel != "auto":
+        return kernel
+    mask, is_causal, _ = _mask_arguments(q_BHMD, k_BKND, masks, bool_mask)
+    if mask is not None and not isinstance(mask, torch.Tensor):  # a CausalBias
+        if q_BHMD.device.type == "cuda":
+            mask, is_causal = None, True
+        else:  # on a CPU it is materialized into a boolean mask before the kernel is chosen
+            mask = masks.keep(q_BHMD.shape[2], k_BKND.shape[2], device=q_BHMD.device)[:, None]
+    gqa = {"enable_gqa": True} if k_BKND.shape[1] != q_BHMD.shape[1] else {}
+    try:
+        choice = torch._fused_sdp_choice(q_BHMD, k_BKND, v_BKND, attn_mask=mask, dropout_p=0.0, is_causal=is_causal,
+                                         scale=scale, **gqa)
+    except (AttributeError, RuntimeError, TypeError):  # a torch without it, or inputs it refuses to rank
+        return "unknown"
+    return _CHOICES.get(int(choice), "unknown")
+
+
 def _forced(kernel: str, q, k, v, mask, is_causal: bool, scale: float, gqa: bool, masks: Masks) -> torch.Tensor:
     # Forced kernel: torch warns about why each kernel was refused, then raises RuntimeError.
     with warnings.catch_warnings(record=True) as caught, sdpa_kernel(KERNELS[kernel]):

@@ -63,6 +63,10 @@ def point_pairs(point: Point) -> int:
 
 def point_flops(point: Point) -> float:
     """FLOPs of one timed call of `point` (forward, or forward + backward): 4 * H * D per seen pair."""
+    if point.scope == "generate":  # a loop of T steps, counted where the loop is (selfattn/decode.py)
+        from selfattn.decode import generate_flops
+
+        return generate_flops(point)
     core = 4.0 * point.heads * point.head_dim * point_pairs(point)
     if point.mode == "fwd_bwd":
         core *= FWD_BWD_FACTOR

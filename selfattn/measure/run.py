@@ -136,6 +136,9 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, rows: to
     with _single_threaded_on_cpu(device):
         workload = build(point, dtype, torch.device(device), rows)
     checked, warmup_s = wall_call(workload.check_call, device)  # warm-up; never timed
+    ran = workload.kernel_ran()  # sdpa auto: which kernel torch picks for these inputs ("auto:flash")
+    if ran and ran != row.kernel.split("-")[0]:
+        row.kernel = f"{row.kernel}:{ran}"
     # Second guard, on a measured call this time: the prediction can be far off (a slow dtype on
     # this CPU, a busy machine), and the memory call and every call of the timer (its own
     # estimate and warm-up, at least MIN_SAMPLES timed calls) still lie ahead.
@@ -166,6 +169,8 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, rows: to
     row.timer = timing.timer
     row.tflops = row.flops / (timing.median_ms * 1e-3) / 1e12 if timing.median_ms > 0 else None
     row.gbps = row.bytes_moved / (timing.median_ms * 1e-3) / 1e9 if timing.median_ms > 0 else None
+    if point.scope == "generate" and timing.median_ms > 0:  # one call is the whole loop of new_tokens steps
+        row.tokens_per_s = point.new_tokens / (timing.median_ms * 1e-3)
     _precision_notes(point, workload, checked, row)
 
     with _single_threaded_on_cpu(device):
@@ -202,6 +207,8 @@ def _accuracy_and_stability(point: Point, workload: Any, checked: Any, rows: tor
         grad_errors = compare(checked.grads, reference.grads)
         row.grad_max_abs_err, row.grad_rel_rms_err = grad_errors.max_abs_err, grad_errors.rel_rms_err
     del checked, reference
+    if workload.stability_inputs is None:  # scope=generate: a loop, not one core call to look inside
+        return
 
     q_rows, k, v, rows_cpu = workload.stability_inputs()
     metrics = stability(

@@ -44,6 +44,7 @@ class Workload:
     upstream_rows: torch.Tensor  # (B, H, rows, D) in the point's dtype, for the stability loss
     rows: torch.Tensor
     masks: Masks  # the point's masks, padding and documents drawn from its seed
+    kernel_ran: Callable[[], str | None] = lambda: None  # the kernel the call runs, where the back end can tell
 
 
 def _randn(shape: tuple[int, ...], seed: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -63,6 +64,10 @@ def _on_rows(upstream: torch.Tensor, rows: torch.Tensor, row_dim: int) -> torch.
 def build(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor) -> Workload:
     if point.scope == "layer":
         return _build_layer(point, dtype, device, rows)
+    if point.scope == "generate":
+        from selfattn.decode import build_workload
+
+        return build_workload(point, dtype, device, rows)
     return _build_core(point, dtype, device, rows)
 
 
@@ -116,8 +121,24 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
     def stability_inputs():
         return q.detach()[:, :, rows_dev], k.detach(), v.detach(), rows
 
+    def kernel_ran() -> str | None:
+        return _kernel_ran(point, q, k, v, masks, dtype)
+
     return Workload(call, check_call, reference, stability_inputs, _stability_upstream(point, len(rows), dtype, device),
-                    rows, masks)
+                    rows, masks, kernel_ran)
+
+
+def _kernel_ran(point: Point, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, masks: Masks,
+                dtype: torch.dtype) -> str | None:
+    """The back end's own word on which kernel these inputs run (sdpa's `auto`), if it has one."""
+    from selfattn.backends import get_backend, resolve_options
+
+    module = get_backend(point.backend)
+    if not hasattr(module, "kernel_ran"):
+        return None
+    options = resolve_options(point.backend, dict(point.backend_options), q.device, dtype)
+    with torch.no_grad():
+        return module.kernel_ran(q.detach(), k.detach(), v.detach(), masks=masks, scale=point.scale_value, **options)
 
 
 def _stability_upstream(point: Point, rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -184,8 +205,13 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
             q_rows, k, v = _project_rows(layer, x.detach(), rows_dev)
         return q_rows, k, v, rows
 
+    def kernel_ran() -> str | None:
+        with torch.no_grad():
+            q, k, v = layer.project_qkv(x.detach())
+        return _kernel_ran(point, q, k, v, Masks(causal=point.causal), dtype)
+
     return Workload(call, check_call, reference, stability_inputs, _stability_upstream(point, len(rows), dtype, device),
-                    rows, Masks(causal=point.causal))
+                    rows, Masks(causal=point.causal), kernel_ran)
 
 
 def _project_rows(layer: MultiHeadSelfAttention, x_BLD: torch.Tensor, rows: torch.Tensor):

@@ -33,7 +33,7 @@ def task_dict(cfg):
 
 def test_the_issue_lists_every_experiment():
     assert set(EXPERIMENTS) == {"quick", "quadratic_cost", "scaling_stability", "causal_mask", "heads",
-                                "precision_accuracy", "cross_gpu", "masks", "gqa"}
+                                "precision_accuracy", "cross_gpu", "masks", "gqa", "decode"}
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
