@@ -12,7 +12,7 @@ from scipy import stats
 
 from analysis.claims import FAILS, HOLDS, check_claims
 from analysis.cost import crossover_n, flop_core_share, layer_shares
-from analysis.fit import fit_power_law, upper_sizes
+from analysis.fit import fit_power_law, pooled_fit, upper_sizes
 from analysis.load import load
 from analysis.stability import AFTER, BEFORE, FUSED, predicted_nonfinite_frac, scale_placement
 
@@ -55,6 +55,25 @@ def test_time_per_size_is_the_faster_repeat_so_a_burst_on_one_pass_does_not_coun
             row["time_ms"] *= 4.0  # a burst during the second pass
     claim = claims_of(tmp_path, f)["compute_quadratic"]
     assert claim.verdict == HOLDS, claim.evidence
+
+
+def test_too_noisy_lines_fall_back_to_the_exponent_they_share(tmp_path, fabricate):
+    f = fabricate(laws={"noise": 0.25}, seed=4).quadratic_cost(sizes=(1536, 1792, 2048, 2304, 2560, 2816, 3072))
+    claim = claims_of(tmp_path, f)["compute_quadratic"]
+    assert "exponent shared by all" in claim.evidence, claim.evidence
+    assert claim.verdict == HOLDS, claim.evidence
+    flat = fabricate(laws={"noise": 0.25, "time_exponent": 1.0}, seed=4).quadratic_cost(
+        sizes=(1536, 1792, 2048, 2304, 2560, 2816, 3072))
+    assert claims_of(tmp_path, flat)["compute_quadratic"].verdict != HOLDS  # naive and sdpa grow as n, not n²
+
+
+def test_pooled_fit_recovers_a_shared_exponent_with_a_narrower_interval_than_one_line():
+    rng = np.random.default_rng(1)
+    lines = [(SIZES, c * SIZES ** 2 * np.exp(rng.normal(0, 0.2, SIZES.size))) for c in (1e-6, 3e-6, 5e-7)]
+    pooled = pooled_fit(lines)
+    single = fit_power_law(*lines[0])
+    assert abs(pooled.exponent - 2.0) < 0.2
+    assert pooled.ci_high - pooled.ci_low < single.ci_high - single.ci_low
 
 
 # --- memory: the allocator's exact peak, not RSS -----------------------------------------------
