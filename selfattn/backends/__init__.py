@@ -10,7 +10,10 @@ Adding a back end = its module here + its name in BACKEND_NAMES + conf/backend/<
     resolve_options(options, device, dtype) -> dict   checked options with defaults filled in
     kernel_label(resolved_options) -> str             the results' `kernel` column
     predict_mem_bytes(point, options, device) -> int  peak bytes of one call beyond its inputs
-    attention(q, k, v, *, causal, scale, **resolved_options) -> Tensor
+    attention(q, k, v, *, masks, scale, **resolved_options) -> Tensor
+                                       masks: selfattn.masks.Masks; k, v may have fewer heads (GQA)
+and optionally
+    kernel_ran(q, k, v, *, masks, scale, **resolved_options) -> str   the kernel an `auto` picks
 Inputs reaching `attention` are already validated (selfattn.attention does that).
 
 The names are plain data so that the sweep axes and the analysis (which never loads torch)
