@@ -11,12 +11,14 @@ from typing import Callable
 import pandas as pd
 
 from analysis.claims import Claim
+from analysis.decode import decode_findings
 from analysis.masks import gqa_findings, mask_findings
 
 # (section title, the function that reads its findings from the rows); add a study's line here
 STUDIES: tuple[tuple[str, Callable[[pd.DataFrame], list[Claim]]], ...] = (
     ("Masks", mask_findings),
     ("Grouped-query attention", gqa_findings),
+    ("Decoding and the KV-cache", decode_findings),
 )
 
 

@@ -26,7 +26,10 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 # The row's text columns, from its schema: a text column added to Row (timer, note, ...) must
 # never be parsed as a number, which would turn every value into NaN.
 TEXT_COLUMNS: tuple[str, ...] = tuple(name for name, kind in field_types(Row).items() if kind is str)
-NUMERIC_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in TEXT_COLUMNS and c != "causal")
+# Booleans besides `causal` (which must be present) are parsed like it; an older file's empty cell is the default.
+BOOL_COLUMNS: tuple[str, ...] = ("kv_cache",)
+NUMERIC_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in TEXT_COLUMNS and c != "causal"
+                                         and c not in BOOL_COLUMNS)
 # A point is these sweep axes; the same point on the same device measured twice keeps one row.
 POINT_AXES: tuple[str, ...] = tuple(name for name in FIELD_NAMES if name != "device")
 DEVICE_ID: tuple[str, ...] = ("device", "device_name", "device_capability", "hostname")
@@ -78,6 +81,8 @@ def read_csv(path: Path) -> tuple[pd.DataFrame | None, list[str]]:
     for col in NUMERIC_COLUMNS:
         df[col] = pd.to_numeric(df[col].replace("", np.nan), errors="coerce")
     df["causal"] = df["causal"].map(_parse_bool)
+    for col in BOOL_COLUMNS:
+        df[col] = df[col].map(_parse_bool).fillna(axis_default(col)).astype(bool)
 
     keep = pd.Series(True, index=df.index)
     newer = df["schema_version"] > SCHEMA_VERSION
@@ -164,17 +169,17 @@ def _derive(rows: pd.DataFrame) -> pd.DataFrame:
     rows["scale"] = rows["scale"].map(_scale_label)
     rows["q_len"] = rows["q_len"].fillna(rows["seq_len"])  # null q_len means q_len == seq_len
     rows["d_model"] = rows["d_model"].fillna(rows["heads"] * rows["head_dim"])
-    for axis in ("batch", "input_std", "seed", "pad_frac"):  # older files lack these: they measured the default
+    for axis in ("batch", "input_std", "seed", "pad_frac", "new_tokens"):  # older files lack these: they measured the default
         rows[axis] = rows[axis].fillna(axis_default(axis))
     rows["kv_heads"] = rows["kv_heads"].fillna(rows["heads"])  # null kv_heads means one per query head
     # The factor applied to the logits: recorded, or implied by the scale label.
     implied = np.where(rows["scale"] == "auto", 1.0 / np.sqrt(rows["head_dim"]),
                        np.where(rows["scale"] == "none", 1.0, pd.to_numeric(rows["scale"], errors="coerce")))
     rows["scale_value"] = rows["scale_value"].fillna(pd.Series(implied, index=rows.index))
-    rows["time"] = pd.to_datetime(rows["timestamp"].replace("", None), utc=True, errors="coerce", format="ISO8601")
     # A tf32 row whose kernel ignored the TF32 flag computed exactly what fp32 computes
     # (`computed_as`): it is an fp32 measurement, never a tf32 one beside it.
     rows["precision"] = rows["computed_as"].where(rows["computed_as"] != "", rows["precision"])
+    rows["time"] = pd.to_datetime(rows["timestamp"].replace("", None), utc=True, errors="coerce", format="ISO8601")
     if "tflops" in rows:
         computed = rows["flops"] / (rows["time_ms"] * 1e-3) / 1e12
         rows["tflops"] = rows["tflops"].fillna(computed)

@@ -6,6 +6,7 @@ from analysis.figures.accuracy import accuracy_vs_seq_len
 from analysis.figures.causal import causal_saving
 from analysis.figures.common import Context, Made, Skipped
 from analysis.figures.cost import memory_vs_seq_len, throughput_vs_seq_len, time_vs_seq_len
+from analysis.figures.decode import decode_time, generation, roofline
 from analysis.figures.devices import devices_compared
 from analysis.figures.heads import heads_at_fixed_width
 from analysis.figures.masks import gqa_vs_kv_heads, masks_vs_density
@@ -26,6 +27,9 @@ FIGURES = (
     layer_share,  # 10
     masks_vs_density,  # 11
     gqa_vs_kv_heads,  # 12
+    roofline,  # 13
+    decode_time,  # 14
+    generation,  # 15
 )
 
 __all__ = ["FIGURES", "Context", "Made", "Skipped"]
