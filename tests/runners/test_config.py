@@ -75,15 +75,19 @@ def test_sizes_adapt_to_the_device(composer):
 def test_quick_is_the_union_of_its_grids(composer):
     cfg = composer(["experiment=quick", "device=cpu"])
     points = C.grid_points(cfg.grids)
-    assert count_jobs(cfg) == len(points) == 3 * 2 * 7 + 4 * 2 + 2 * 2 * 2 * 2
+    cost, stability_grid = 2 * 3 * 2 * 9, 4 * 2  # two passes x back ends x masks x sizes; head_dim x scale
+    overflow, scale_on_q, heads, layer = 2 * 2 * 2 * 5, 2 * 5, 3 * 4, 2 * 2 * 5
+    assert count_jobs(cfg) == len(points) == cost + stability_grid + overflow + scale_on_q + heads + layer
     flat = task_dict(cfg)
     built = {point_of({**flat, "grid_point": i}).point_id() for i in range(len(points))}
-    assert len(built) == len(points) - 1  # one stability point (d=64, scale=auto) is also a cost point
-    stability = point_of({**flat, "grid_point": 3 * 2 * 7 + 4 * 2 - 1})
+    assert len(built) == len(points)  # no grid repeats another's point
+    stability = point_of({**flat, "grid_point": cost + stability_grid - 1})
     assert (stability.backend, stability.head_dim, stability.scale) == ("naive", 1024, "none")
-    overflow = point_of({**flat, "grid_point": len(points) - 1})
-    assert (overflow.backend, overflow.precision, overflow.head_dim, overflow.scale, overflow.input_std) == (
-        "sdpa", "fp16", 1024, "none", 32.0)
+    on_q = point_of({**flat, "grid_point": cost + stability_grid + overflow})
+    assert (on_q.backend, dict(on_q.backend_options)["scale_at"], on_q.precision, on_q.scale) == (
+        "naive", "query", "fp16", "auto")
+    layer_point = point_of({**flat, "grid_point": len(points) - 1})
+    assert (layer_point.backend, layer_point.scope, layer_point.batch, layer_point.seed) == ("sdpa", "layer", 4, 1)
 
 
 def test_help_lists_groups_and_experiments():
