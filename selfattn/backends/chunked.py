@@ -17,8 +17,12 @@ into Q once, in-place exp/sub and baddbmm_ into the accumulator, chunk sizes mea
 device and dtype (DEFAULT_CHUNKS), and head groups run in worker threads with
 single-threaded ops instead of one OpenMP barrier per op (see _over_heads;
 HEAD_THREADS = 1 keeps every op on the calling thread, as a TorchDispatchMode needs).
-fp16/bf16 inputs are computed in float32, as fused kernels accumulate in fp32; the output
-is cast back to the input dtype.
+fp16/bf16 inputs (option `compute`): the scores, running max and sum and the output
+accumulator are always fp32; the block matmuls run either on fp32 copies (`fp32`, the CPU
+default: CPUs without fp16/bf16 matmul units are faster so and round less) or in the input
+dtype accumulating in fp32 (`input`, the CUDA default: the tensor-core scheme FlashAttention
+and the fused SDPA kernels use, so a GPU compares like for like). The output is cast back to
+the input dtype; the row's kernel label says which scheme ran (-mm_input).
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ EFFICIENCY = 0.6
 class Options:
     q_chunk: int | None = spec(None, ge=1, help="query rows per block; null: the tuned default (DEFAULT_CHUNKS)")
     kv_chunk: int | None = spec(None, ge=1, help="key rows per block; null: the tuned default")
+    compute: str = spec("auto", choices=("auto", "fp32", "input"),
+                        help="fp16/bf16 block matmuls: fp32 (upcast copies) | input (the input dtype accumulating in "
+                             "fp32, as FlashAttention) | auto (input on CUDA, fp32 on a CPU)")
 
 # (device type, dtype) -> (q_chunk, kv_chunk), chosen from a measured sweep (see docs/performance.md).
 # CPU fp32, B1 H8 D64, n=4096, 2 threads: chunked/sdpa CPU time 1.24-1.34 for every size from
@@ -67,14 +74,23 @@ def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtyp
     q_default, kv_default = DEFAULT_CHUNKS.get((device_type, dtype), FALLBACK_CHUNKS)
     q_chunk = options.get("q_chunk")
     kv_chunk = options.get("kv_chunk")
+    compute = options.get("compute") or "auto"
+    if dtype not in _LOW:
+        compute = "fp32"  # fp32/fp64 inputs: one scheme (named fp32 even for fp64, where nothing is cast)
+    elif compute == "auto":
+        # Like for like with the fused kernels on a GPU: tensor-core matmuls in the input dtype with fp32
+        # accumulation. CPUs without fp16/bf16 matmul units run fp32 copies faster (and round less).
+        compute = "input" if device_type == "cuda" else "fp32"
     return {
         "q_chunk": q_default if q_chunk is None else q_chunk,
         "kv_chunk": kv_default if kv_chunk is None else kv_chunk,
+        "compute": compute,
     }
 
 
 def kernel_label(options: Mapping[str, Any]) -> str:
-    return f"q{options['q_chunk']}-kv{options['kv_chunk']}"
+    """q256-kv512, with -mm_input when fp16/bf16 matmuls run in the input dtype (the compute scheme)."""
+    return f"q{options['q_chunk']}-kv{options['kv_chunk']}" + ("-mm_input" if options.get("compute") == "input" else "")
 
 
 def attention(
@@ -86,15 +102,44 @@ def attention(
     scale: float,
     q_chunk: int,
     kv_chunk: int,
+    compute: str = "fp32",
 ) -> torch.Tensor:
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q_BHMD, k_BKND, v_BKND)):
-        return _ChunkedAttention.apply(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk)
-    out_BHMD, _ = _forward(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk)
+        return _ChunkedAttention.apply(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk, compute)
+    out_BHMD, _ = _forward(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk, compute)
     return out_BHMD.to(q_BHMD.dtype)
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def _matmul_dtype(dtype: torch.dtype, compute: str) -> torch.dtype:
+    """The dtype Q, K, V (and dO) enter the block matmuls in."""
+    return torch.float32 if dtype in _LOW and compute == "fp32" else dtype
+
+
+def _accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Scores, running max and sum, and the output accumulator: fp32 for fp16/bf16 in every scheme."""
+    return torch.float32 if dtype in _LOW else dtype
+
+
+def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Batched a @ b with a result in the accumulator dtype: for fp16/bf16 operands the product is
+    accumulated in fp32 and returned in fp32 (CUDA's bmm with out_dtype, as FlashAttention keeps S);
+    a CPU has no such bmm, so there the fp16/bf16 product is rounded once before the upcast."""
+    if a.dtype not in _LOW:
+        return torch.bmm(a, b)
+    if a.is_cuda:
+        return torch.bmm(a, b, out_dtype=torch.float32)
+    return torch.bmm(a, b).float()
+
+
+def _mm_add(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """acc += a @ b, with a (P or dS, in fp32) cast to b's dtype first when b is fp16/bf16."""
+    if b.dtype not in _LOW:
+        acc.baddbmm_(a, b)
+    else:
+        acc.add_(_mm(a.to(b.dtype), b))
 
 
 @dataclass(frozen=True)
@@ -134,11 +179,11 @@ def _hidden(lo: torch.Tensor, hi: torch.Tensor, seq_len: int, m0: int, m1: int, 
     return ~keep_from_intervals(lo, hi, seq_len, rows=torch.arange(m0, m1, device=lo.device), keys=(n0, n1))
 
 
-def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, kv_chunk: int):
-    """Returns out (B, H, M, D) and logsumexp (X, R), both in the compute dtype (+inf: a row that sees no key)."""
+def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, kv_chunk: int, compute: str):
+    """Returns out (B, H, M, D) and logsumexp (X, R), both in the accumulator dtype (+inf: a row that sees no key)."""
     b, h, q_len, d = q_BHMD.shape
     kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
-    cdtype = _compute_dtype(q_BHMD.dtype)
+    cdtype = _matmul_dtype(q_BHMD.dtype, compute)
     q_XRD = q_BHMD.reshape(b * kv_heads, (h // kv_heads) * q_len, d).to(cdtype) * scale  # scale folded into Q once
     k_XND, v_XND = _flat(k_BKND, cdtype), _flat(v_BKND, cdtype)
     plan = _plan(masks, b, kv_heads, h // kv_heads, q_len, seq_len, q_chunk, kv_chunk, q_BHMD.device)
@@ -161,13 +206,14 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool):
     x, rows, d = q_XRD.shape
     seq_len = k_XND.shape[1]
     kT_XDN = k_XND.transpose(1, 2)
-    out_XRD = torch.empty(x, rows, d, dtype=q_XRD.dtype, device=q_XRD.device)
-    lse_XR = torch.empty(x, rows, dtype=q_XRD.dtype, device=q_XRD.device)
+    adtype = _accumulator_dtype(q_XRD.dtype)
+    out_XRD = torch.empty(x, rows, d, dtype=adtype, device=q_XRD.device)
+    lse_XR = torch.empty(x, rows, dtype=adtype, device=q_XRD.device)
     for m0, m1, kv_blocks in kv_plan:
         q_XmD = q_XRD[:, m0:m1]
         acc_XmD = row_max_Xm1 = row_sum_Xm1 = None
         for n0, n1, needs_mask in kv_blocks:
-            s_Xmn = torch.bmm(q_XmD, kT_XDN[:, :, n0:n1])
+            s_Xmn = _mm(q_XmD, kT_XDN[:, :, n0:n1])
             if needs_mask:
                 s_Xmn.masked_fill_(_hidden(lo, hi, seq_len, m0, m1, n0, n1), float("-inf"))
             block_max_Xm1 = s_Xmn.amax(dim=-1, keepdim=True)
@@ -180,11 +226,11 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool):
             p_Xmn = s_Xmn.sub_(new_max_Xm1).exp_()
             if acc_XmD is None:
                 row_sum_Xm1 = p_Xmn.sum(dim=-1, keepdim=True)
-                acc_XmD = torch.bmm(p_Xmn, v_XND[:, n0:n1])
+                acc_XmD = _mm(p_Xmn.to(v_XND.dtype), v_XND[:, n0:n1])
             else:
                 correction_Xm1 = torch.exp(row_max_Xm1 - new_max_Xm1)
                 row_sum_Xm1.mul_(correction_Xm1).add_(p_Xmn.sum(dim=-1, keepdim=True))
-                acc_XmD.mul_(correction_Xm1).baddbmm_(p_Xmn, v_XND[:, n0:n1])
+                _mm_add(acc_XmD.mul_(correction_Xm1), p_Xmn, v_XND[:, n0:n1])
             row_max_Xm1 = new_max_Xm1
         if acc_XmD is None:  # no query of the block sees any key: zeros, and P = exp(S - inf) = 0 in backward
             out_XRD[:, m0:m1] = 0
@@ -199,11 +245,11 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool):
     return out_XRD, lse_XR
 
 
-def _backward(grad_BHMD, q_BHMD, k_BKND, v_BKND, out_BHMD, lse_XR, masks: Masks, scale, q_chunk, kv_chunk):
+def _backward(grad_BHMD, q_BHMD, k_BKND, v_BKND, out_BHMD, lse_XR, masks: Masks, scale, q_chunk, kv_chunk, compute):
     """dq, dk, dv by recomputing each block's probabilities P = exp(S - lse)."""
     b, h, q_len, d = q_BHMD.shape
     kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
-    cdtype = out_BHMD.dtype
+    cdtype = _matmul_dtype(q_BHMD.dtype, compute)
     flat_rows = (b * kv_heads, (h // kv_heads) * q_len, d)
     q_XRD = q_BHMD.reshape(flat_rows).to(cdtype) * scale
     do_XRD, out_XRD = grad_BHMD.reshape(flat_rows).to(cdtype), out_BHMD.reshape(flat_rows)
@@ -226,29 +272,30 @@ def _backward(grad_BHMD, q_BHMD, k_BKND, v_BKND, out_BHMD, lse_XR, masks: Masks,
 def _backward_flat(q_XRD, k_XND, v_XND, do_XRD, out_XRD, lse_XR, lo, hi, kv_plan, kv_chunk: int):
     """Gradients w.r.t. the scaled q, k and v, on flattened heads X."""
     seq_len = k_XND.shape[1]
-    # delta_i = sum_j P_ij dP_ij = dO_i . O_i (FlashAttention-2's D_i)
-    delta_XR1 = (do_XRD * out_XRD).sum(dim=-1, keepdim=True)
+    # delta_i = sum_j P_ij dP_ij = dO_i . O_i (FlashAttention-2's D_i), in the accumulator dtype
+    delta_XR1 = (do_XRD.to(out_XRD.dtype) * out_XRD).sum(dim=-1, keepdim=True)
+    adtype = out_XRD.dtype
     lse_XR1 = lse_XR.unsqueeze(-1)
     # Accumulators are contiguous per block (baddbmm_ into a strided slice falls back to a
     # per-matrix loop); they are concatenated once at the end, an O(n d) copy.
     kv_starts = range(0, seq_len, kv_chunk)
-    dk_parts = [torch.zeros_like(k_XND[:, n0 : n0 + kv_chunk]) for n0 in kv_starts]
-    dv_parts = [torch.zeros_like(v_XND[:, n0 : n0 + kv_chunk]) for n0 in kv_starts]
+    dk_parts = [torch.zeros_like(k_XND[:, n0 : n0 + kv_chunk], dtype=adtype) for n0 in kv_starts]
+    dv_parts = [torch.zeros_like(v_XND[:, n0 : n0 + kv_chunk], dtype=adtype) for n0 in kv_starts]
     dq_parts = []
     for m0, m1, kv_blocks in kv_plan:
         q_XmD, do_XmD = q_XRD[:, m0:m1], do_XRD[:, m0:m1]
-        dq_XmD = torch.zeros_like(q_XmD)
+        dq_XmD = torch.zeros_like(q_XmD, dtype=adtype)
         for n0, n1, needs_mask in kv_blocks:
-            s_Xmn = torch.bmm(q_XmD, k_XND[:, n0:n1].transpose(1, 2))
+            s_Xmn = _mm(q_XmD, k_XND[:, n0:n1].transpose(1, 2))
             if needs_mask:
                 s_Xmn.masked_fill_(_hidden(lo, hi, seq_len, m0, m1, n0, n1), float("-inf"))
             p_Xmn = s_Xmn.sub_(lse_XR1[:, m0:m1]).exp_()
             part = n0 // kv_chunk
-            dv_parts[part][:, : n1 - n0].baddbmm_(p_Xmn.transpose(1, 2), do_XmD)
-            dp_Xmn = torch.bmm(do_XmD, v_XND[:, n0:n1].transpose(1, 2))
+            _mm_add(dv_parts[part][:, : n1 - n0], p_Xmn.transpose(1, 2), do_XmD)
+            dp_Xmn = _mm(do_XmD, v_XND[:, n0:n1].transpose(1, 2))
             ds_Xmn = dp_Xmn.sub_(delta_XR1[:, m0:m1]).mul_(p_Xmn)
-            dq_XmD.baddbmm_(ds_Xmn, k_XND[:, n0:n1])
-            dk_parts[part][:, : n1 - n0].baddbmm_(ds_Xmn.transpose(1, 2), q_XmD)
+            _mm_add(dq_XmD, ds_Xmn, k_XND[:, n0:n1])
+            _mm_add(dk_parts[part][:, : n1 - n0], ds_Xmn.transpose(1, 2), q_XmD)
         dq_parts.append(dq_XmD)
     return torch.cat(dq_parts, dim=1), torch.cat(dk_parts, dim=1), torch.cat(dv_parts, dim=1)
 
@@ -336,25 +383,27 @@ def _over_heads(fn, tensors_X, *args):
 
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, masks, scale, q_chunk, kv_chunk):
-        out_BHMD, lse_XR = _forward(q, k, v, masks, scale, q_chunk, kv_chunk)
+    def forward(ctx, q, k, v, masks, scale, q_chunk, kv_chunk, compute):
+        out_BHMD, lse_XR = _forward(q, k, v, masks, scale, q_chunk, kv_chunk, compute)
         ctx.save_for_backward(q, k, v, out_BHMD, lse_XR)  # O(n d) and O(n): no score block survives
-        ctx.config = (masks, scale, q_chunk, kv_chunk)
+        ctx.config = (masks, scale, q_chunk, kv_chunk, compute)
         return out_BHMD.to(q.dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out_BHMD, lse_XR = ctx.saved_tensors
         dq, dk, dv = _backward(grad_out, q, k, v, out_BHMD, lse_XR, *ctx.config)
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None
 
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
     """O(n d) copies plus a few q_chunk x kv_chunk blocks per (batch, head); never O(n^2)."""
     s = point.element_bytes
     out, grads = point.out_bytes, point.grad_bytes
-    low = s < FP32_BYTES  # fp16/bf16 compute in fp32 copies and cast the results back
-    c = FP32_BYTES if low else s
+    low = s < FP32_BYTES  # fp16/bf16: scores and accumulators in fp32, results cast back
+    casts = low and options.get("compute", "fp32") == "fp32"  # the fp32 scheme also makes fp32 copies of Q, K, V, dO
+    c = FP32_BYTES if casts else s  # what Q, K, V enter the block matmuls as
+    a = FP32_BYTES if low else s  # scores, running stats, accumulators
     bh, d = point.batch * point.heads, point.head_dim
     q_len, seq_len = point.q_len_resolved, point.seq_len
     group = point.heads // point.kv_heads_resolved
@@ -363,21 +412,22 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     bkv = point.batch * point.kv_heads_resolved  # K and V are per K/V head (GQA shares them)
     per_sequence = point.pad_frac > 0 or point.documents is not None
     x = point.kv_heads_resolved if per_sequence else bkv  # flattened heads one plan runs over at once
-    block = x * q_chunk * kv_chunk * c  # one block of scores for each of them
-    q_c, kv_c, rows_c = bh * q_len * d * c, bkv * seq_len * d * c, bh * q_len * c
+    block = x * q_chunk * kv_chunk * a  # one block of scores for each of them
+    q_c, kv_c, rows_c = bh * q_len * d * c, bkv * seq_len * d * c, bh * q_len * a
+    out_acc = bh * q_len * d * a  # the output in the accumulator dtype
     if per_sequence:  # each sequence runs its own plan; their outputs are concatenated once
-        out += bh * q_len * d * c + rows_c
+        out += out_acc + rows_c
     # forward: the scaled q (and its fp32 cast), fp32 k/v casts, output, log-sum-exp,
     # two score blocks alive across an iteration, the block's accumulator, the output cast back
-    fwd = q_c * (2 if low else 1) + (2 * kv_c if low else 0) + q_c + rows_c + 2 * block + x * q_chunk * d * c
+    fwd = q_c * (2 if casts else 1) + (2 * kv_c if casts else 0) + out_acc + rows_c + 2 * block + x * q_chunk * d * a
     fwd += out if low else 0
     if point.mode == "fwd":
         return fwd
     # backward: saved output + lse, scaled q, fp32 casts of k, v and dO, delta; then either the
     # dq/dk/dv accumulators (kept per block) with three blocks (P, dP/dS, one in flight), or, at
     # the end, those accumulators and their concatenation; the gradients cast back
-    saved = q_c + rows_c + (out if low else 0)
-    acc = q_c + 2 * kv_c
-    bwd = saved + q_c + ((2 * kv_c + q_c) if low else 0) + rows_c + max(acc + 3 * block, 2 * acc)
+    saved = out_acc + rows_c + (out if low else 0)
+    acc = (bh * q_len + 2 * bkv * seq_len) * d * a
+    bwd = saved + q_c + ((2 * kv_c + q_c) if casts else 0) + rows_c + max(acc + 3 * block, 2 * acc)
     bwd += grads if low else 0
     return max(fwd, bwd)

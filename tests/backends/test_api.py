@@ -24,8 +24,8 @@ def test_default_options_are_resolved():
     assert backends.default_options("naive", "cpu", torch.float32) == {"upcast_softmax": False, "scale_at": "logits"}
     assert backends.default_options("sdpa", "cpu", torch.float32) == {"kernel": "auto", "bool_mask": False}
     chunked = backends.default_options("chunked", "cpu", torch.float32)
-    assert set(chunked) == {"q_chunk", "kv_chunk"}
-    assert all(isinstance(v, int) and v >= 1 for v in chunked.values())
+    assert set(chunked) == {"q_chunk", "kv_chunk", "compute"} and chunked["compute"] == "fp32"
+    assert all(isinstance(chunked[k], int) and chunked[k] >= 1 for k in ("q_chunk", "kv_chunk"))
 
 
 def test_kernel_labels():
