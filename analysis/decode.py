@@ -93,7 +93,7 @@ def context_series(gen: pd.DataFrame) -> pd.DataFrame:
     """Per (device, back end, cache): ms per token against the context, at the new_tokens most prompts share."""
     if gen.empty:
         return gen
-    keys = ["device_label", "backend", "kv_cache"]
+    keys = ["device_label", "backend", "kv_cache", "batch", "heads"]
     counts = gen.groupby(keys + ["new_tokens"])["seq_len"].nunique().rename("prompts").reset_index()
     best = counts.sort_values("prompts").groupby(keys).tail(1)[keys + ["new_tokens"]]
     out = gen.merge(best, on=keys + ["new_tokens"])
@@ -104,7 +104,7 @@ def fitted_exponents(gen: pd.DataFrame) -> pd.DataFrame:
     """Per (device, back end, cache): the log-log slope of ms per token against context over its FIT_POINTS largest."""
     series = context_series(gen)
     out = []
-    for (device, backend, cache), part in series.groupby(["device_label", "backend", "kv_cache"]):
+    for (device, backend, cache, _, _), part in series.groupby(["device_label", "backend", "kv_cache", "batch", "heads"]):
         part = part.sort_values("context").tail(FIT_POINTS)
         if len(part) < 3:
             continue

@@ -30,7 +30,6 @@ from selfattn.point import Point
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (q, k, v) -> out, causal
 NORM_EPS = 1e-6
-PREFILL_BACKEND = "sdpa"  # the untimed prompt pass of a sweep point (see build_workload)
 
 
 @dataclass
@@ -91,7 +90,7 @@ class Generation:
     """
 
     def __init__(self, layer: DecoderLayer, prompt_BPD: torch.Tensor, new_tokens: int, *,
-                 kv_cache: bool, attend: Attend, prefill_attend: Attend | None = None) -> None:
+                 kv_cache: bool, attend: Attend) -> None:
         if new_tokens < 1:
             raise ValueError(f"new_tokens: expected an integer >= 1, got {new_tokens!r}")
         self.layer, self.attend, self.kv_cache, self.new_tokens = layer, attend, kv_cache, new_tokens
@@ -107,7 +106,10 @@ class Generation:
             q, k, v = layer.project(prompt_BPD)
             if kv_cache:
                 self.cache_k[:, :, :p], self.cache_v[:, :, :p] = k, v
-            self.tokens[:, p] = layer.next_input((prefill_attend or attend)(q, k, v)[:, :, -1])
+            # Only the last prompt position's output is needed: its query against every prompt key
+            # (a bottom-right causal q_len = 1 call is exactly that row of the causal pass), so a
+            # long prompt costs a decode step here, not seq_len^2 scores.
+            self.tokens[:, p] = layer.next_input(attend(q[:, :, -1:], k, v)[:, :, -1])
 
     def run(self) -> torch.Tensor:
         with torch.no_grad():
@@ -197,11 +199,8 @@ def build_workload(point: Point, dtype: torch.dtype, device: torch.device, rows:
     layer = make_layer(point.heads, kv, point.head_dim, seed=point.seed, dtype=dtype, device=device)
     prompt = make_x(point.batch, point.seq_len, point.d_model, dtype=dtype, device=device,
                     std=point.input_std, seed=point.seed)
-    # The prefill is untimed and the same for every back end: a fused kernel keeps a long prompt's
-    # causal pass from materializing seq_len^2 scores (naive's would not fit a 128K-token cache).
     run = Generation(layer, prompt, point.new_tokens, kv_cache=point.kv_cache,
-                     attend=backend_attend(point.backend, scale, **dict(point.backend_options)),
-                     prefill_attend=backend_attend(PREFILL_BACKEND, scale))
+                     attend=backend_attend(point.backend, scale, **dict(point.backend_options)))
 
     def check_call() -> Result:
         return Result(run.run().clone(), None)
@@ -210,15 +209,28 @@ def build_workload(point: Point, dtype: torch.dtype, device: torch.device, rows:
         def attend64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return attention_reference(q, k, v, causal=True, scale=scale)
 
-        def last_row64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            # the prefill needs only the prompt's last output: no seq_len^2 float64 scores
-            last = torch.tensor([q.shape[2] - 1], device=q.device)
-            return attention_reference(q, k, v, causal=True, scale=scale, rows=last)
-
-        run64 = Generation(layer.to(torch.float64), prompt.to(torch.float64), point.new_tokens, kv_cache=True,
-                           attend=attend64, prefill_attend=last_row64)
-        out = run64.run()
+        out = generate(layer.to(torch.float64), prompt.to(torch.float64), point.new_tokens, kv_cache=True,
+                       attend=attend64)
         return Result(out, None)
 
     upstream = torch.zeros(point.batch, point.heads, 1, point.head_dim, dtype=dtype, device=device)
     return Workload(run.run, check_call, reference, None, upstream, rows, Masks(causal=True))
+
+
+def generate_step(point: Point) -> Point:
+    """The loop's largest step as a core point: q_len = 1 against the full cache, or (no cache) a
+    causal pass over the whole prefix. The memory guard sizes a generation by it."""
+    from dataclasses import replace
+
+    total = point.seq_len + point.new_tokens
+    return replace(point, scope="core", seq_len=total, q_len=1 if point.kv_cache else None)
+
+
+def generate_state_bytes(point: Point) -> int:
+    """What a generation keeps between steps: the token buffer, the K/V cache (with it), and the
+    step's projections of its tokens (one token with the cache, the whole prefix without)."""
+    s, total = point.element_bytes, point.seq_len + point.new_tokens
+    tokens = point.batch * (total + 1) * point.d_model * s
+    cache = 2 * point.batch * point.kv_heads_resolved * total * point.head_dim * s if point.kv_cache else 0
+    projected = point.batch * (1 if point.kv_cache else total) * (point.heads + 2 * point.kv_heads_resolved) * point.head_dim * s
+    return tokens + cache + projected

@@ -79,6 +79,10 @@ def predict_mem_bytes(point: Point, options: dict[str, Any] | None = None) -> in
 
     # A back end without a registered module cannot run; predict as the materializing naive (conservative).
     module = get_backend(point.backend if point.backend in BACKEND_NAMES else "naive")
+    if point.scope == "generate":  # a loop: its largest step, plus the cache and tokens it keeps (selfattn/decode.py)
+        from selfattn.decode import generate_state_bytes, generate_step
+
+        return int(module.predict_mem_bytes(generate_step(point), options, device) + generate_state_bytes(point))
     core = module.predict_mem_bytes(point, options, device)
     if point.scope == "layer":
         core += _layer_bytes(point)
