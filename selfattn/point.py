@@ -153,6 +153,10 @@ class Point:
                 raise ValueError(f"documents: packed documents need q_len == seq_len, got q_len={self.q_len!r}")
             if self.documents > self.seq_len:
                 raise ValueError(f"documents: at most seq_len={self.seq_len} documents fit, got {self.documents!r}")
+        if self.scope != "generate":  # otherwise two ids would name one measurement
+            for name in ("new_tokens", "kv_cache"):
+                if getattr(self, name) != axis_default(name):
+                    raise ValueError(f"{name}: only scope=generate uses it, got {getattr(self, name)!r} with scope={self.scope}")
         if self.scope == "generate":  # autoregressive: causal, one query per new token, no other mask
             if not self.causal:
                 raise ValueError("causal: scope=generate is autoregressive, so causal must be true, got False")

@@ -61,3 +61,10 @@ def test_generate_points_must_be_causal_without_other_masks():
     with pytest.raises(ValueError, match="^q_len: scope=generate"):
         Point(scope="generate", causal=True, q_len=1).validate()
     Point(scope="generate", causal=True, kv_cache=False, new_tokens=4).validate()
+
+
+def test_generation_axes_belong_to_scope_generate():
+    with pytest.raises(ValueError, match="^new_tokens: only scope=generate"):
+        Point(new_tokens=32).validate()
+    with pytest.raises(ValueError, match="^kv_cache: only scope=generate"):
+        Point(kv_cache=False).validate()
