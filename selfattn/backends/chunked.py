@@ -189,7 +189,7 @@ def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, k
     plan = _plan(masks, b, kv_heads, h // kv_heads, q_len, seq_len, q_chunk, kv_chunk, q_BHMD.device)
     outs, lses = [], []
     for x, lo, hi, kv_plan, empty in zip(plan.x_slices, plan.lo, plan.hi, plan.blocks, plan.empty_rows):
-        out_XRD, lse_XR = _over_heads(_forward_flat, (q_XRD[x], k_XND[x], v_XND[x]), lo, hi, kv_plan, empty)
+        out_XRD, lse_XR = _over_heads(_forward_flat, "forward", (q_XRD[x], k_XND[x], v_XND[x]), lo, hi, kv_plan, empty)
         outs.append(out_XRD)
         lses.append(lse_XR)
     out_XRD, lse_XR = (outs[0], lses[0]) if len(outs) == 1 else (torch.cat(outs), torch.cat(lses))
@@ -257,8 +257,9 @@ def _backward(grad_BHMD, q_BHMD, k_BKND, v_BKND, out_BHMD, lse_XR, masks: Masks,
     plan = _plan(masks, b, kv_heads, h // kv_heads, q_len, seq_len, q_chunk, kv_chunk, q_BHMD.device)
     grads = []
     for x, lo, hi, kv_plan in zip(plan.x_slices, plan.lo, plan.hi, plan.blocks):
-        grads.append(_over_heads(_backward_flat, (q_XRD[x], k_XND[x], v_XND[x], do_XRD[x], out_XRD[x], lse_XR[x]),
-                                 lo, hi, kv_plan, kv_chunk))
+        grads.append(_over_heads(_backward_flat, "backward",
+                                 (q_XRD[x], k_XND[x], v_XND[x], do_XRD[x], out_XRD[x], lse_XR[x]), lo, hi, kv_plan,
+                                 kv_chunk))
     dq_XRD, dk_XND, dv_XND = grads[0] if len(grads) == 1 else (torch.cat(g) for g in zip(*grads))
     dq_XRD.mul_(scale)  # d/dq = d/d(scaled q) * scale
     dtype = q_BHMD.dtype
@@ -331,8 +332,8 @@ def _forget_pool_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
-def _head_workers(tensors_X) -> int:
-    """How many threads to split the heads over; 1 keeps everything on the calling thread."""
+def _worker_threads(tensors_X) -> int:
+    """How many threads to run on; 1 keeps everything on the calling thread."""
     first = tensors_X[0]
     if (
         first.device.type != "cpu"
@@ -342,29 +343,74 @@ def _head_workers(tensors_X) -> int:
         or torch.compiler.is_compiling()
     ):
         return 1
-    threads = torch.get_num_threads() if HEAD_THREADS is None else HEAD_THREADS
-    return max(1, min(threads, first.shape[0]))
+    return max(1, torch.get_num_threads() if HEAD_THREADS is None else HEAD_THREADS)
 
 
-def _over_heads(fn, tensors_X, *args):
-    """fn(*tensors_X, *args) -> tuple of tensors with X first; run per head group, concatenated."""
-    workers = _head_workers(tensors_X)
-    if workers == 1:
-        return fn(*tensors_X, *args)
+def _over_heads(fn, kind: str, tensors_X, lo, hi, kv_plan, extra):
+    """fn(*tensors_X, lo, hi, kv_plan, extra) spread over the worker threads.
+
+    Split the flattened heads X into one group per thread; with fewer heads than threads (few
+    K/V heads and a small batch: GQA's one big matrix per K/V head) split the query blocks
+    instead, each thread taking a contiguous run of them over every head. Either way every op
+    is single-threaded inside its worker (no OpenMP barrier per op). `kind`: "forward" results
+    are (out, lse), "backward" ones (dq, dk, dv); they are combined accordingly.
+    """
+    threads = _worker_threads(tensors_X)
     x = tensors_X[0].shape[0]
-    bounds = [round(i * x / workers) for i in range(workers + 1)]
-    groups = [slice(bounds[i], bounds[i + 1]) for i in range(workers)]
+    if threads == 1 or (x == 1 and len(kv_plan) == 1):
+        return fn(*tensors_X, lo, hi, kv_plan, extra)
+    if x >= threads or len(kv_plan) == 1:
+        workers = min(threads, x)
+        bounds = [round(i * x / workers) for i in range(workers + 1)]
+        groups = [slice(bounds[i], bounds[i + 1]) for i in range(workers)]
+        results = _parallel([lambda g=g: fn(*(t[g] for t in tensors_X), lo, hi, kv_plan, extra) for g in groups])
+        return tuple(torch.cat(parts, dim=0) for parts in zip(*results))
+    pieces = _split_plan(kv_plan, threads)
+    results = _parallel([lambda piece=piece: fn(*tensors_X, lo, hi, piece, extra) for piece in pieces])
+    if kind == "forward":  # each worker filled the rows of its query blocks
+        out_XRD, lse_XR = results[0]
+        for piece, (out_part, lse_part) in zip(pieces[1:], results[1:]):
+            rows = slice(piece[0][0], piece[-1][1])
+            out_XRD[:, rows], lse_XR[:, rows] = out_part[:, rows], lse_part[:, rows]
+        return out_XRD, lse_XR
+    # backward: dq rows follow the pieces in order; dk and dv are partial sums over query blocks
+    dq_XRD = torch.cat([r[0] for r in results], dim=1)
+    dk_XND, dv_XND = results[0][1], results[0][2]
+    for _, dk_part, dv_part in results[1:]:
+        dk_XND.add_(dk_part)
+        dv_XND.add_(dv_part)
+    return dq_XRD, dk_XND, dv_XND
 
-    def run(group: slice):
+
+def _split_plan(kv_plan: list, parts: int) -> list[list]:
+    """The query blocks of a plan in `parts` contiguous runs of about equal work (key columns computed)."""
+    work = [(m1 - m0) * sum(n1 - n0 for n0, n1, _ in kv) for m0, m1, kv in kv_plan]
+    total, pieces, current, done = sum(work) or 1, [], [], 0
+    for block, cost in zip(kv_plan, work):
+        current.append(block)
+        done += cost
+        if done >= total * (len(pieces) + 1) / parts and len(pieces) < parts - 1:
+            pieces.append(current)
+            current = []
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def _parallel(calls: list):
+    """Run each call in a worker thread with single-threaded ops; their results, in order."""
+
+    def run(call):
         torch.set_num_threads(1)  # this worker's ops stay single-threaded
         _in_worker.active = True
         try:
             with torch.no_grad():  # grad mode is per thread; these blocks never need autograd
-                return fn(*(t[group] for t in tensors_X), *args)
+                return call()
         finally:
             _in_worker.active = False
 
     global _pool, _pool_workers
+    workers = len(calls)
     threads_before = torch.get_num_threads()
     with _pool_lock:
         if _pool is None or _pool_workers < workers:
@@ -375,10 +421,9 @@ def _over_heads(fn, tensors_X, *args):
         pool = _pool
     torch.set_num_threads(1)
     try:
-        results = list(pool.map(run, groups))
+        return list(pool.map(run, calls))
     finally:
         torch.set_num_threads(threads_before)
-    return tuple(torch.cat(parts, dim=0) for parts in zip(*results))
 
 
 class _ChunkedAttention(torch.autograd.Function):

@@ -139,3 +139,24 @@ def test_bad_head_counts_and_documents_with_q_len_are_refused():
     q4 = q[:, :, :4]
     with pytest.raises(ValueError, match=r"^document_ids: needs q_len == seq_len"):
         selfattn.attention(q4, k, v, document_ids=torch.zeros(1, 8, dtype=torch.long))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_fewer_heads_than_threads_split_the_query_blocks_exactly(monkeypatch, causal):
+    """Batch 1 with one K/V head is one flattened head: the threads share its query blocks instead."""
+    from selfattn.backends import chunked
+
+    monkeypatch.setattr(chunked, "HEAD_THREADS", 3)
+    q, k, v, key_lengths, _ = _inputs(1, 4, 1, 101, 117, 16, torch.float64, True, False)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out = selfattn.attention(*leaves, backend="chunked", causal=causal, key_lengths=key_lengths, q_chunk=16, kv_chunk=8)
+    ref_leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    ref = selfattn.attention_reference(*ref_leaves, causal=causal, key_lengths=key_lengths)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    upstream = torch.randn_like(ref)
+    for got, want in zip(torch.autograd.grad(out, leaves, upstream), torch.autograd.grad(ref, ref_leaves, upstream)):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    lo, hi = Masks(causal=causal).intervals(4 * 101, 117)  # the virtual rows of 4 query heads
+    plan = list(blocks(lo, hi, 4 * 101, 117, 16, 8))
+    pieces = chunked._split_plan(plan, 3)
+    assert len(pieces) == 3 and [b for piece in pieces for b in piece] == plan
