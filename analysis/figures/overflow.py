@@ -58,7 +58,7 @@ def low_precision_overflow(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         placement = part["placement"].iloc[0]
         # Theory, dotted, per d_k: the fraction of rows holding a logit past the largest finite value.
         for level, d in zip(levels, head_dims):
-            for scale in scales:
+            for scale in sorted(part["scale"].unique()):  # only what this panel measured
                 if placement == FUSED:
                     predicted = np.zeros_like(s)  # the product never exists in the input dtype
                 else:
