@@ -94,10 +94,13 @@ def generation(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     palette = backend_palette(gen["backend"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.0))
     series = context_series(gen)
-    for (backend, cache), part in series.groupby(["backend", "kv_cache"]):
+    for (backend, cache, batch), part in series.groupby(["backend", "kv_cache", "batch"]):
         part = part.sort_values("context")
+        if len(part) < 2:  # a lone prompt (the T grid's) is no line against the context
+            continue
         axes[0].plot(part["context"], part["ms_per_token"], color=palette[backend], marker="o" if cache else "s",
-                     linestyle="-" if cache else "--", label=f"{backend}, {'cache' if cache else 'no cache'}")
+                     linestyle="-" if cache else "--",
+                     label=f"{backend}, {'cache' if cache else 'no cache'}, batch {batch:g}")
     axes[0].set_xscale("log", base=2)
     axes[0].set_yscale("log")
     axes[0].set_xlabel("context (prompt + half the new tokens)")
