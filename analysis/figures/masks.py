@@ -28,7 +28,7 @@ def masks_vs_density(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     devices = sorted(study["device_label"].unique())
     palette = backend_palette(study["label"])
     ideal = ideal_line(study)
-    fig, axes = plt.subplots(len(devices), 2, figsize=(11, 3.9 * len(devices)), squeeze=False)
+    fig, axes = plt.subplots(len(devices), 2, figsize=(13, 3.9 * len(devices)), squeeze=False)
     for i, device in enumerate(devices):
         part = study[study["device_label"] == device]
         markers = _markers(part["mask"].unique())
@@ -55,7 +55,8 @@ def masks_vs_density(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         handles += [plt.Line2D([], [], color="0.3", marker=markers[m], linestyle="", label=m)
                     for m in sorted(markers, key=lambda m: -part[part["mask"] == m]["mask_density"].max())]
         handles.append(plt.Line2D([], [], color="0.3", linestyle=":", label="ideal: time ∝ density"))
-        axes[i][0].legend(handles=handles, loc="best", fontsize=7)
+        # outside the panels: the points fill every corner of both
+        axes[i][1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7)
     suptitle(fig, "Time and memory against the mask density, at the largest n per back end")
     return Made(name, title,
                 "Each point is one mask at the largest n: its density (the share of query-key pairs it leaves) "
