@@ -164,6 +164,11 @@ def throughput_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         if np.isfinite(peak) and peak > 0:
             ax.axhline(peak, color="black", linewidth=1.2, label=f"measured matmul peak {peak:.3g} TFLOP/s")
             shown.append(peak)
+            above = int((values["value"] > peak).sum())
+            if above:  # never left to read as more than 100% of the hardware: say why (each row's `note` too)
+                ax.text(0.02, 0.02, f"{above} point(s) above the measured peak: the peak was measured in a slower "
+                        "moment (load) or the kernel beats the plain GEMM; see the rows' note",
+                        transform=ax.transAxes, fontsize=6.5, color="0.3", va="bottom", wrap=True)
         log_if_spans(ax, shown, "y", decades=1.0)
         if ax.get_yscale() != "log":
             ax.set_ylim(bottom=0)
