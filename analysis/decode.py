@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.claims import FAILS, HOLDS, Claim
+from analysis.fit import fit_power_law
 from analysis.slices import number_text
 
 DECODE_MAX_Q = 16  # a core row with q_len <= this and < seq_len is a decode step (1, or a speculative few)
@@ -108,9 +109,12 @@ def fitted_exponents(gen: pd.DataFrame) -> pd.DataFrame:
         part = part.sort_values("context").tail(FIT_POINTS)
         if len(part) < 3:
             continue
-        slope = float(np.polyfit(np.log(part["context"]), np.log(part["ms_per_token"]), 1)[0])
-        out.append(dict(device_label=device, backend=backend, kv_cache=cache, exponent=slope,
-                        lo=float(part["context"].min()), hi=float(part["context"].max())))
+        # the project's one fit: Theil-Sen on log-log, so one step slowed by load moves it little
+        fit = fit_power_law(part["context"].to_numpy(), part["ms_per_token"].to_numpy(), min_points=len(part))
+        if fit is None:
+            continue
+        out.append(dict(device_label=device, backend=backend, kv_cache=cache, exponent=fit.exponent,
+                        lo=fit.n_min, hi=fit.n_max))
     return pd.DataFrame(out)
 
 
