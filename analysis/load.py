@@ -82,7 +82,7 @@ def read_csv(path: Path) -> tuple[pd.DataFrame | None, list[str]]:
         df[col] = pd.to_numeric(df[col].replace("", np.nan), errors="coerce")
     df["causal"] = df["causal"].map(_parse_bool)
     for col in BOOL_COLUMNS:
-        df[col] = df[col].map(_parse_bool).fillna(axis_default(col)).astype(bool)
+        df[col] = df[col].map(_parse_bool).astype(object).fillna(axis_default(col)).astype(bool)  # object: a bool fill on floats is deprecated
 
     keep = pd.Series(True, index=df.index)
     newer = df["schema_version"] > SCHEMA_VERSION
