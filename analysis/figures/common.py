@@ -144,6 +144,11 @@ def set_log2_ticks(ax, values: Iterable[float], axis: str = "x", text=size_text)
     ticks = sorted({float(v) for v in values if np.isfinite(v) and v > 0})
     if not ticks:
         return
+    spaced = [ticks[0]]
+    for tick in ticks[1:]:  # labels closer than a quarter octave overprint each other
+        if math.log2(tick / spaced[-1]) >= 0.25:
+            spaced.append(tick)
+    ticks = spaced
     while len(ticks) > 9:
         ticks = ticks[::2]
     set_scale = ax.set_xscale if axis == "x" else ax.set_yscale
