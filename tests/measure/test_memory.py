@@ -35,7 +35,9 @@ def _measured(point: Point) -> int:
 def test_peak_measures_what_is_allocated():
     n = 4 * 2**20  # 16 MiB of fp32, written
     measured = peak_bytes(lambda: torch.ones(n), "cpu")
-    assert 16 * 2**20 <= measured < 24 * 2**20
+    # RSS moves in pages, and a page or two of the new tensor may already be resident (heap reuse):
+    # a few pages short is still the 16 MiB, while a wrong peak would miss by MiBs.
+    assert 16 * 2**20 - 16 * 4096 <= measured < 24 * 2**20
 
 
 def test_naive_peak_within_25_percent_of_prediction():
