@@ -17,6 +17,7 @@ import pandas as pd
 from analysis.claims import FAILS, HOLDS, Claim
 from analysis.cost import variant_labels
 from analysis.slices import fix_axes, number_text, plain, self_attention
+from selfattn.point import ELEMENT_BYTES
 
 MASKS_FIXED = ("device_label", "precision", "heads", "head_dim", "scale", "input_std")
 GQA_FIXED = ("device_label", "precision", "heads", "head_dim", "scale", "input_std", "causal", "batch")
@@ -135,7 +136,7 @@ def gqa_study(rows: pd.DataFrame) -> pd.DataFrame:
     if ok.empty:
         return ok
     ok = fix_axes(ok, GQA_FIXED, ("kv_heads", "backend", "seq_len", "mode")).rows
-    element = ok["precision"].map({"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2})
+    element = ok["precision"].map(ELEMENT_BYTES)
     kv_bytes = 2 * ok["batch"] * ok["kv_heads"] * ok["seq_len"] * ok["head_dim"] * element
     return ok.assign(label=variant_labels(ok), kv_bytes=kv_bytes)
 

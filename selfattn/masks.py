@@ -35,11 +35,6 @@ class Masks:
         """Causal or nothing: the case fused kernels have a flag for (`is_causal`)."""
         return self.window is None and self.key_lengths is None and self.document_ids is None
 
-    @property
-    def per_sequence(self) -> bool:
-        """Whether sequences of the batch see different keys (padding, documents)."""
-        return self.key_lengths is not None or self.document_ids is not None
-
     def intervals(self, q_len: int, seq_len: int, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(lo, hi), each int64 (batch or 1, q_len): query i of sequence b sees keys lo..hi inclusive."""
         return key_intervals(q_len, seq_len, causal=self.causal, window=self.window,
@@ -64,12 +59,6 @@ def point_masks(point: Any, device: torch.device | str = "cpu") -> Masks:
         key_lengths=None if key_lengths is None else key_lengths.to(device),
         document_ids=None if document_ids is None else document_ids.to(device),
     )
-
-
-def mask_density(point: Any) -> float:
-    """Fraction of the q_len x seq_len (query, key) pairs the point's masks let through."""
-    lo, hi = point_masks(point).intervals(point.q_len_resolved, point.seq_len)
-    return seen_pairs(lo, hi, point.batch) / (point.batch * point.q_len_resolved * point.seq_len)
 
 
 def key_intervals(

@@ -137,9 +137,14 @@ class Point:
         return 2 * self.batch * self.kv_heads_resolved * self.seq_len * self.head_dim * self.element_bytes
 
     @property
+    def masks_per_sequence(self) -> bool:
+        """Whether sequences of the batch see different keys (padding, documents): per-sequence masks."""
+        return self.pad_frac > 0 or self.documents is not None
+
+    @property
     def masked(self) -> bool:
         """Whether any mask hides keys (what makes back ends build or skip anything)."""
-        return self.causal or self.window is not None or self.pad_frac > 0 or self.documents is not None
+        return self.causal or self.window is not None or self.masks_per_sequence
 
     def validate(self) -> None:
         """Raise ValueError with one line naming the field and what is allowed."""

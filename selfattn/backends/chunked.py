@@ -455,7 +455,7 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     q_chunk = min(int(options.get("q_chunk") or FALLBACK_CHUNKS[0]), group * q_len)  # blocks of virtual rows
     kv_chunk = min(int(options.get("kv_chunk") or FALLBACK_CHUNKS[1]), seq_len)
     bkv = point.batch * point.kv_heads_resolved  # K and V are per K/V head (GQA shares them)
-    per_sequence = point.pad_frac > 0 or point.documents is not None
+    per_sequence = point.masks_per_sequence
     x = point.kv_heads_resolved if per_sequence else bkv  # flattened heads one plan runs over at once
     block = x * q_chunk * kv_chunk * a  # one block of scores for each of them
     q_c, kv_c, rows_c = bh * q_len * d * c, bkv * seq_len * d * c, bh * q_len * a

@@ -94,7 +94,7 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     scores, out, grads = point.scores, point.out_bytes, point.grad_bytes
     out += out if options.get("scale_at", "logits") == "query" else 0
     # the bool keep mask and the additive -inf mask, per sequence when padding or documents differ
-    masks_per = point.batch if (point.pad_frac > 0 or point.documents is not None) else 1
+    masks_per = point.batch if point.masks_per_sequence else 1
     mask = masks_per * point.q_len_resolved * point.seq_len * (1 + s) if point.masked else 0
     upcast = bool(options.get("upcast_softmax", False)) and point.precision not in ("fp32", "tf32")
     if point.mode == "fwd":

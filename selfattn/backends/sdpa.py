@@ -162,11 +162,11 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     # take it natively; elsewhere torch materializes it (bool, then an additive mask in the dtype).
     native_mask = device == "cuda" and not math_kernel
     mask = q_len * seq_len * (1 + s) if point.causal and q_len != seq_len and not native_mask else 0
-    if point.window is not None or point.pad_frac > 0 or point.documents is not None or (
+    if point.window is not None or point.masks_per_sequence or (
             point.causal and options.get("bool_mask")):
         # any other mask is a boolean attn_mask (keep, and keep with empty rows opened), which the
         # kernels turn into an additive mask in the dtype: per sequence when padding or documents differ
-        masks_per = point.batch if (point.pad_frac > 0 or point.documents is not None) else 1
+        masks_per = point.batch if point.masks_per_sequence else 1
         mask = masks_per * q_len * seq_len * (2 + s)
     if math_kernel:
         # ATen's math kernel computes in fp32 at least (c bytes): fp16/bf16 inputs are upcast. Measured

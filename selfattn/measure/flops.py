@@ -61,6 +61,11 @@ def point_pairs(point: Point) -> int:
     return seen_pairs(lo, hi, point.batch)
 
 
+def mask_density(point: Point) -> float:
+    """Fraction of the q_len x seq_len (query, key) pairs the point's masks let through."""
+    return point_pairs(point) / (point.batch * point.q_len_resolved * point.seq_len)
+
+
 def point_flops(point: Point) -> float:
     """FLOPs of one timed call of `point` (forward, or forward + backward): 4 * H * D per seen pair."""
     if point.scope == "generate":  # a loop of T steps, counted where the loop is (selfattn/decode.py)

@@ -19,8 +19,7 @@ from selfattn.measure import failures
 from selfattn.measure.accuracy import compare, sample_rows
 from selfattn.measure.budget import Budget, over_budget
 from selfattn.measure.device import device_peak_gbps, device_peak_tflops, environment, resolve_device
-from selfattn.masks import mask_density
-from selfattn.measure.flops import point_flops
+from selfattn.measure.flops import mask_density, point_flops
 from selfattn.measure.traffic import bytes_moved, kv_cache_bytes
 from selfattn.measure.memory import alloc_peak_bytes, free_bytes, measure_peak, release_memory
 from selfattn.measure.permutation import permutation_max_abs_diff
