@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+import selfattn.backends as registry  # BACKEND_NAMES is a plain tuple: importing it does not import torch
 from analysis.fit import PowerFit, fit_power_law
 from analysis.slices import fix_axes, self_attention
 
@@ -25,8 +26,8 @@ COST_VARY = ("seq_len", "backend", "backend_options", "causal")
 
 @dataclass
 class Line:
-    label: str  # back end, plus its options when one back end ran with several
-    backend: str
+    label: str  # the variant, plus its other options when one variant ran with several (variant_labels)
+    backend: str  # the variant: the back end, "+compile" when compiled (variant_names)
     causal: bool
     points: pd.DataFrame  # seq_len, value, low, high (medians over seeds; low/high: p20/p80 for time)
     fit: PowerFit | None
@@ -48,21 +49,63 @@ class Facet:
         return f"{self.precision} · {self.device_label}"
 
 
-def variant_labels(rows: pd.DataFrame) -> pd.Series:
-    """'chunked' or, when one back end ran with several option sets, 'chunked (q_chunk=256)'."""
-    labels = rows["backend"].copy()
-    for backend, group in rows.groupby("backend"):
-        if group["backend_options"].nunique() > 1:
-            labels[group.index] = backend + " (" + group["backend_options"].map(_options_text) + ")"
-    return labels
+# A back end run with its `compile` option on is a variant of its own ("naive+compile"): other code,
+# not the same kernel with another setting. Every table, figure and claim keys on this one name.
+COMPILED_SUFFIX = "+compile"
 
 
-def _options_text(text: str) -> str:
+def _options(text: str) -> dict | None:
+    """The back end's options of a row (its backend_options JSON); None when not a JSON object."""
     try:
         options = json.loads(text) if text else {}
     except json.JSONDecodeError:
+        return None
+    return options if isinstance(options, dict) else None
+
+
+def compile_option(rows: pd.DataFrame) -> pd.Series:
+    """Whether each row ran with the back end's `compile` option on (absent or false: eager)."""
+    return rows["backend_options"].map(lambda text: bool((_options(text) or {}).get("compile", False)))
+
+
+def variant_names(rows: pd.DataFrame) -> pd.Series:
+    """'naive', or 'naive+compile' for a row with compile on: the back end as the figures and claims name it."""
+    return rows["backend"].where(~compile_option(rows), rows["backend"] + COMPILED_SUFFIX)
+
+
+def variant_order(name: str) -> tuple:
+    """Sort key for variants in tables and legends: registry order, a compiled variant right after its back
+    end, names the registry does not know last."""
+    names = registry.BACKEND_NAMES  # read now: a back end registered later sorts in its place
+    base = name[: -len(COMPILED_SUFFIX)] if name.endswith(COMPILED_SUFFIX) else name
+    return (names.index(base) if base in names else len(names), base, name != base, name)
+
+
+def variant_labels(rows: pd.DataFrame) -> pd.Series:
+    """'chunked', 'chunked+compile' or, when one variant ran with several other option sets,
+    'chunked (q_chunk=256)'."""
+    variants = variant_names(rows)
+    labels = variants.copy()
+    others = rows["backend_options"].map(other_options)  # `compile` is in the name already
+    for variant, group in others.groupby(variants):
+        if group.nunique() > 1:
+            labels[group.index] = variant + " (" + group.map(_options_text) + ")"
+    return labels
+
+
+def other_options(text: str) -> str:
+    """The options JSON without `compile` (so '{"compile": false}' and '{}' are one option set)."""
+    options = _options(text)
+    if options is None:
         return text
-    if not isinstance(options, dict) or not options:
+    return json.dumps({k: v for k, v in sorted(options.items()) if k != "compile"})
+
+
+def _options_text(text: str) -> str:
+    options = _options(text)
+    if options is None:
+        return text
+    if not options:
         return "defaults"
     return ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
 
@@ -73,13 +116,13 @@ def cost_facets(rows: pd.DataFrame, metric: str) -> list[Facet]:
     facets: list[Facet] = []
     for (precision, device), panel in rows.groupby(["precision", "device_label"], sort=True):
         chosen = fix_axes(panel, COST_FIXED, COST_VARY)
-        part = chosen.rows.assign(label=variant_labels(chosen.rows))
+        part = chosen.rows.assign(label=variant_labels(chosen.rows), variant=variant_names(chosen.rows))
         ok = part[(part["status"] == "ok") & np.isfinite(part[metric]) & (part[metric] > 0)]
         lines: list[Line] = []
         for (label, causal), group in ok.groupby(["label", "causal"], sort=True):
             points = _points(group, metric)
             fit = fit_power_law(points["seq_len"].to_numpy(), points["value"].to_numpy())
-            lines.append(Line(label, group["backend"].iloc[0], bool(causal), points, fit))
+            lines.append(Line(label, group["variant"].iloc[0], bool(causal), points, fit))
         if not any(len(line.points) >= 2 for line in lines):
             continue
         failed = part[part["status"].isin(FAILED_STATUSES)]

@@ -26,8 +26,10 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 # The row's text columns, from its schema: a text column added to Row (timer, note, ...) must
 # never be parsed as a number, which would turn every value into NaN.
 TEXT_COLUMNS: tuple[str, ...] = tuple(name for name, kind in field_types(Row).items() if kind is str)
-# Booleans besides `causal` (which must be present) are parsed like it; an older file's empty cell is the default.
-BOOL_COLUMNS: tuple[str, ...] = ("kv_cache",)
+# Booleans besides `causal` (which must be present) are parsed like it; an empty cell (an older file, or a
+# back end the column does not apply to) reads as the default: the axis's for an axis, else False.
+# `recompiled`: whether a compiling back end's first call of the point compiled new code.
+BOOL_COLUMNS: tuple[str, ...] = ("kv_cache", "recompiled")
 NUMERIC_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in TEXT_COLUMNS and c != "causal"
                                          and c not in BOOL_COLUMNS)
 # A point is these sweep axes; the same point on the same device measured twice keeps one row.
@@ -82,7 +84,9 @@ def read_csv(path: Path) -> tuple[pd.DataFrame | None, list[str]]:
         df[col] = pd.to_numeric(df[col].replace("", np.nan), errors="coerce")
     df["causal"] = df["causal"].map(_parse_bool)
     for col in BOOL_COLUMNS:
-        df[col] = df[col].map(_parse_bool).astype(object).fillna(axis_default(col)).astype(bool)  # object: a bool fill on floats is deprecated
+        default = axis_default(col) if col in FIELD_NAMES else False
+        cells = df[col] if col in df.columns else pd.Series("", index=df.index)  # a column newer than Row
+        df[col] = cells.map(_parse_bool).astype(object).fillna(default).astype(bool)  # object: a bool fill on floats is deprecated
 
     keep = pd.Series(True, index=df.index)
     newer = df["schema_version"] > SCHEMA_VERSION

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.claims import FAILS, HOLDS, Claim
-from analysis.cost import variant_labels
+from analysis.cost import variant_labels, variant_names
 from analysis.slices import fix_axes, number_text, plain, self_attention
 from selfattn.point import ELEMENT_BYTES
 
@@ -53,7 +53,8 @@ def mask_kind(row: pd.Series) -> str:
 
 def mask_study(rows: pd.DataFrame) -> pd.DataFrame:
     """ok forward rows of the core, plain K/V heads, at each (device, precision, variant)'s largest
-    seq_len, with `mask`, `label` (back end variant) and per-sequence `time_per_seq_ms`, `alloc_per_seq_bytes`."""
+    seq_len, with `mask`, `variant` (the back end, '+compile' when compiled), `label` (variant and options)
+    and per-sequence `time_per_seq_ms`, `alloc_per_seq_bytes`."""
     ok = self_attention(rows)
     ok = ok[(ok["status"] == "ok") & (ok["scope"] == "core") & (ok["mode"] == "fwd") & plain(ok, "kv_heads")]
     if ok.empty or "mask_density" not in ok or ok["mask_density"].isna().all():
@@ -61,27 +62,28 @@ def mask_study(rows: pd.DataFrame) -> pd.DataFrame:
     ok = ok.assign(mask=ok.apply(mask_kind, axis=1))
     # One slice: rows of other studies (another head count, d_k, precision) never mix into it.
     ok = fix_axes(ok, MASKS_FIXED, ("mask", "backend", "seq_len", "batch", "window", "pad_frac", "documents")).rows
-    ok = ok.assign(label=variant_labels(ok))
+    ok = ok.assign(label=variant_labels(ok), variant=variant_names(ok))
     if ok["mask"].nunique() < 3:  # a mask study varies masks; the quick study only causal on/off
         return ok.iloc[0:0]
     memory = ok["peak_alloc_bytes"] if "peak_alloc_bytes" in ok and ok["peak_alloc_bytes"].notna().any() else ok["peak_mem_bytes"]
     ok = ok.assign(time_per_seq_ms=ok["time_ms"] / ok["batch"], alloc_per_seq_bytes=memory / ok["batch"])
-    # The largest n at which the back end also ran without a mask: the baseline every ratio needs.
-    keys = ["device_label", "precision", "backend"]
+    # The largest n at which the variant also ran without a mask: the baseline every ratio needs (a compiled
+    # variant is other code: its baseline is its own).
+    keys = ["device_label", "precision", "variant"]
     unmasked = ok[ok["mask"] == "none"].groupby(keys)["seq_len"].max().rename("largest")
     ok = ok.join(unmasked, on=keys)
     return ok[ok["seq_len"] == ok["largest"]].drop(columns="largest")
 
 
 def baseline_ms(study: pd.DataFrame) -> pd.Series:
-    """Per (device, precision, back end): its time per sequence without a mask (options at their defaults)."""
-    keys = ["device_label", "precision", "backend"]
+    """Per (device, precision, variant): its time per sequence without a mask (other options at their defaults)."""
+    keys = ["device_label", "precision", "variant"]
     return study[study["mask"] == "none"].groupby(keys)["time_per_seq_ms"].median().rename("base_ms")
 
 
 def _ratios(study: pd.DataFrame) -> pd.DataFrame:
-    """Per (device, precision, variant, mask): time per sequence / the back end's time without a mask."""
-    keys = ["device_label", "precision", "backend"]
+    """Per (device, precision, variant, mask): time per sequence / the variant's time without a mask."""
+    keys = ["device_label", "precision", "variant"]
     out = study.join(baseline_ms(study), on=keys)
     out = out[out["base_ms"].notna() & (out["mask"] != "none")]
     return out.assign(ratio=out["time_per_seq_ms"] / out["base_ms"])
@@ -100,7 +102,7 @@ def mask_findings(rows: pd.DataFrame) -> list[Claim]:
         ("naive", "naive_mask_no_saving", "The materialized back end (naive) saves nothing from a mask: it computes "
          "all n² scores and adds -inf", lambda r: r["ratio"] >= NAIVE_NO_SAVING),
     ):
-        part = ratios[ratios["backend"] == backend]
+        part = ratios[ratios["variant"] == backend]  # the eager back end; a compiled variant is other code
         if part.empty:
             continue
         evidence = "; ".join(f"{r['mask']}: ×{r['ratio']:.2f} at density {r['mask_density']:.2f}"
@@ -165,9 +167,9 @@ def gqa_findings(rows: pd.DataFrame) -> list[Claim]:
 
 
 def ideal_line(study: pd.DataFrame) -> pd.DataFrame:
-    """Per back end: its time without a mask x density, the 'time proportional to density' line."""
+    """Per variant: its time without a mask x density, the 'time proportional to density' line."""
     densities = np.linspace(0.0, 1.0, 21)
-    frames = [pd.DataFrame({"device_label": dev, "precision": prec, "backend": backend, "mask_density": densities,
+    frames = [pd.DataFrame({"device_label": dev, "precision": prec, "variant": variant, "mask_density": densities,
                             "ideal_ms": t * densities})
-              for (dev, prec, backend), t in baseline_ms(study).items()]
+              for (dev, prec, variant), t in baseline_ms(study).items()]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

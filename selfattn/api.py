@@ -37,9 +37,9 @@ def attention(
       document_ids (B, seq_len), non-decreasing, q_len == seq_len: attention stays inside
                          each packed document (causal within it when causal=True).
     A query row that sees no key returns zeros (and zero gradients).
-    options are the back end's own (naive: upcast_softmax, scale_at; sdpa: kernel; chunked:
-    q_chunk, kv_chunk). Bad input raises ValueError; a valid request this device cannot run
-    raises selfattn.Unsupported.
+    options are the back end's own (naive: upcast_softmax, scale_at, compile; sdpa: kernel,
+    bool_mask; chunked: q_chunk, kv_chunk, compute, compile; flex: none, it is always compiled).
+    Bad input raises ValueError; a valid request this device cannot run raises selfattn.Unsupported.
     """
     module = get_backend(backend)
     check_qkv(q, k, v)

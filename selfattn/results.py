@@ -52,6 +52,12 @@ class Row:
     time_ms_p80: float | None = None
     time_samples: int | None = None
     timer: str = ""  # what timed the calls: torch_timer (CPU), do_bench or cuda_events (CUDA)
+    # compiled back ends (flex, compile=true): the first call, compilation included, timed once and
+    # apart from time_ms; whether it compiled new code (false: reused what an earlier point of this
+    # process compiled, so compile_s is one call); flex: building its block mask, also apart
+    compile_s: float | None = None
+    recompiled: bool | None = None
+    block_mask_s: float | None = None
     # memory beyond the inputs
     peak_mem_bytes: int | None = None  # the process's view: peak RSS growth on a CPU
     peak_alloc_bytes: int | None = None  # peak bytes through torch's allocator, kernel buffers included (exact)

@@ -1,4 +1,6 @@
-"""Shared test set-up: CUDA-only tests carry @pytest.mark.gpu and skip without a GPU."""
+"""Shared test set-up: CUDA-only tests carry @pytest.mark.gpu and skip without a GPU; the whole
+matrix of compiled back ends (@pytest.mark.compile_matrix, many minutes of compiling) runs only
+with `--compile-matrix`."""
 
 import os
 
@@ -10,10 +12,16 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--compile-matrix", action="store_true",
+                     help="also run every case of the compiled back ends (slow: minutes of torch.compile)")
+
+
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
+    skip_matrix = pytest.mark.skip(reason="the compiled back ends' whole matrix: run with --compile-matrix")
     skip_gpu = pytest.mark.skip(reason="needs CUDA")
     for item in items:
-        if "gpu" in item.keywords:
+        if "compile_matrix" in item.keywords and not config.getoption("--compile-matrix"):
+            item.add_marker(skip_matrix)
+        if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)

@@ -40,8 +40,8 @@ def masks_vs_density(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                     ax.scatter(r["mask_density"], r[metric], color=palette[label], marker=markers[r["mask"]], s=30,
                                zorder=3)
             if metric == "time_per_seq_ms" and not ideal.empty:  # linear axes: the ideal is a straight line
-                for backend, line in ideal[ideal["device_label"] == device].groupby("backend"):
-                    color = palette.get(backend, backend_palette([backend])[backend])
+                for variant, line in ideal[ideal["device_label"] == device].groupby("variant"):
+                    color = palette.get(variant, backend_palette([variant])[variant])
                     ax.plot(line["mask_density"], line["ideal_ms"], color=color, linestyle=":", linewidth=1.2)
                 ax.set_ylim(bottom=0)
             else:

@@ -1,9 +1,10 @@
 """Every colour (and precision line style) the figures use, defined once: a back end, precision or scale reads the same in every figure.
 
 A back end's colour is a function of its name alone, never of which figure or line came first:
-the registry's back ends take the first colours in registry order, and any other name (a back
-end the registry does not know yet, or a variant such as 'chunked (q_chunk=256)') takes one of
-the remaining colours chosen by a digest of the name, so it is stable across figures and runs.
+the registry's back ends take the first colours in registry order, a compiled variant
+('naive+compile') a darker shade of its back end's colour, and any other name (a back end the
+registry does not know yet, or a variant such as 'chunked (q_chunk=256)') takes one of the
+remaining colours chosen by a digest of the name, so it is stable across figures and runs.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from __future__ import annotations
 import zlib
 from typing import Iterable
 
-from selfattn.backends import BACKEND_NAMES  # a plain tuple: importing it does not import torch
+from matplotlib.colors import to_hex, to_rgb
+
+import selfattn.backends as registry  # BACKEND_NAMES is a plain tuple: importing it does not import torch
+from analysis.cost import COMPILED_SUFFIX
 
 # Colour-blind-safe (Okabe-Ito), in the order the registry's back ends take them.
 _COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#8C564B")
-_KNOWN = {name: _COLORS[i % len(_COLORS)] for i, name in enumerate(BACKEND_NAMES)}
-_SPARE = tuple(c for c in _COLORS if c not in _KNOWN.values()) or _COLORS
+COMPILED_SHADE = 0.55  # a compiled variant's colour: its back end's, times this (darker, same hue)
 
 # Widest to narrowest, so panels and legends read fp64, fp32, tf32, bf16, fp16.
 PRECISION_ORDER = ("fp64", "fp32", "tf32", "bf16", "fp16")
@@ -28,25 +31,42 @@ DEVICE_COLORS = _COLORS  # devices are compared in one figure only: sorted by na
 OTHER = "#666666"  # a precision or scale outside the tables above
 
 
+def _known() -> dict[str, str]:
+    """{registry back end or its compiled variant: colour}, read from the registry as it is now."""
+    names = registry.BACKEND_NAMES
+    known = {name: _COLORS[i % len(_COLORS)] for i, name in enumerate(names)}
+    known.update({name + COMPILED_SUFFIX: to_hex(tuple(c * COMPILED_SHADE for c in to_rgb(known[name]))).upper()
+                  for name in names})
+    return known
+
+
+def _spare() -> tuple[str, ...]:
+    used = set(_known().values())
+    return tuple(c for c in _COLORS if c not in used) or _COLORS
+
+
 def backend_color(name: str) -> str:
     """The colour of back end (or variant label) `name` in every figure."""
-    if name in _KNOWN:
-        return _KNOWN[name]
+    known = _known()
+    if name in known:
+        return known[name]
     # crc32, not hash(): Python salts str hashes per process, and the colour must survive a rerun.
-    return _SPARE[zlib.crc32(name.encode()) % len(_SPARE)]
+    spare = _spare()
+    return spare[zlib.crc32(name.encode()) % len(spare)]
 
 
 def backend_palette(names: Iterable[str]) -> dict[str, str]:
     """{name: colour} for seaborn's `palette=`: each name's own colour, unless two unknown names in one
     figure would share one; then the later in sorted order takes the next free spare colour."""
     palette: dict[str, str] = {}
-    names = sorted(set(names), key=lambda n: (n not in _KNOWN, n))  # known first: they never move
+    known, spare = _known(), _spare()
+    names = sorted(set(names), key=lambda n: (n not in known, n))  # known first: they never move
     for name in names:
         color = backend_color(name)
-        if name not in _KNOWN and color in palette.values():
-            start = _SPARE.index(color)
-            for step in range(1, len(_SPARE)):
-                candidate = _SPARE[(start + step) % len(_SPARE)]
+        if name not in known and color in palette.values():
+            start = spare.index(color)
+            for step in range(1, len(spare)):
+                candidate = spare[(start + step) % len(spare)]
                 if candidate not in palette.values():
                     color = candidate
                     break

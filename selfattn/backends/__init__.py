@@ -14,6 +14,11 @@ Adding a back end = its module here + its name in BACKEND_NAMES + conf/backend/<
                                        masks: selfattn.masks.Masks; k, v may have fewer heads (GQA)
 and optionally
     kernel_ran(q, k, v, *, masks, scale, **resolved_options) -> str   the kernel an `auto` picks
+    compiles(resolved_options) -> bool  whether the call runs torch.compile'd code (its first call
+                                       compiles: timed apart as compile_s, see selfattn/compile.py)
+    prepare(q, k, v, *, masks, scale, **resolved_options) -> dict[str, float]
+                                       one-time set-up the calls reuse (flex: its block mask), timed
+                                       apart; the keys are row columns ("block_mask_s")
 Inputs reaching `attention` are already validated (selfattn.attention does that).
 
 The names are plain data so that the sweep axes and the analysis (which never loads torch)
@@ -32,7 +37,7 @@ if TYPE_CHECKING:
     import torch
 
 # The registry. Order is the order of tables, legends and colours everywhere.
-BACKEND_NAMES: tuple[str, ...] = ("naive", "sdpa", "chunked")
+BACKEND_NAMES: tuple[str, ...] = ("naive", "sdpa", "chunked", "flex")
 
 
 def get_backend(name: str) -> ModuleType:
@@ -95,10 +100,17 @@ def kernel_label(
     return get_backend(name).kernel_label(resolve_options(name, options, device, dtype))
 
 
+def compiles(name: str, resolved_options: Mapping[str, Any]) -> bool:
+    """Whether back end `name` with these resolved options runs compiled code (compile_s applies)."""
+    module = get_backend(name)
+    return bool(getattr(module, "compiles", lambda options: False)(resolved_options))
+
+
 __all__ = [
     "BACKEND_NAMES",
     "available_backends",
     "check_options",
+    "compiles",
     "default_options",
     "get_backend",
     "kernel_label",

@@ -23,6 +23,14 @@ default: CPUs without fp16/bf16 matmul units are faster so and round less) or in
 dtype accumulating in fp32 (`input`, the CUDA default: the tensor-core scheme FlashAttention
 and the fused SDPA kernels use, so a GPU compares like for like). The output is cast back to
 the input dtype; the row's kernel label says which scheme ran (-mm_input).
+
+`compile=True` runs each block's work (`_forward_block`, `_backward_block`: the block matmuls,
+mask, max, exp, rescale) through `torch.compile`, so the compiler may fuse the online softmax's
+memory-bound passes; the loop over blocks and the plan stay in Python (compiling them would
+unroll one graph per block, hundreds at n = 4096). Block shapes vary within one call (the ragged
+last block), so the block functions compile with dynamic shapes: one graph serves every size,
+and a sweep compiles them once. Compiled blocks run on the calling thread (inductor's kernels
+have their own threads).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from typing import Any, Mapping
 
 import torch
 
+from selfattn.compile import compiled
 from selfattn.fields import spec
 from selfattn.masks import Masks, blocks, keep_from_intervals
 from selfattn.point import FP32_BYTES, Point
@@ -52,6 +61,7 @@ class Options:
     compute: str = spec("auto", choices=("auto", "fp32", "input"),
                         help="fp16/bf16 block matmuls: fp32 (upcast copies) | input (the input dtype accumulating in "
                              "fp32, as FlashAttention) | auto (input on CUDA, fp32 on a CPU)")
+    compile: bool = spec(False, help="run each block's work through torch.compile (compile time is measured apart, as compile_s)")
 
 # (device type, dtype) -> (q_chunk, kv_chunk), chosen from a measured sweep (see docs/performance.md).
 # CPU fp32, B1 H8 D64, n=4096, 2 threads: chunked/sdpa CPU time 1.24-1.34 for every size from
@@ -85,12 +95,19 @@ def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtyp
         "q_chunk": q_default if q_chunk is None else q_chunk,
         "kv_chunk": kv_default if kv_chunk is None else kv_chunk,
         "compute": compute,
+        "compile": bool(options.get("compile", False)),
     }
 
 
 def kernel_label(options: Mapping[str, Any]) -> str:
     """q256-kv512, with -mm_input when fp16/bf16 matmuls run in the input dtype (the compute scheme)."""
-    return f"q{options['q_chunk']}-kv{options['kv_chunk']}" + ("-mm_input" if options.get("compute") == "input" else "")
+    label = f"q{options['q_chunk']}-kv{options['kv_chunk']}" + ("-mm_input" if options.get("compute") == "input" else "")
+    return label + ("-compiled" if options.get("compile", False) else "")
+
+
+def compiles(options: Mapping[str, Any]) -> bool:
+    """Whether a call with these (resolved) options runs compiled code."""
+    return bool(options.get("compile", False))
 
 
 def attention(
@@ -103,10 +120,11 @@ def attention(
     q_chunk: int,
     kv_chunk: int,
     compute: str = "fp32",
+    compile: bool = False,
 ) -> torch.Tensor:
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q_BHMD, k_BKND, v_BKND)):
-        return _ChunkedAttention.apply(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk, compute)
-    out_BHMD, _ = _forward(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk, compute)
+        return _ChunkedAttention.apply(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk, compute, compile)
+    out_BHMD, _ = _forward(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk, compute, compile)
     return out_BHMD.to(q_BHMD.dtype)
 
 
@@ -179,7 +197,8 @@ def _hidden(lo: torch.Tensor, hi: torch.Tensor, seq_len: int, m0: int, m1: int, 
     return ~keep_from_intervals(lo, hi, seq_len, rows=torch.arange(m0, m1, device=lo.device), keys=(n0, n1))
 
 
-def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, kv_chunk: int, compute: str):
+def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, kv_chunk: int, compute: str,
+             compile: bool = False):
     """Returns out (B, H, M, D) and logsumexp (X, R), both in the accumulator dtype (+inf: a row that sees no key)."""
     b, h, q_len, d = q_BHMD.shape
     kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
@@ -187,9 +206,11 @@ def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, k
     q_XRD = q_BHMD.reshape(b * kv_heads, (h // kv_heads) * q_len, d).to(cdtype) * scale  # scale folded into Q once
     k_XND, v_XND = _flat(k_BKND, cdtype), _flat(v_BKND, cdtype)
     plan = _plan(masks, b, kv_heads, h // kv_heads, q_len, seq_len, q_chunk, kv_chunk, q_BHMD.device)
+    block = compiled(_forward_block, dynamic=True) if compile else _forward_block
     outs, lses = [], []
     for x, lo, hi, kv_plan, empty in zip(plan.x_slices, plan.lo, plan.hi, plan.blocks, plan.empty_rows):
-        out_XRD, lse_XR = _over_heads(_forward_flat, "forward", (q_XRD[x], k_XND[x], v_XND[x]), lo, hi, kv_plan, empty)
+        out_XRD, lse_XR = _over_heads(_forward_flat, "forward", (q_XRD[x], k_XND[x], v_XND[x]), lo, hi, kv_plan,
+                                      (empty, block), single=compile)
         outs.append(out_XRD)
         lses.append(lse_XR)
     out_XRD, lse_XR = (outs[0], lses[0]) if len(outs) == 1 else (torch.cat(outs), torch.cat(lses))
@@ -201,7 +222,7 @@ def _flat(t_BKLD: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t_BKLD.reshape(b * heads, length, d).to(dtype)
 
 
-def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool):
+def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=None):
     """The online softmax over key blocks for every block of virtual rows, on flattened heads X."""
     x, rows, d = q_XRD.shape
     seq_len = k_XND.shape[1]
@@ -209,33 +230,22 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool):
     adtype = _accumulator_dtype(q_XRD.dtype)
     out_XRD = torch.empty(x, rows, d, dtype=adtype, device=q_XRD.device)
     lse_XR = torch.empty(x, rows, dtype=adtype, device=q_XRD.device)
+    block = block or _forward_block
     for m0, m1, kv_blocks in kv_plan:
-        q_XmD = q_XRD[:, m0:m1]
-        acc_XmD = row_max_Xm1 = row_sum_Xm1 = None
-        for n0, n1, needs_mask in kv_blocks:
-            s_Xmn = _mm(q_XmD, kT_XDN[:, :, n0:n1])
-            if needs_mask:
-                s_Xmn.masked_fill_(_hidden(lo, hi, seq_len, m0, m1, n0, n1), float("-inf"))
-            block_max_Xm1 = s_Xmn.amax(dim=-1, keepdim=True)
-            if acc_XmD is None:  # first block: nothing to rescale
-                new_max_Xm1 = block_max_Xm1
-            else:
-                new_max_Xm1 = torch.maximum(row_max_Xm1, block_max_Xm1)
-            if needs_mask:  # a row may see no key of this block yet: keep exp() away from -inf - -inf
-                new_max_Xm1 = new_max_Xm1.masked_fill(new_max_Xm1 == float("-inf"), 0.0)
-            p_Xmn = s_Xmn.sub_(new_max_Xm1).exp_()
-            if acc_XmD is None:
-                row_sum_Xm1 = p_Xmn.sum(dim=-1, keepdim=True)
-                acc_XmD = _mm(p_Xmn.to(v_XND.dtype), v_XND[:, n0:n1])
-            else:
-                correction_Xm1 = torch.exp(row_max_Xm1 - new_max_Xm1)
-                row_sum_Xm1.mul_(correction_Xm1).add_(p_Xmn.sum(dim=-1, keepdim=True))
-                _mm_add(acc_XmD.mul_(correction_Xm1), p_Xmn, v_XND[:, n0:n1])
-            row_max_Xm1 = new_max_Xm1
-        if acc_XmD is None:  # no query of the block sees any key: zeros, and P = exp(S - inf) = 0 in backward
+        if not kv_blocks:  # no query of the block sees any key: zeros, and P = exp(S - inf) = 0 in backward
             out_XRD[:, m0:m1] = 0
             lse_XR[:, m0:m1] = float("inf")
             continue
+        q_XmD = q_XRD[:, m0:m1]
+        # the running state before any key: empty output and sum, max -inf (every block looks alike,
+        # so a compiled block needs one graph, not a second one for the first key block)
+        acc_XmD = torch.zeros(x, m1 - m0, d, dtype=adtype, device=q_XRD.device)
+        row_max_Xm1 = torch.full((x, m1 - m0, 1), float("-inf"), dtype=adtype, device=q_XRD.device)
+        row_sum_Xm1 = torch.zeros(x, m1 - m0, 1, dtype=adtype, device=q_XRD.device)
+        for n0, n1, needs_mask in kv_blocks:
+            hidden_1mn = _hidden(lo, hi, seq_len, m0, m1, n0, n1) if needs_mask else None
+            acc_XmD, row_max_Xm1, row_sum_Xm1 = block(q_XmD, kT_XDN[:, :, n0:n1], v_XND[:, n0:n1], hidden_1mn,
+                                                      acc_XmD, row_max_Xm1, row_sum_Xm1)
         torch.div(acc_XmD, row_sum_Xm1, out=out_XRD[:, m0:m1])
         lse_XR[:, m0:m1] = (row_max_Xm1 + row_sum_Xm1.log()).squeeze(-1)
         if empty_rows:  # rows of this block that saw no key: 0/0 above; zeros and lse = +inf instead
@@ -245,7 +255,25 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool):
     return out_XRD, lse_XR
 
 
-def _backward(grad_BHMD, q_BHMD, k_BKND, v_BKND, out_BHMD, lse_XR, masks: Masks, scale, q_chunk, kv_chunk, compute):
+def _forward_block(q_XmD, kT_XDn, v_XnD, hidden_1mn, acc_XmD, row_max_Xm1, row_sum_Xm1):
+    """One key block of the online softmax: (acc, running max, running sum) after it; acc and the
+    sum are updated in place. Before the first block they are zeros and the max is -inf, so the
+    first correction is exp(-inf) = 0."""
+    s_Xmn = _mm(q_XmD, kT_XDn)
+    if hidden_1mn is not None:
+        s_Xmn.masked_fill_(hidden_1mn, float("-inf"))
+    new_max_Xm1 = torch.maximum(row_max_Xm1, s_Xmn.amax(dim=-1, keepdim=True))
+    if hidden_1mn is not None:  # a row may see no key of this block yet: keep exp() away from -inf - -inf
+        new_max_Xm1 = new_max_Xm1.masked_fill(new_max_Xm1 == float("-inf"), 0.0)
+    p_Xmn = s_Xmn.sub_(new_max_Xm1).exp_()
+    correction_Xm1 = torch.exp(row_max_Xm1 - new_max_Xm1)
+    row_sum_Xm1.mul_(correction_Xm1).add_(p_Xmn.sum(dim=-1, keepdim=True))
+    _mm_add(acc_XmD.mul_(correction_Xm1), p_Xmn, v_XnD)
+    return acc_XmD, new_max_Xm1, row_sum_Xm1
+
+
+def _backward(grad_BHMD, q_BHMD, k_BKND, v_BKND, out_BHMD, lse_XR, masks: Masks, scale, q_chunk, kv_chunk, compute,
+              compile: bool = False):
     """dq, dk, dv by recomputing each block's probabilities P = exp(S - lse)."""
     b, h, q_len, d = q_BHMD.shape
     kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
@@ -255,11 +283,12 @@ def _backward(grad_BHMD, q_BHMD, k_BKND, v_BKND, out_BHMD, lse_XR, masks: Masks,
     do_XRD, out_XRD = grad_BHMD.reshape(flat_rows).to(cdtype), out_BHMD.reshape(flat_rows)
     k_XND, v_XND = _flat(k_BKND, cdtype), _flat(v_BKND, cdtype)
     plan = _plan(masks, b, kv_heads, h // kv_heads, q_len, seq_len, q_chunk, kv_chunk, q_BHMD.device)
+    block = compiled(_backward_block, dynamic=True) if compile else _backward_block
     grads = []
     for x, lo, hi, kv_plan in zip(plan.x_slices, plan.lo, plan.hi, plan.blocks):
         grads.append(_over_heads(_backward_flat, "backward",
                                  (q_XRD[x], k_XND[x], v_XND[x], do_XRD[x], out_XRD[x], lse_XR[x]), lo, hi, kv_plan,
-                                 kv_chunk))
+                                 (kv_chunk, block), single=compile))
     dq_XRD, dk_XND, dv_XND = grads[0] if len(grads) == 1 else (torch.cat(g) for g in zip(*grads))
     dq_XRD.mul_(scale)  # d/dq = d/d(scaled q) * scale
     dtype = q_BHMD.dtype
@@ -270,7 +299,7 @@ def _backward(grad_BHMD, q_BHMD, k_BKND, v_BKND, out_BHMD, lse_XR, masks: Masks,
     )
 
 
-def _backward_flat(q_XRD, k_XND, v_XND, do_XRD, out_XRD, lse_XR, lo, hi, kv_plan, kv_chunk: int):
+def _backward_flat(q_XRD, k_XND, v_XND, do_XRD, out_XRD, lse_XR, lo, hi, kv_plan, kv_chunk: int, block=None):
     """Gradients w.r.t. the scaled q, k and v, on flattened heads X."""
     seq_len = k_XND.shape[1]
     # delta_i = sum_j P_ij dP_ij = dO_i . O_i (FlashAttention-2's D_i), in the accumulator dtype
@@ -282,23 +311,31 @@ def _backward_flat(q_XRD, k_XND, v_XND, do_XRD, out_XRD, lse_XR, lo, hi, kv_plan
     kv_starts = range(0, seq_len, kv_chunk)
     dk_parts = [torch.zeros_like(k_XND[:, n0 : n0 + kv_chunk], dtype=adtype) for n0 in kv_starts]
     dv_parts = [torch.zeros_like(v_XND[:, n0 : n0 + kv_chunk], dtype=adtype) for n0 in kv_starts]
+    block = block or _backward_block
     dq_parts = []
     for m0, m1, kv_blocks in kv_plan:
         q_XmD, do_XmD = q_XRD[:, m0:m1], do_XRD[:, m0:m1]
         dq_XmD = torch.zeros_like(q_XmD, dtype=adtype)
         for n0, n1, needs_mask in kv_blocks:
-            s_Xmn = _mm(q_XmD, k_XND[:, n0:n1].transpose(1, 2))
-            if needs_mask:
-                s_Xmn.masked_fill_(_hidden(lo, hi, seq_len, m0, m1, n0, n1), float("-inf"))
-            p_Xmn = s_Xmn.sub_(lse_XR1[:, m0:m1]).exp_()
+            hidden_1mn = _hidden(lo, hi, seq_len, m0, m1, n0, n1) if needs_mask else None
             part = n0 // kv_chunk
-            _mm_add(dv_parts[part][:, : n1 - n0], p_Xmn.transpose(1, 2), do_XmD)
-            dp_Xmn = _mm(do_XmD, v_XND[:, n0:n1].transpose(1, 2))
-            ds_Xmn = dp_Xmn.sub_(delta_XR1[:, m0:m1]).mul_(p_Xmn)
-            _mm_add(dq_XmD, ds_Xmn, k_XND[:, n0:n1])
-            _mm_add(dk_parts[part][:, : n1 - n0], ds_Xmn.transpose(1, 2), q_XmD)
+            block(q_XmD, k_XND[:, n0:n1], v_XND[:, n0:n1], do_XmD, lse_XR1[:, m0:m1], delta_XR1[:, m0:m1], hidden_1mn,
+                  dq_XmD, dk_parts[part][:, : n1 - n0], dv_parts[part][:, : n1 - n0])
         dq_parts.append(dq_XmD)
     return torch.cat(dq_parts, dim=1), torch.cat(dk_parts, dim=1), torch.cat(dv_parts, dim=1)
+
+
+def _backward_block(q_XmD, k_XnD, v_XnD, do_XmD, lse_Xm1, delta_Xm1, hidden_1mn, dq_XmD, dk_XnD, dv_XnD) -> None:
+    """One block's share of the gradients, added in place to dq, dk and dv (probabilities recomputed)."""
+    s_Xmn = _mm(q_XmD, k_XnD.transpose(1, 2))
+    if hidden_1mn is not None:
+        s_Xmn.masked_fill_(hidden_1mn, float("-inf"))
+    p_Xmn = s_Xmn.sub_(lse_Xm1).exp_()
+    _mm_add(dv_XnD, p_Xmn.transpose(1, 2), do_XmD)
+    dp_Xmn = _mm(do_XmD, v_XnD.transpose(1, 2))
+    ds_Xmn = dp_Xmn.sub_(delta_Xm1).mul_(p_Xmn)
+    _mm_add(dq_XmD, ds_Xmn, k_XnD)
+    _mm_add(dk_XnD, ds_Xmn.transpose(1, 2), q_XmD)
 
 
 # Head-parallel driver. On a CPU, torch parallelizes each op with OpenMP, so every op ends in
@@ -332,11 +369,12 @@ def _forget_pool_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
-def _worker_threads(tensors_X) -> int:
-    """How many threads to run on; 1 keeps everything on the calling thread."""
+def _worker_threads(tensors_X, single: bool = False) -> int:
+    """How many threads to run on; 1 keeps everything on the calling thread (and `single` asks for that)."""
     first = tensors_X[0]
     if (
-        first.device.type != "cpu"
+        single
+        or first.device.type != "cpu"
         or getattr(_in_worker, "active", False)
         # a subclass may route ops through per-thread state (FakeTensor's mode); so may tracing
         or any(type(t) is not torch.Tensor for t in tensors_X)
@@ -346,8 +384,9 @@ def _worker_threads(tensors_X) -> int:
     return max(1, torch.get_num_threads() if HEAD_THREADS is None else HEAD_THREADS)
 
 
-def _over_heads(fn, kind: str, tensors_X, lo, hi, kv_plan, extra):
-    """fn(*tensors_X, lo, hi, kv_plan, extra) spread over the worker threads.
+def _over_heads(fn, kind: str, tensors_X, lo, hi, kv_plan, extra: tuple, *, single: bool = False):
+    """fn(*tensors_X, lo, hi, kv_plan, *extra) spread over the worker threads (all on the calling
+    thread when `single`: compiled blocks, see the module docstring).
 
     Split the flattened heads X into one group per thread; with fewer heads than threads (few
     K/V heads and a small batch: GQA's one big matrix per K/V head) split the query blocks
@@ -355,18 +394,18 @@ def _over_heads(fn, kind: str, tensors_X, lo, hi, kv_plan, extra):
     is single-threaded inside its worker (no OpenMP barrier per op). `kind`: "forward" results
     are (out, lse), "backward" ones (dq, dk, dv); they are combined accordingly.
     """
-    threads = _worker_threads(tensors_X)
+    threads = _worker_threads(tensors_X, single)
     x = tensors_X[0].shape[0]
     if threads == 1 or (x == 1 and len(kv_plan) == 1):
-        return fn(*tensors_X, lo, hi, kv_plan, extra)
+        return fn(*tensors_X, lo, hi, kv_plan, *extra)
     if x >= threads or len(kv_plan) == 1:
         workers = min(threads, x)
         bounds = [round(i * x / workers) for i in range(workers + 1)]
         groups = [slice(bounds[i], bounds[i + 1]) for i in range(workers)]
-        results = _parallel([lambda g=g: fn(*(t[g] for t in tensors_X), lo, hi, kv_plan, extra) for g in groups])
+        results = _parallel([lambda g=g: fn(*(t[g] for t in tensors_X), lo, hi, kv_plan, *extra) for g in groups])
         return tuple(torch.cat(parts, dim=0) for parts in zip(*results))
     pieces = _split_plan(kv_plan, threads)
-    results = _parallel([lambda piece=piece: fn(*tensors_X, lo, hi, piece, extra) for piece in pieces])
+    results = _parallel([lambda piece=piece: fn(*tensors_X, lo, hi, piece, *extra) for piece in pieces])
     if kind == "forward":  # each worker filled the rows of its query blocks
         out_XRD, lse_XR = results[0]
         for piece, (out_part, lse_part) in zip(pieces[1:], results[1:]):
@@ -428,17 +467,17 @@ def _parallel(calls: list):
 
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, masks, scale, q_chunk, kv_chunk, compute):
-        out_BHMD, lse_XR = _forward(q, k, v, masks, scale, q_chunk, kv_chunk, compute)
+    def forward(ctx, q, k, v, masks, scale, q_chunk, kv_chunk, compute, compile):
+        out_BHMD, lse_XR = _forward(q, k, v, masks, scale, q_chunk, kv_chunk, compute, compile)
         ctx.save_for_backward(q, k, v, out_BHMD, lse_XR)  # O(n d) and O(n): no score block survives
-        ctx.config = (masks, scale, q_chunk, kv_chunk, compute)
+        ctx.config = (masks, scale, q_chunk, kv_chunk, compute, compile)
         return out_BHMD.to(q.dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out_BHMD, lse_XR = ctx.saved_tensors
         dq, dk, dv = _backward(grad_out, q, k, v, out_BHMD, lse_XR, *ctx.config)
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:

@@ -18,9 +18,10 @@ from typing import Any, Mapping
 
 import torch
 
+from selfattn.compile import compiled
 from selfattn.fields import defaults, spec
 from selfattn.point import FP32_BYTES, Point
-from selfattn.masks import Masks, no_empty_rows
+from selfattn.masks import Masks, keep_from_intervals, no_empty_rows
 
 NAME = "naive"
 # Mostly a matmul, plus memory-bound passes over the score matrix (scale, mask, softmax): the
@@ -33,6 +34,7 @@ class Options:
     upcast_softmax: bool = spec(False, help="softmax in float32 even for fp16/bf16 inputs")
     scale_at: str = spec("logits", choices=("logits", "query"),
                          help="logits: Q K^T, then scale (the chapter's order); query: scale Q first (as fused kernels do)")
+    compile: bool = spec(False, help="run the steps through torch.compile (compile time is measured apart, as compile_s)")
 
 
 def available(device: torch.device | str) -> bool:
@@ -45,7 +47,13 @@ def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtyp
 
 def kernel_label(options: Mapping[str, Any]) -> str:
     label = "materialized-upcast" if options.get("upcast_softmax", False) else "materialized"
-    return label + ("-scaleq" if options.get("scale_at", "logits") == "query" else "")
+    label += "-scaleq" if options.get("scale_at", "logits") == "query" else ""
+    return label + ("-compiled" if options.get("compile", False) else "")
+
+
+def compiles(options: Mapping[str, Any]) -> bool:
+    """Whether a call with these (resolved) options runs compiled code."""
+    return bool(options.get("compile", False))
 
 
 def attention(
@@ -57,7 +65,30 @@ def attention(
     scale: float,
     upcast_softmax: bool = False,
     scale_at: str = "logits",
+    compile: bool = False,
 ) -> torch.Tensor:
+    lo_bM = hi_bM = None
+    empty_rows = False
+    if masks.causal or not masks.only_causal:
+        lo_bM, hi_bM = masks.intervals(q_BHMD.shape[2], k_BKND.shape[2], device=q_BHMD.device)
+        # decided here, once, so the steps have no data-dependent branch for the compiler to break on
+        empty_rows = bool((lo_bM > hi_bM).any())
+    steps = compiled(_steps) if compile else _steps
+    return steps(q_BHMD, k_BKND, v_BKND, lo_bM, hi_bM, scale, upcast_softmax, scale_at, empty_rows)
+
+
+def _steps(
+    q_BHMD: torch.Tensor,
+    k_BKND: torch.Tensor,
+    v_BKND: torch.Tensor,
+    lo_bM: torch.Tensor | None,
+    hi_bM: torch.Tensor | None,
+    scale: float,
+    upcast_softmax: bool,
+    scale_at: str,
+    empty_rows: bool,
+) -> torch.Tensor:
+    """The chapter's steps; lo/hi (batch or 1, q_len): the keys each query sees (None: all)."""
     b, h, q_len, d = q_BHMD.shape
     kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
     group = h // kv_heads
@@ -69,9 +100,11 @@ def attention(
     else:
         scores_BKRN = q_BKRD @ k_BKND.transpose(-1, -2)  # step 1: Q K^T, (q_len x seq_len) per head
         scores_BKRN = scores_BKRN * scale  # step 2: scale
-    sees = None
-    if masks.causal or not masks.only_causal:  # step 3: add -inf where the key is hidden
-        keep_bMN, sees = no_empty_rows(masks.keep(q_len, seq_len, device=q_BHMD.device))
+    sees_bM1 = None
+    if lo_bM is not None:  # step 3: add -inf where the key is hidden
+        keep_bMN = keep_from_intervals(lo_bM, hi_bM, seq_len)
+        if empty_rows:  # a row of -inf would be 0/0: open it, and zero its output below
+            keep_bMN, sees_bM1 = no_empty_rows(keep_bMN)
         mask_bMN = torch.zeros(keep_bMN.shape, dtype=scores_BKRN.dtype, device=q_BHMD.device)
         mask_bMN.masked_fill_(~keep_bMN, float("-inf"))
         scores_BKRN = (scores_BKRN.view(b, kv_heads, group, q_len, seq_len) + mask_bMN[:, None, None]).view(
@@ -81,8 +114,8 @@ def attention(
     else:
         weights_BKRN = torch.softmax(scores_BKRN, dim=-1)
     out_BHMD = (weights_BKRN @ v_BKND).view(b, h, q_len, d)  # step 5: A V
-    if sees is not None and not bool(sees.all()):
-        out_BHMD = out_BHMD * sees[:, None]  # rows that see no key: zeros, not an average of all keys
+    if sees_bM1 is not None:
+        out_BHMD = out_BHMD * sees_bM1[:, None]  # rows that see no key: zeros, not an average of all keys
     return out_BHMD
 
 

@@ -1,7 +1,9 @@
 """measure_point: one point in, one Row out, whatever happens.
 
 Order matters: validate -> resolve dtype and options -> predict and guard (nothing allocated
-yet) -> build inputs -> warm-up (its output feeds the accuracy check) -> memory call -> timed
+yet) -> build inputs -> the back end's one-time set-up (flex's block mask, timed apart) ->
+warm-up (its output feeds the accuracy check; for a compiled back end it compiles, timed apart
+as compile_s, and a second call gives the guard the compiled call's time) -> memory call -> timed
 calls -> accuracy and stability on the sampled rows. Failures become the row's status through
 selfattn.measure.failures (oom, unsupported, invalid, error; memory released either way).
 """
@@ -15,6 +17,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from selfattn.errors import Unsupported
+from selfattn import compile as compile_cache
 from selfattn.measure import failures
 from selfattn.measure.accuracy import compare, sample_rows
 from selfattn.measure.budget import Budget, over_budget
@@ -73,7 +76,7 @@ def _environment_columns(device: str) -> dict[str, Any]:
 
 
 def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
-    from selfattn.backends import kernel_label, resolve_options
+    from selfattn.backends import compiles, kernel_label, resolve_options
     from selfattn.measure.workload import build
     from selfattn.precision import precision_context
 
@@ -86,6 +89,10 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
     with precision_context(point.precision, device) as dtype:
         options = resolve_options(point.backend, dict(point.backend_options), device, dtype)
         row.kernel = kernel_label(point.backend, dict(point.backend_options), device=device, dtype=dtype)
+        compiling = compiles(point.backend, options)
+        if compiling and point.scope == "generate":
+            raise Unsupported("scope=generate with a compiled back end: every step's cache length is a new shape to "
+                              "compile (a loop of new_tokens compilations)")
         row.flops = point_flops(point)
         row.bytes_moved, row.kv_cache_bytes = bytes_moved(point), kv_cache_bytes(point)
         row.mask_density = mask_density(point)
@@ -94,13 +101,15 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
         rows = sample_rows(point.q_len_resolved, budget.accuracy_rows, point.seed)
         need = input_bytes(point) + row.predicted_mem_bytes + accuracy_bytes(point, len(rows))
         free = free_bytes(device)
-        point_s = predict_point_s(point, peak, budget.timing_s, len(rows))
+        # a first compilation is part of the point's time; code compiled for an earlier point is reused
+        compile_s = compile_cache.predict_compile_s(point.backend, device, _compile_key(point)) if compiling else 0.0
+        point_s = predict_point_s(point, peak, budget.timing_s, len(rows)) + compile_s
         reason = over_budget(point, budget, need, free, point_s)
         memory_fits = over_budget(point, budget, need, free, 0.0) is None
         if reason is not None and memory_fits and budget.measure_device_peak:
             # Skipping on time rests on the measured peak: make sure it was not measured in a bad moment.
             peak = device_peak_tflops(device, dtype, remeasure=True)
-            point_s = predict_point_s(point, peak, budget.timing_s, len(rows))
+            point_s = predict_point_s(point, peak, budget.timing_s, len(rows)) + compile_s
             reason = over_budget(point, budget, need, free, point_s)
         row.device_peak_tflops = peak if budget.measure_device_peak else None
         row.device_peak_gbps = device_peak_gbps(device) if budget.measure_device_peak else None
@@ -108,7 +117,13 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
         if reason is not None:
             row.status, row.error = "skipped_budget", reason
             return
-        _run(point, budget, device, dtype, rows, row, build)
+        _run(point, budget, device, dtype, rows, row, build, compiling)
+
+
+def _compile_key(point: Point) -> tuple:
+    """What decides whether a point reuses compiled code: every axis but the seed and the inputs' std."""
+    return tuple((name, repr(value)) for name, value in sorted(point.columns().items())
+                 if name not in ("seed", "input_std"))
 
 
 @contextmanager
@@ -131,37 +146,50 @@ def _single_threaded_on_cpu(device: str) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, rows: torch.Tensor, row: Row, build) -> None:
+def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, rows: torch.Tensor, row: Row, build,
+         compiling: bool = False) -> None:
     with _single_threaded_on_cpu(device):
         workload = build(point, dtype, torch.device(device), rows)
-    checked, warmup_s = wall_call(workload.check_call, device)  # warm-up; never timed
+    for column, seconds in workload.prepare().items():  # flex: block_mask_s, built before the first call
+        setattr(row, column, seconds)
+    if compiling and compile_cache.make_room():
+        row.note = "dropped this process's compiled code first (too many graphs for dynamo's limits)"
+    graphs_before = compile_cache.graphs_compiled() if compiling else 0
+    checked, warmup_s = wall_call(workload.check_call, device)  # warm-up (and compilation); never timed
+    call_s = warmup_s  # one call's time, for the guard and the timer's plan
+    if compiling:  # the first call compiled (or found code compiled for an earlier point): apart from time_ms
+        row.compile_s, row.recompiled = warmup_s, compile_cache.graphs_compiled() > graphs_before
+        compile_cache.record_compile_s(point.backend, device, _compile_key(point), warmup_s, row.recompiled)
+        _, call_s = wall_call(workload.call, device)  # the compiled call alone
+        warmup_s = call_s  # compilation is spent (and was guarded up front): the rest must fit max_point_s
     ran = workload.kernel_ran()  # sdpa auto: which kernel torch picks for these inputs ("auto:flash")
     if ran and ran != row.kernel.split("-")[0]:
         row.kernel = f"{row.kernel}:{ran}"
     # Second guard, on a measured call this time: the prediction can be far off (a slow dtype on
     # this CPU, a busy machine), and the memory call and every call of the timer (its own
     # estimate and warm-up, at least MIN_SAMPLES timed calls) still lie ahead.
-    remaining_s = after_warmup_s(device, warmup_s, budget.timing_s, point.precision)
+    remaining_s = after_warmup_s(device, call_s, budget.timing_s, point.precision)
     if warmup_s + remaining_s > budget.max_point_s and 2 * warmup_s < budget.max_point_s:
         # A first call can carry one-time costs (lazy imports, library init): look again once.
         _, again_s = wall_call(workload.call, device)
-        remaining_s = after_warmup_s(device, min(warmup_s, again_s), budget.timing_s, point.precision)
+        call_s = min(call_s, again_s)
+        remaining_s = after_warmup_s(device, call_s, budget.timing_s, point.precision)
         warmup_s += again_s
     if warmup_s + remaining_s > budget.max_point_s:
         row.status = "skipped_budget"
         row.error = (
-            f"warm-up call took {warmup_s:.1f} s, so the point would take ~{warmup_s + remaining_s:.0f} s "
-            f"> max_point_s={budget.max_point_s:g} s"
+            f"{'compiled' if compiling else 'warm-up'} call took {warmup_s:.1f} s, so the point would take "
+            f"~{warmup_s + remaining_s:.0f} s > max_point_s={budget.max_point_s:g} s"
         )
         return
     row.peak_mem_bytes, memory_call_s = measure_peak(workload.call, device)
     # CUDA's number above already is the allocator's peak; a CPU needs one profiled call for it.
     row.peak_alloc_bytes = row.peak_mem_bytes if device == "cuda" else alloc_peak_bytes(workload.call)
     started = time.perf_counter()
-    timing = time_call(workload.call, device, budget.timing_s, min(warmup_s, memory_call_s))
-    # Seconds inside calls of the point (warm-up, memory call, the timer's run); everything else
-    # in a job's wall time (inputs, accuracy, stability, bookkeeping) is harness overhead.
-    row.measure_s = warmup_s + memory_call_s + (time.perf_counter() - started)
+    timing = time_call(workload.call, device, budget.timing_s, min(call_s, memory_call_s))
+    # Seconds inside calls of the point (warm-up and compilation, memory call, the timer's run);
+    # everything else in a job's wall time (inputs, accuracy, stability, bookkeeping) is harness overhead.
+    row.measure_s = (row.compile_s or 0.0) + warmup_s + memory_call_s + (time.perf_counter() - started)
     row.time_ms, row.time_ms_p20, row.time_ms_p80, row.time_samples = (
         timing.median_ms, timing.p20_ms, timing.p80_ms, timing.samples
     )
@@ -182,7 +210,7 @@ def _precision_notes(point: Point, workload: Any, checked: Any, row: Row) -> Non
     """`computed_as` (a tf32 row whose kernels ignore TF32 is an fp32 result) and the row's `note`."""
     from selfattn.precision import tf32_ignored
 
-    notes = []
+    notes = [row.note] if row.note else []
     row.computed_as = point.precision
     if point.precision == "tf32" and tf32_ignored(checked.out_rows, lambda: workload.check_call().out_rows):
         row.computed_as = "fp32"

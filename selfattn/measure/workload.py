@@ -45,6 +45,8 @@ class Workload:
     rows: torch.Tensor
     masks: Masks  # the point's masks, padding and documents drawn from its seed
     kernel_ran: Callable[[], str | None] = lambda: None  # the kernel the call runs, where the back end can tell
+    # one-time set-up the calls reuse, timed apart: {row column: seconds} (flex: block_mask_s)
+    prepare: Callable[[], dict[str, float]] = lambda: {}
 
 
 def _randn(shape: tuple[int, ...], seed: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -124,8 +126,11 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
     def kernel_ran() -> str | None:
         return _kernel_ran(point, q, k, v, masks, dtype)
 
+    def prepare() -> dict[str, float]:
+        return _prepare(point, q, k, v, masks, dtype)
+
     return Workload(call, check_call, reference, stability_inputs, _stability_upstream(point, len(rows), dtype, device),
-                    rows, masks, kernel_ran)
+                    rows, masks, kernel_ran, prepare)
 
 
 def _kernel_ran(point: Point, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, masks: Masks,
@@ -139,6 +144,19 @@ def _kernel_ran(point: Point, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     options = resolve_options(point.backend, dict(point.backend_options), q.device, dtype)
     with torch.no_grad():
         return module.kernel_ran(q.detach(), k.detach(), v.detach(), masks=masks, scale=point.scale_value, **options)
+
+
+def _prepare(point: Point, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, masks: Masks,
+             dtype: torch.dtype) -> dict[str, float]:
+    """The back end's one-time set-up for these inputs (flex: its block mask), with its seconds."""
+    from selfattn.backends import get_backend, resolve_options
+
+    module = get_backend(point.backend)
+    if not hasattr(module, "prepare"):
+        return {}
+    options = resolve_options(point.backend, dict(point.backend_options), q.device, dtype)
+    with torch.no_grad():
+        return module.prepare(q.detach(), k.detach(), v.detach(), masks=masks, scale=point.scale_value, **options)
 
 
 def _stability_upstream(point: Point, rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -210,8 +228,13 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
             q, k, v = layer.project_qkv(x.detach())
         return _kernel_ran(point, q, k, v, Masks(causal=point.causal), dtype)
 
+    def prepare() -> dict[str, float]:
+        with torch.no_grad():
+            q, k, v = layer.project_qkv(x.detach())
+        return _prepare(point, q, k, v, Masks(causal=point.causal), dtype)
+
     return Workload(call, check_call, reference, stability_inputs, _stability_upstream(point, len(rows), dtype, device),
-                    rows, Masks(causal=point.causal), kernel_ran)
+                    rows, Masks(causal=point.causal), kernel_ran, prepare)
 
 
 def _project_rows(layer: MultiHeadSelfAttention, x_BLD: torch.Tensor, rows: torch.Tensor):

@@ -154,7 +154,10 @@ def test_known_back_ends_take_the_registry_colours_and_unknown_ones_a_stable_one
     alone = backend_palette(["chunked (q_chunk=256)"])["chunked (q_chunk=256)"]
     among = backend_palette(["sdpa", "chunked (q_chunk=256)", "naive"])["chunked (q_chunk=256)"]
     assert alone == among == backend_color("chunked (q_chunk=256)") and alone not in known
-    # Two unknown names in one figure never share a colour, even when their digests pick the same one.
-    names = [f"variant {i}" for i in range(5)]
+    # Two unknown names in one figure never share a colour, even when their digests pick the same one
+    # (as many names as there are colours left over by the registry).
+    from analysis.figures import style
+
+    names = [f"variant {i}" for i in range(len(style._COLORS) - len(BACKEND_NAMES))]
     palette = backend_palette(names + list(BACKEND_NAMES))
     assert len(set(palette.values())) == len(palette)

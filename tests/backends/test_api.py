@@ -13,18 +13,21 @@ from selfattn.inputs import make_qkv, make_x
 from selfattn.precision import PRECISIONS, precision_context, resolve_dtype
 
 
-def test_registry_is_a_plain_dict_of_the_three_backends():
+def test_registry_is_a_plain_dict_of_the_four_backends():
     assert isinstance(backends.BACKENDS, dict)
-    assert list(backends.BACKENDS) == ["naive", "sdpa", "chunked"]
-    assert backends.available_backends("cpu") == ["naive", "sdpa", "chunked"]
+    assert list(backends.BACKENDS) == ["naive", "sdpa", "chunked", "flex"]
+    # flex needs a C++ compiler on a CPU (this machine and CI have one)
+    assert backends.available_backends("cpu") == ["naive", "sdpa", "chunked", "flex"]
     assert selfattn.BACKENDS is backends.BACKENDS
 
 
 def test_default_options_are_resolved():
-    assert backends.default_options("naive", "cpu", torch.float32) == {"upcast_softmax": False, "scale_at": "logits"}
+    assert backends.default_options("naive", "cpu", torch.float32) == {"upcast_softmax": False, "scale_at": "logits",
+                                                                       "compile": False}
     assert backends.default_options("sdpa", "cpu", torch.float32) == {"kernel": "auto", "bool_mask": False}
     chunked = backends.default_options("chunked", "cpu", torch.float32)
-    assert set(chunked) == {"q_chunk", "kv_chunk", "compute"} and chunked["compute"] == "fp32"
+    assert set(chunked) == {"q_chunk", "kv_chunk", "compute", "compile"} and chunked["compute"] == "fp32"
+    assert backends.default_options("flex", "cpu", torch.float32) == {}
     assert all(isinstance(chunked[k], int) and chunked[k] >= 1 for k in ("q_chunk", "kv_chunk"))
 
 
@@ -129,11 +132,15 @@ def test_layer_is_reproducible_and_backend_independent():
     x = make_x(2, 19, 32, seed=3, dtype=torch.float64)
     layers = {
         name: selfattn.MultiHeadSelfAttention(32, 4, backend=name, causal=True).double() for name in backends.BACKENDS
+        if name != "flex"  # no fp64 on a CPU: compared in fp32 below
     }
     outs = {name: layer(x) for name, layer in layers.items()}
     assert outs["naive"].shape == (2, 19, 32)
     for out in outs.values():
         torch.testing.assert_close(out, outs["naive"])
+    flex = selfattn.MultiHeadSelfAttention(32, 4, backend="flex", causal=True)
+    with torch.no_grad():
+        torch.testing.assert_close(flex(x.float()).double(), outs["naive"], atol=1e-5, rtol=0)
     layer = layers["naive"]
     layer.reset_parameters(seed=0)  # in float64 now: .double() above only widened fp32 values
     w = layer.w_q.weight.detach().clone()

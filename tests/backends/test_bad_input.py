@@ -62,7 +62,7 @@ def test_unknown_backend_lists_valid_names():
 def test_unknown_option_names_the_nearest_or_the_allowed_ones():
     with pytest.raises(ValueError, match=r"^chunk: unknown key; did you mean q_chunk\?$"):
         call(backend="chunked", chunk=64)
-    with pytest.raises(ValueError, match=r"^blocks: unknown key; allowed: q_chunk, kv_chunk, compute$"):
+    with pytest.raises(ValueError, match=r"^blocks: unknown key; allowed: q_chunk, kv_chunk, compute, compile$"):
         call(backend="chunked", blocks=64)
 
 

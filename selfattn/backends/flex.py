@@ -1,0 +1,219 @@
+"""flex: torch's flex_attention, compiled, with a block mask built from the same mask arguments.
+
+flex_attention (torch >= 2.5) is one compiled kernel for any mask: a `mask_mod(b, h, q_idx,
+kv_idx) -> keep` evaluated inside the kernel, and a block mask (`create_block_mask`) that lists,
+per block of 128 queries, the key blocks to visit and which of them are whole (no mask_mod
+needed). The mask_mod here is the harness's one geometry (selfattn/masks.py): query i of sequence
+b sees keys lo[b, i] <= j <= hi[b, i], so causal, window, padding and documents, and any mix of
+them, are the same two comparisons. GQA goes through flex's own `enable_gqa`; the scale is
+passed through (1.0 for the unscaled ablation). A row that sees no key returns zeros, as flex does.
+
+Two costs are measured apart from the call (selfattn/measure/run.py): compiling (the first call,
+`compile_s`) and building the block mask (`prepare`, `block_mask_s`). A model builds a block mask
+once per batch and shares it across its layers, so calls reuse the one built for the same masks
+(a small cache keyed on the mask arguments' values).
+
+What cannot run raises selfattn.Unsupported with the reason: inductor's CPU kernel takes fp32,
+fp16 and bf16 only and has no backward; a CPU needs a C++ compiler, CUDA needs triton.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import torch
+
+from selfattn.compile import compiled
+from selfattn.errors import Unsupported
+from selfattn.fields import defaults
+from selfattn.masks import Masks
+from selfattn.point import FP32_BYTES, Point
+
+NAME = "flex"
+# A compiled kernel with block sparsity, but generated rather than hand-tuned: the time guard's
+# optimistic share of the matmul peak.
+EFFICIENCY = 0.6
+BLOCK_SIZE = 128  # flex_attention's default sparse block (queries and keys)
+CPU_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what inductor's CPU flex kernel takes
+BLOCK_MASK_CACHE = 4  # block masks kept for reuse (one per distinct set of mask arguments)
+
+
+@dataclass(frozen=True)
+class Options:
+    """flex has no options of its own: the mask arguments decide its block mask."""
+
+
+def available(device: torch.device | str) -> bool:
+    return _missing(torch.device(device)) is None
+
+
+def _missing(device: torch.device) -> str | None:
+    """Why flex cannot run on `device` at all, or None."""
+    try:
+        import torch.nn.attention.flex_attention  # noqa: F401
+    except ImportError:
+        return f"flex_attention needs torch >= 2.5 (this is {torch.__version__})"
+    if device.type == "cpu" and not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")):
+        return "flex on a CPU compiles through inductor's C++ backend, and no C++ compiler (g++, c++, clang++) is on PATH"
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            return "flex on CUDA compiles through triton, which is not installed or cannot run here"
+    return None
+
+
+def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
+    return {**defaults(Options), **options}
+
+
+def kernel_label(options: Mapping[str, Any]) -> str:
+    return "compiled"
+
+
+def compiles(options: Mapping[str, Any]) -> bool:
+    return True  # flex_attention runs compiled or not at all (its eager path is a slow reference)
+
+
+def attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks,
+              scale: float) -> torch.Tensor:
+    _check(q_BHMD, k_BKND, v_BKND)
+    from torch.nn.attention.flex_attention import flex_attention
+
+    block_mask = _block_mask(masks, q_BHMD.shape[0], q_BHMD.shape[2], k_BKND.shape[2], q_BHMD.device)
+    gqa = k_BKND.shape[1] != q_BHMD.shape[1]
+    return compiled(flex_attention)(q_BHMD, k_BKND, v_BKND, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+
+
+def prepare(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks,
+            scale: float) -> dict[str, float]:
+    """Build the block mask these inputs need, timed, and keep it for the calls that follow."""
+    _check(q_BHMD, k_BKND, v_BKND)
+    device = q_BHMD.device
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    started = time.perf_counter()
+    _block_mask(masks, q_BHMD.shape[0], q_BHMD.shape[2], k_BKND.shape[2], device, rebuild=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return {"block_mask_s": time.perf_counter() - started}
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    missing = _missing(q.device)
+    if missing:
+        raise Unsupported(missing)
+    if q.device.type == "cpu":
+        if q.dtype not in CPU_DTYPES:
+            raise Unsupported(f"flex on a CPU: fp32, fp16 and bf16 only (inductor's CPU kernel), got {q.dtype}")
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+            raise Unsupported(f"flex on a CPU has no backward (torch {torch.__version__}): fwd_bwd needs CUDA")
+
+
+# (mask arguments, shape, device) -> BlockMask, most recently used last
+_block_masks: OrderedDict[tuple, Any] = OrderedDict()
+
+
+def _block_mask(masks: Masks, batch: int, q_len: int, seq_len: int, device: torch.device, *, rebuild: bool = False):
+    """The BlockMask of `masks`, built once per distinct mask arguments (and shape and device)."""
+    key = (masks.causal, masks.window, _digest(masks.key_lengths), _digest(masks.document_ids), batch, q_len,
+           seq_len, str(device))
+    if key in _block_masks and not rebuild:
+        _block_masks.move_to_end(key)
+        return _block_masks[key]
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if not masks.causal and masks.only_causal:
+        block_mask = _all_blocks(q_len, seq_len, device)
+    else:
+        lo_bM, hi_bM = masks.intervals(q_len, seq_len, device)
+        per_sequence = lo_bM.shape[0] > 1  # padding or documents: each sequence has its own block mask
+        block_mask = create_block_mask(_interval_mask_mod(lo_bM, hi_bM), B=batch if per_sequence else None, H=None,
+                                       Q_LEN=q_len, KV_LEN=seq_len, device=device, BLOCK_SIZE=BLOCK_SIZE)
+    _block_masks[key] = block_mask
+    _block_masks.move_to_end(key)
+    while len(_block_masks) > BLOCK_MASK_CACHE:
+        _block_masks.popitem(last=False)
+    return block_mask
+
+
+def _all_blocks(q_len: int, seq_len: int, device: torch.device):
+    """A block mask of whole blocks only: every query block visits every key block, no mask_mod.
+
+    Why not block_mask=None: on a CPU flex then holds O(q_len x seq_len) bytes per head in every
+    call (measured, torch 2.13, H8 n=2048 fp32: 83 MB against 13 MB with this mask), and
+    create_block_mask with an always-true mask_mod would build a (q_len x seq_len) mask to learn
+    what is known: all blocks are whole. So the index tensors are written directly.
+    """
+    from torch.nn.attention.flex_attention import BlockMask
+
+    q_blocks, kv_blocks = -(-q_len // BLOCK_SIZE), -(-seq_len // BLOCK_SIZE)
+    none = torch.zeros(1, 1, q_blocks, dtype=torch.int32, device=device)  # no partial blocks
+    none_indices = torch.zeros(1, 1, q_blocks, kv_blocks, dtype=torch.int32, device=device)
+    whole = torch.full((1, 1, q_blocks), kv_blocks, dtype=torch.int32, device=device)
+    whole_indices = torch.arange(kv_blocks, dtype=torch.int32, device=device).expand(1, 1, q_blocks, kv_blocks).contiguous()
+    return BlockMask.from_kv_blocks(none, none_indices, whole, whole_indices, BLOCK_SIZE=BLOCK_SIZE,
+                                    mask_mod=_see_all, seq_lengths=(q_len, seq_len))
+
+
+def _see_all(b, h, q_idx, kv_idx):
+    return q_idx >= 0  # never evaluated: every block is whole
+
+
+def _digest(t: torch.Tensor | None) -> tuple | None:
+    """A tensor's shape and a hash of its values: the cache key of a mask argument."""
+    if t is None:
+        return None
+    values = t.detach().to("cpu", torch.long).contiguous().numpy().tobytes()
+    return tuple(t.shape), hashlib.blake2b(values, digest_size=16).hexdigest()
+
+
+def _interval_mask_mod(lo_bM: torch.Tensor, hi_bM: torch.Tensor) -> Callable:
+    """mask_mod keeping lo[b, i] <= j <= hi[b, i] (one shared row of intervals when lo has one sequence)."""
+    if lo_bM.shape[0] == 1:  # the block mask is shared by every sequence: b may be any of them
+        lo_M, hi_M = lo_bM[0], hi_bM[0]
+
+        def shared(b, h, q_idx, kv_idx):
+            return (kv_idx >= lo_M[q_idx]) & (kv_idx <= hi_M[q_idx])
+
+        return shared
+
+    def per_sequence(b, h, q_idx, kv_idx):
+        return (kv_idx >= lo_bM[b, q_idx]) & (kv_idx <= hi_bM[b, q_idx])
+
+    return per_sequence
+
+
+# Per-thread scratch of inductor's CPU flex kernel, fitted to the profiler's peaks (torch 2.13,
+# fp32, H1-8, n = 512-2048, D64, 2 threads): peak = out + 2 fp32 output-sized buffers + this per thread.
+CPU_SCRATCH_BYTES_PER_THREAD = 320 * 1024
+# create_block_mask evaluates mask_mod on every (query, key) pair at once: measured 10 bytes per
+# pair at its peak (int64 indices and booleans), per sequence when padding or documents differ.
+BUILD_BYTES_PER_PAIR = 10
+
+
+def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
+    """O(n) per head in the call: the output, its log-sum-exp and, on a CPU, fp32 output
+    accumulators and per-thread scratch; the block mask's O((n/128)^2) index tensors. Building a
+    block mask for a mask (prepare) briefly costs BUILD_BYTES_PER_PAIR per (query, key) pair.
+    CUDA (triton keeps its tiles on chip; backward keeps dq in fp32) is not measured yet."""
+    b, h, d = point.batch, point.heads, point.head_dim
+    q_len, seq_len = point.q_len_resolved, point.seq_len
+    out, grads = point.out_bytes, point.grad_bytes
+    rows = b * h * q_len
+    lse = rows * FP32_BYTES
+    masks_per = b if point.masks_per_sequence else 1
+    index = 4 * masks_per * -(-q_len // BLOCK_SIZE) * -(-seq_len // BLOCK_SIZE) * 4  # 4 int32 index tensors
+    build = BUILD_BYTES_PER_PAIR * masks_per * q_len * seq_len if point.masked else 0
+    if device == "cuda":
+        call = out + lse + index
+    else:
+        call = out + 2 * rows * d * FP32_BYTES + lse + index + torch.get_num_threads() * CPU_SCRATCH_BYTES_PER_THREAD
+    if point.mode == "fwd_bwd":
+        call += grads + lse + rows * d * FP32_BYTES  # the gradients, delta rows, dq accumulated in fp32
+    return max(call, index + build)
