@@ -23,7 +23,7 @@ from analysis.claims import RULES, check_claims, claims_frame
 from analysis.compare import device_speedups, pick_baseline, speedup_table
 from analysis.cost import exponent_table
 from analysis.figures import FIGURES, Context, Made, Skipped
-from analysis.findings import study_findings
+from analysis.findings import STUDIES, study_findings, study_tables
 from analysis.load import Loaded, NoUsableResults, describe_devices, load
 
 
@@ -163,12 +163,19 @@ def _markdown(frame: pd.DataFrame) -> str:
 
 
 def _findings_section(rows: pd.DataFrame) -> list[str]:
-    """The masks, GQA, ... studies' findings, when their rows are present (none in the default study)."""
+    """The masks, GQA, ... studies' findings and tables, when their rows are present (none in the default study)."""
     lines: list[str] = []
-    for title, found in study_findings(rows):
-        frame = claims_frame(found)
-        lines += [f"## {title}: findings", "", _claims_table(frame), "", "Rules:", "",
-                  *[f"{i + 1}. {c.rule}" for i, c in enumerate(found)], ""]
+    findings, tables = dict(study_findings(rows)), study_tables(rows)
+    for title, _ in STUDIES:
+        found, extra = findings.get(title, []), tables.get(title, [])
+        if not found and not extra:
+            continue
+        lines += [f"## {title}: findings", ""]
+        if found:
+            lines += [_claims_table(claims_frame(found)), "", "Rules:", "",
+                      *[f"{i + 1}. {c.rule}" for i, c in enumerate(found)], ""]
+        for caption, table in extra:
+            lines += [caption, "", _markdown(table), ""]
     return lines
 
 

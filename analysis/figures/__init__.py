@@ -5,6 +5,7 @@ from __future__ import annotations
 from analysis.figures.accuracy import accuracy_vs_seq_len
 from analysis.figures.causal import causal_saving
 from analysis.figures.common import Context, Made, Skipped
+from analysis.figures.compiled import compile_cost, compiled_time_memory
 from analysis.figures.cost import memory_vs_seq_len, throughput_vs_seq_len, time_vs_seq_len
 from analysis.figures.decode import decode_time, generation, roofline
 from analysis.figures.devices import devices_compared
@@ -30,6 +31,8 @@ FIGURES = (
     roofline,  # 13
     decode_time,  # 14
     generation,  # 15
+    compiled_time_memory,  # 16
+    compile_cost,  # 17
 )
 
 __all__ = ["FIGURES", "Context", "Made", "Skipped"]
