@@ -15,8 +15,8 @@ _SHOWN = frozenset(AXES) - {"backend", "precision"} | {"d_model"}
 
 
 def describe(row: Mapping[str, Any], keys: Iterable[str]) -> str:
-    """`backend key=value ... precision` for the keys this job varies."""
-    backend = str(row.get("backend") or "?")
+    """`backend key=value ... precision` for the keys this job varies ("naive+compile" with compile=true)."""
+    backend = str(row.get("backend") or "?") + ("+compile" if _option(row, "compile") is True else "")
     parts = [backend]
     for key in keys:
         if key.startswith("backend."):
@@ -90,6 +90,9 @@ def line(index: int | None, total: int | None, what: str, row: Mapping[str, Any]
         result = note
     elif status == "ok":
         result = f"{fmt_ms(row.get('time_ms'))}, {fmt_bytes(row.get('peak_mem_bytes'))}, ok"
+        if row.get("compile_s") is not None:  # a compiled back end's first call, timed apart
+            first = "compiled in" if row.get("recompiled") else "first call (compiled code reused)"
+            result += f", {first} {row['compile_s']:.1f} s"
     else:
         error = str(row.get("error") or "").splitlines()[0][:100] if row.get("error") else ""
         result = f"{status}{': ' + error if error else ''}"

@@ -137,3 +137,29 @@ def test_sdpa_math_kernel_memory_model_matches_its_allocations(precision, causal
     # bytes per score: fp32 fwd 9, fp16/bf16 fwd 9 (+ fp32 copies of q, k, v, out), fwd_bwd 12
     assert measured / point.scores > (8.9 if mode == "fwd" else 11.9)
     assert predicted == pytest.approx(measured, rel=0.03), f"measured {measured} B, predicted {predicted} B"
+
+
+@pytest.mark.parametrize("heads, seq_len, causal, documents", [(4, 1024, True, None), (8, 1024, False, None),
+                                                                (2, 512, True, 4)],
+                         ids=["causal", "full", "docs"])
+def test_flex_memory_model_matches_its_allocations(heads, seq_len, causal, documents):
+    """flex on a CPU: the call's peak (O(n) per head) and create_block_mask's (O(n^2), in prepare)."""
+    from selfattn.backends import flex
+    from selfattn.inputs import make_qkv
+    from selfattn.masks import point_masks
+    from selfattn.measure.memory import alloc_peak_bytes
+
+    point = Point(backend="flex", device="cpu", batch=2, heads=heads, seq_len=seq_len, causal=causal,
+                  documents=documents)
+    q, k, v = make_qkv(2, heads, seq_len, seq_len, 64, seed=0)
+    masks = point_masks(point)
+    build = alloc_peak_bytes(lambda: flex._block_mask(masks, 2, seq_len, seq_len, q.device, rebuild=True))
+
+    def call():
+        return flex.attention(q, k, v, masks=masks, scale=0.125)
+
+    call()  # compiles; the block mask is cached from the build above
+    measured = max(alloc_peak_bytes(call), build)
+    assert predict_mem_bytes(point) == pytest.approx(measured, rel=0.1), f"measured {measured} B"
+    if causal:  # the build's n^2 bytes, not the call, set the prediction
+        assert build > alloc_peak_bytes(call)

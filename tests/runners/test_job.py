@@ -98,6 +98,11 @@ def test_progress_line():
     assert progress.fmt_ms(8.0) == "8.00 ms" and progress.fmt_ms(0.0123) == "0.0123 ms" and progress.fmt_ms(2682.2) == "2682 ms"
     failed = {**row, "status": "oom", "error": "CUDA out of memory\nmore"}
     assert progress.line(None, None, "x", failed) == "x -> oom: CUDA out of memory"
+    compiled = {**row, "backend_options": '{"compile": true, "q_chunk": null}', "compile_s": 7.31, "recompiled": True}
+    assert progress.line(1, 2, progress.describe(compiled, ["seq_len"]), compiled) == (
+        "[1/2] chunked+compile seq_len=4096 fp32 -> 41.2 ms, 9.3 MiB, ok, compiled in 7.3 s")
+    reused = {**compiled, "recompiled": False, "compile_s": 0.05}
+    assert progress.line(None, None, "x", reused).endswith("ok, first call (compiled code reused) 0.1 s")
 
 
 def test_missing_wandb_is_one_warning_and_the_csv_is_complete(tmp_path, fake_measure, monkeypatch, capsys):
