@@ -9,7 +9,8 @@
 #   2. deps     hydra-core/omegaconf from --wheels DIR if missing (pip --no-index --target)
 #   3. tests    pytest -m gpu (every @pytest.mark.gpu test)          -> OUT_DIR/pytest.log
 #   4. sweeps   quadratic_cost and scaling_stability at reduced size, every back end, every
-#               SDPA kernel, fp32/tf32/bf16/fp16                     -> OUT_DIR/sweep.log
+#               SDPA kernel, fp32/tf32/bf16/fp16; the compiled back ends (flex, naive with
+#               compile=true) at one size, fwd and fwd_bwd, compile_s apart -> OUT_DIR/sweep.log
 #   5. results  the sweeps' rows in one table                        -> OUT_DIR/results.csv
 #   6. report   python -m analysis.report (PNG figures)              -> OUT_DIR/report/
 # then prints a summary (also OUT_DIR/summary.txt). A failing stage never stops the next one:
@@ -74,9 +75,9 @@ say() { printf '%s\n' "$*"; }
 #   (time left - FINAL_RESERVE_S) x its weight / (its weight + the weights of the stages after it),
 # so a stage that ends early leaves its time to the next ones, and the limits never add up to
 # more than --total-s. The dry run computes them as if each stage used all of its limit.
-ORDER=(deps tests quadratic_cost sdpa_kernels scaling_stability results report)
+ORDER=(deps tests quadratic_cost sdpa_kernels scaling_stability flex compile_option results report)
 declare -A WEIGHT=([deps]=15 [tests]=100 [quadratic_cost]=70 [sdpa_kernels]=40 [scaling_stability]=45
-                   [results]=8 [report]=40)
+                   [flex]=25 [compile_option]=20 [results]=8 [report]=40)
 FINAL_RESERVE_S=15  # packing, the size check and the summary after the last stage
 MIN_STAGE_S=5       # a stage with less than this is skipped: it could not even start Python
 SIM_USED=0          # the dry run's clock: seconds the stages so far would have used at most
@@ -123,10 +124,10 @@ LIMITS=()
 # --- the check's sizes: small enough for ~6 minutes in total, large enough to mean something ---
 if ((ALLOW_CPU)); then
   DEVICE=cpu COST_SEQ=128,256 COST_PREC=fp32 KERNEL_SEQ=128 KERNEL_PREC=fp32,tf32,bf16
-  STAB_SEQ=128 STAB_DIMS=16,64 STAB_STD=1.0 MAX_POINT_S=10
+  STAB_SEQ=128 STAB_DIMS=16,64 STAB_STD=1.0 MAX_POINT_S=10 COMPILED_SEQ=256 COMPILED_PREC=fp32
 else
   DEVICE=cuda COST_SEQ=1024,2048,4096,8192,16384 COST_PREC=fp32,bf16 KERNEL_SEQ=4096 KERNEL_PREC=fp32,tf32,bf16,fp16
-  STAB_SEQ=2048 STAB_DIMS=16,64,256,1024 STAB_STD=1.0,2.0 MAX_POINT_S=5
+  STAB_SEQ=2048 STAB_DIMS=16,64,256,1024 STAB_STD=1.0,2.0 MAX_POINT_S=5 COMPILED_SEQ=4096 COMPILED_PREC=bf16
 fi
 if ((PACK)); then
   WORK=$( ((DRY)) && echo "/tmp/gpu_check_sweeps.XXXXXX" || mktemp -d "${TMPDIR:-/tmp}/gpu_check_sweeps.XXXXXX")
@@ -198,9 +199,19 @@ stage sdpa_kernels "$OUT/sweep.log" "$PY" -m runners.sweep experiment=quadratic_
 stage scaling_stability "$OUT/sweep.log" "$PY" -m runners.sweep experiment=scaling_stability \
   head_dim=$STAB_DIMS input_std=$STAB_STD seq_len=$STAB_SEQ "${COMMON[@]}" hydra.sweep.dir="$WORK/scaling_stability"
 
+# The compiled back ends at one size, masked or not, fwd and fwd_bwd: flex (triton on CUDA, with a
+# backward, unlike on a CPU), then naive and chunked with compile=true. Compiling is part of these
+# points (compile_s, apart from time_ms), so max_point_s leaves room for it.
+COMPILED=(seq_len=$COMPILED_SEQ causal=false,true mode=fwd,fwd_bwd precision=$COMPILED_PREC budget.timing_s=0.1
+          device=$DEVICE report=false budget.max_point_s=120 budget.accuracy_rows=32 "$WANDB")
+stage flex "$OUT/sweep.log" "$PY" -m runners.sweep -m name=flex_check backend=flex "${COMPILED[@]}" \
+  hydra.sweep.dir="$WORK/flex"
+stage compile_option "$OUT/sweep.log" "$PY" -m runners.sweep -m name=compile_check backend=naive,chunked \
+  backend.compile=true "${COMPILED[@]}" hydra.sweep.dir="$WORK/compile_option"
+
 # 5. results: whatever rows exist, even of a sweep cut short (rows are written as jobs finish).
 stage results "$OUT/sweep.log" "$PY" scripts/gpu_check_helper.py merge "$OUT/results.csv" \
-  "$WORK/quadratic_cost" "$WORK/sdpa_kernels" "$WORK/scaling_stability"
+  "$WORK/quadratic_cost" "$WORK/sdpa_kernels" "$WORK/scaling_stability" "$WORK/flex" "$WORK/compile_option"
 
 # 6. report: figures, fitted exponents and the chapter's claims, from the merged rows.
 stage report "$OUT/sweep.log" "$PY" -m analysis.report "$OUT/results.csv" --out "$REPORT" --formats png

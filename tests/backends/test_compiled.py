@@ -120,6 +120,18 @@ def test_same_shape_reuses_compiled_code_and_new_masks_do_not_recompile():
     assert graphs_compiled() == before
 
 
+def test_more_shapes_than_dynamos_default_limit_all_compile():
+    """dynamo stops compiling a function after 8 graphs and then runs it eagerly, silently; a sweep over
+    ten sizes must get ten compiled graphs instead (selfattn/compile.py raises the limit)."""
+    before = graphs_compiled()
+    for n in range(21, 31):
+        q, k, v = selfattn.make_qkv(1, 1, n, n, 8, seed=n)
+        with torch.no_grad():
+            out = selfattn.attention(q, k, v, backend="naive", compile=True)
+        torch.testing.assert_close(out.double(), selfattn.attention_reference(q, k, v), atol=1e-5, rtol=0)
+    assert graphs_compiled() - before == 10
+
+
 def test_flex_refuses_what_its_cpu_kernel_cannot_run():
     q, k, v = selfattn.make_qkv(1, 2, 16, 16, 8, dtype=torch.float64)
     with pytest.raises(selfattn.Unsupported, match="fp32, fp16 and bf16 only"):
@@ -138,3 +150,30 @@ def test_compile_is_an_option_and_a_kernel_label():
     assert compiles("flex", {}) and not compiles("naive", {"compile": False})
     with pytest.raises(ValueError, match="compile: expected true or false"):
         selfattn.attention(*selfattn.make_qkv(1, 1, 4, 4, 4), backend="naive", compile="yes")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+def test_cuda_compiled_back_ends_match_reference_forward_and_backward(dtype):
+    """On CUDA (triton): flex with its backward, and the compile option, within the FlashAttention rule
+    against naive in the same dtype; padding, a window and GQA together."""
+    q, k, v = selfattn.make_qkv(2, 8, 200, 200, 64, dtype=dtype, device="cuda", seed=4, kv_heads=2)
+    masks = dict(causal=True, window=64, key_lengths=torch.tensor([200, 150], device="cuda"))
+    upstream = torch.randn(q.shape, generator=torch.Generator().manual_seed(5)).to("cuda", dtype)
+    q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    ref = selfattn.attention_reference(q64, k64, v64, **masks)
+    ref_grads = torch.autograd.grad(ref, (q64, k64, v64), upstream.double())
+
+    def errors(backend, **options):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        out = selfattn.attention(*leaves, backend=backend, **masks, **options)
+        grads = torch.autograd.grad(out, leaves, upstream)
+        return ((out.double() - ref).abs().max().item(),
+                max((g.double() - r).abs().max().item() for g, r in zip(grads, ref_grads)))
+
+    naive_out, naive_grad = errors("naive")
+    eps = {torch.float32: 1e-4, torch.bfloat16: 1e-3, torch.float16: 2e-4}[dtype]
+    for backend, options in (("flex", {}), ("naive", {"compile": True}), ("chunked", {"compile": True})):
+        out_err, grad_err = errors(backend, **options)
+        assert out_err <= 2 * naive_out + eps, f"{backend} {options}: {out_err:.3g} vs naive {naive_out:.3g}"
+        assert grad_err <= 2 * naive_grad + eps, f"{backend} {options} grads: {grad_err:.3g} vs naive {naive_grad:.3g}"

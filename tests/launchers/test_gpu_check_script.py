@@ -30,19 +30,20 @@ def test_dry_run_prints_every_stage_and_runs_nothing(tmp_path: Path) -> None:
     assert any("pip install -q --no-index --no-deps --target" in c and str(tmp_path / "wheels") in c for c in commands)
     assert any("-m pytest -m gpu tests" in c and str(out_dir / "pytest.log") in c for c in commands)
     sweeps = [c for c in commands if "-m runners.sweep" in c]
-    assert len(sweeps) == 3
+    assert len(sweeps) == 5
     assert all("device=cuda" in c and "report=false" in c and "budget.max_point_s=" in c for c in sweeps)
     assert all("wandb.mode=disabled" in c for c in sweeps)  # the GPU image has no wandb
     joined = " ".join(sweeps)
     assert "experiment=quadratic_cost" in joined and "experiment=scaling_stability" in joined
     assert "backend.kernel=auto,flash,efficient,math,cudnn" in joined
     assert "precision=fp32,tf32,bf16,fp16" in joined
+    assert "backend=flex" in joined and "backend=naive,chunked backend.compile=true" in joined  # compiled back ends
     assert any("-m analysis.report" in c and str(out_dir / "results.csv") in c for c in commands)
     assert any("report.tar.gz" in c for c in commands)
     # every stage runs under a limit computed from the time left; with each stage using all of
     # its limit the whole still fits the total (6 minutes on an H200, the wheels' install included)
     limits = _limits(commands)
-    assert len(limits) == 7 and all(limit >= 5 for limit in limits.values())
+    assert len(limits) == 9 and all(limit >= 5 for limit in limits.values())
     assert sum(limits.values()) + 15 <= 330 and "total 330s" in text
     assert f"deps {limits['deps']}s tests {limits['tests']}s" in text  # the computed limits are printed
     assert any("gpu_check_helper.py fit" in c and str(out_dir) in c for c in commands)
@@ -50,7 +51,8 @@ def test_dry_run_prints_every_stage_and_runs_nothing(tmp_path: Path) -> None:
 
 def _limits(commands: list[str]) -> dict[str, int]:
     """Stage name -> the limit its `+ timeout N` line shows (the stages in their order)."""
-    names = ["deps", "tests", "quadratic_cost", "sdpa_kernels", "scaling_stability", "results", "report"]
+    names = ["deps", "tests", "quadratic_cost", "sdpa_kernels", "scaling_stability", "flex", "compile_option",
+             "results", "report"]
     timed = [int(c.split()[2]) for c in commands if c.startswith("+ timeout ")]
     return dict(zip(names[len(names) - len(timed):], timed))
 
@@ -60,7 +62,7 @@ def test_stage_limits_are_computed_from_the_time_left(tmp_path: Path, total_s: i
     done = _run(str(tmp_path / "out"), "--wheels", str(tmp_path / "wheels"), "--total-s", str(total_s), "--dry-run")
     assert done.returncode == 0, done.stderr
     limits = _limits([line for line in done.stdout.splitlines() if line.startswith("+ ")])
-    assert len(limits) == 7
+    assert len(limits) == 9
     # shares of what is left: never more than the total, and nothing wasted beyond rounding
     assert total_s - 15 - len(limits) <= sum(limits.values()) <= total_s - 15
     assert limits["tests"] > limits["quadratic_cost"] > limits["sdpa_kernels"] > limits["results"]
