@@ -141,6 +141,16 @@ def test_flex_refuses_what_its_cpu_kernel_cannot_run():
         selfattn.attention(q, k, v, backend="flex")
 
 
+def test_flex_without_a_cpp_compiler_is_unsupported_not_an_error(monkeypatch):
+    from selfattn.backends import available_backends, flex
+
+    monkeypatch.setattr(flex.shutil, "which", lambda name: None)
+    assert "flex" not in available_backends("cpu")
+    q, k, v = selfattn.make_qkv(1, 2, 16, 16, 8)
+    with pytest.raises(selfattn.Unsupported, match="no C\\+\\+ compiler"):
+        selfattn.attention(q, k, v, backend="flex")
+
+
 def test_compile_is_an_option_and_a_kernel_label():
     from selfattn.backends import compiles, kernel_label
 
