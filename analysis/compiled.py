@@ -2,10 +2,10 @@
 
 Variants: the eager back ends (naive, chunked, sdpa), naive and chunked with their `compile` option
 on ("naive+compile", "chunked+compile": analysis.cost.variant_names) and flex, which always compiles.
-A row ran compiled code when it records a compile time (`compile_s`, the point's first call,
-compilation included, timed apart from time_ms) or its kernel label says so ("...-compiled",
-flex's "compiled"). Its compilation cost counts only where `recompiled` is true: a first call that
-found code compiled for an earlier point in the same process took just a call.
+A row ran compiled code when its kernel label says so ("...-compiled", flex's "compiled") or it
+asked for compile=true; `compile_s` is its first call, compilation included, timed apart from
+time_ms. Its compilation cost counts only where `recompiled` is true: a first call that found code
+compiled for an earlier point in the same process took just a call.
 
 The question the study answers: does compiling naive attention stop materializing the n x n score
 matrix? Its peak memory's exponent against n says: about 2 it still materializes, about 1 the
@@ -58,22 +58,16 @@ COMPILE_COST_CAPTION = (
     "time on a loaded machine is no basis for a verdict.")
 
 
-def _numbers(rows: pd.DataFrame, column: str) -> pd.Series:
-    """A numeric column; NaN where the rows (an older CSV) lack it."""
-    if column not in rows:
-        return pd.Series(np.nan, index=rows.index, dtype=float)
-    return pd.to_numeric(rows[column], errors="coerce")
-
-
 def compiled_code(rows: pd.DataFrame) -> pd.Series:
-    """Whether each row ran compiled code: a compile time recorded, a '-compiled' kernel, or compile=true."""
-    kernel = rows["kernel"].fillna("").astype(str).str.endswith("compiled") if "kernel" in rows else False
-    return _numbers(rows, "compile_s").notna() | kernel | variant_names(rows).str.endswith(COMPILED_SUFFIX)
+    """Whether each row ran compiled code: its kernel label says so ('-compiled', flex's 'compiled'), or it asked
+    for compile=true (a row that failed before its label was set)."""
+    kernel = rows["kernel"].str.endswith("compiled")
+    return kernel | variant_names(rows).str.endswith(COMPILED_SUFFIX)
 
 
 def mask_text(rows: pd.DataFrame) -> pd.Series:
     """'no mask', 'causal', 'causal window 256' or 'window 256'."""
-    window = _numbers(rows, "window")
+    window = rows["window"]
     causal = rows["causal"].astype(bool)
     text = np.where(causal, "causal", "no mask")
     windowed = window.notna()
@@ -129,10 +123,7 @@ def compiled_study(rows: pd.DataFrame) -> pd.DataFrame:
         frames.append(part[others == part["variant"].map(usual)])
     if not frames:
         return rows.iloc[0:0]
-    study = pd.concat(frames)
-    recompiled = study["recompiled"].astype(object).fillna(False).astype(bool) if "recompiled" in study else False
-    return study.assign(compile_s=_numbers(study, "compile_s"), block_mask_s=_numbers(study, "block_mask_s"),
-                        recompiled=recompiled)
+    return pd.concat(frames)  # compile_s, block_mask_s and recompiled arrive typed (analysis.load)
 
 
 def points(study: pd.DataFrame, metric: str) -> pd.DataFrame:

@@ -85,8 +85,7 @@ def read_csv(path: Path) -> tuple[pd.DataFrame | None, list[str]]:
     df["causal"] = df["causal"].map(_parse_bool)
     for col in BOOL_COLUMNS:
         default = axis_default(col) if col in FIELD_NAMES else False
-        cells = df[col] if col in df.columns else pd.Series("", index=df.index)  # a column newer than Row
-        df[col] = cells.map(_parse_bool).astype(object).fillna(default).astype(bool)  # object: a bool fill on floats is deprecated
+        df[col] = df[col].map(_parse_bool).astype(object).fillna(default).astype(bool)  # object: a bool fill on floats is deprecated
 
     keep = pd.Series(True, index=df.index)
     newer = df["schema_version"] > SCHEMA_VERSION

@@ -19,6 +19,7 @@ fp16 and bf16 only and has no backward; a CPU needs a C++ compiler, CUDA needs t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import shutil
 import time
@@ -58,7 +59,7 @@ def _missing(device: torch.device) -> str | None:
         import torch.nn.attention.flex_attention  # noqa: F401
     except ImportError:
         return f"flex_attention needs torch >= 2.5 (this is {torch.__version__})"
-    if device.type == "cpu" and not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")):
+    if device.type == "cpu" and not _cpp_compiler():
         return "flex on a CPU compiles through inductor's C++ backend, and no C++ compiler (g++, c++, clang++) is on PATH"
     if device.type == "cuda":
         from torch.utils._triton import has_triton
@@ -66,6 +67,12 @@ def _missing(device: torch.device) -> str | None:
         if not has_triton():
             return "flex on CUDA compiles through triton, which is not installed or cannot run here"
     return None
+
+
+@functools.cache
+def _cpp_compiler() -> str | None:
+    """The C++ compiler inductor can use, looked up once: a PATH search costs ~75 us, and every call checks."""
+    return next((cc for cc in ("g++", "c++", "clang++") if shutil.which(cc)), None)
 
 
 def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:

@@ -124,39 +124,27 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
         return q.detach()[:, :, rows_dev], k.detach(), v.detach(), rows
 
     def kernel_ran() -> str | None:
-        return _kernel_ran(point, q, k, v, masks, dtype)
+        return _backend_hook("kernel_ran", point, q, k, v, masks, dtype, None)
 
     def prepare() -> dict[str, float]:
-        return _prepare(point, q, k, v, masks, dtype)
+        return _backend_hook("prepare", point, q, k, v, masks, dtype, {})
 
     return Workload(call, check_call, reference, stability_inputs, _stability_upstream(point, len(rows), dtype, device),
                     rows, masks, kernel_ran, prepare)
 
 
-def _kernel_ran(point: Point, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, masks: Masks,
-                dtype: torch.dtype) -> str | None:
-    """The back end's own word on which kernel these inputs run (sdpa's `auto`), if it has one."""
+def _backend_hook(hook: str, point: Point, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, masks: Masks,
+                  dtype: torch.dtype, absent: Any) -> Any:
+    """The back end's optional `hook` on these inputs, or `absent` when it has none: `kernel_ran` (which
+    kernel they run, sdpa's `auto`) or `prepare` (one-time set-up, flex's block mask, with its seconds)."""
     from selfattn.backends import get_backend, resolve_options
 
     module = get_backend(point.backend)
-    if not hasattr(module, "kernel_ran"):
-        return None
+    if not hasattr(module, hook):
+        return absent
     options = resolve_options(point.backend, dict(point.backend_options), q.device, dtype)
     with torch.no_grad():
-        return module.kernel_ran(q.detach(), k.detach(), v.detach(), masks=masks, scale=point.scale_value, **options)
-
-
-def _prepare(point: Point, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, masks: Masks,
-             dtype: torch.dtype) -> dict[str, float]:
-    """The back end's one-time set-up for these inputs (flex: its block mask), with its seconds."""
-    from selfattn.backends import get_backend, resolve_options
-
-    module = get_backend(point.backend)
-    if not hasattr(module, "prepare"):
-        return {}
-    options = resolve_options(point.backend, dict(point.backend_options), q.device, dtype)
-    with torch.no_grad():
-        return module.prepare(q.detach(), k.detach(), v.detach(), masks=masks, scale=point.scale_value, **options)
+        return getattr(module, hook)(q.detach(), k.detach(), v.detach(), masks=masks, scale=point.scale_value, **options)
 
 
 def _stability_upstream(point: Point, rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -226,12 +214,12 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
     def kernel_ran() -> str | None:
         with torch.no_grad():
             q, k, v = layer.project_qkv(x.detach())
-        return _kernel_ran(point, q, k, v, Masks(causal=point.causal), dtype)
+        return _backend_hook("kernel_ran", point, q, k, v, Masks(causal=point.causal), dtype, None)
 
     def prepare() -> dict[str, float]:
         with torch.no_grad():
             q, k, v = layer.project_qkv(x.detach())
-        return _prepare(point, q, k, v, Masks(causal=point.causal), dtype)
+        return _backend_hook("prepare", point, q, k, v, Masks(causal=point.causal), dtype, {})
 
     return Workload(call, check_call, reference, stability_inputs, _stability_upstream(point, len(rows), dtype, device),
                     rows, Masks(causal=point.causal), kernel_ran, prepare)

@@ -144,7 +144,7 @@ def test_flex_refuses_what_its_cpu_kernel_cannot_run():
 def test_flex_without_a_cpp_compiler_is_unsupported_not_an_error(monkeypatch):
     from selfattn.backends import available_backends, flex
 
-    monkeypatch.setattr(flex.shutil, "which", lambda name: None)
+    monkeypatch.setattr(flex, "_cpp_compiler", lambda: None)
     assert "flex" not in available_backends("cpu")
     q, k, v = selfattn.make_qkv(1, 2, 16, 16, 8)
     with pytest.raises(selfattn.Unsupported, match="no C\\+\\+ compiler"):
