@@ -91,7 +91,8 @@ def test_quick_is_the_union_of_its_grids(composer):
 
 
 def test_help_lists_groups_and_experiments():
-    text = (CONF / "config.yaml").read_text()
+    assert "override hydra/help: selfattn" in (CONF / "config.yaml").read_text()
+    text = (CONF / "hydra" / "help" / "selfattn.yaml").read_text()
     for name in EXPERIMENTS:
         assert f"  {name} " in text
     assert "$APP_CONFIG_GROUPS" in text
