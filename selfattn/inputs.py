@@ -11,6 +11,8 @@ import math
 
 import torch
 
+from selfattn.masks import Masks
+from selfattn.point import Point
 from selfattn.validate import check_positive_int, check_seed
 
 
@@ -103,3 +105,15 @@ def make_document_ids(batch: int, seq_len: int, documents: int | None, *, seed: 
         starts[cuts] = 1
         ids[b] = torch.cumsum(starts, dim=0)
     return ids
+
+
+def point_masks(point: Point, device: torch.device | str = "cpu") -> Masks:
+    """The masks of a sweep point: its causal flag and window, and padding lengths and document
+    ids drawn from its seed (above), on `device`. selfattn/masks.py is the geometry they feed."""
+    key_lengths = make_key_lengths(point.batch, point.seq_len, point.pad_frac, seed=point.seed)
+    document_ids = make_document_ids(point.batch, point.seq_len, point.documents, seed=point.seed)
+    return Masks(
+        causal=point.causal, window=point.window,
+        key_lengths=None if key_lengths is None else key_lengths.to(device),
+        document_ids=None if document_ids is None else document_ids.to(device),
+    )

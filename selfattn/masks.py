@@ -16,7 +16,6 @@ computation instead of one per back end.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -45,20 +44,6 @@ class Masks:
         """Bool (batch or 1, rows, keys): True where query i may see key j (the mask itself)."""
         lo, hi = self.intervals(q_len, seq_len, device)
         return keep_from_intervals(lo, hi, seq_len, rows=rows, keys=keys)
-
-
-def point_masks(point: Any, device: torch.device | str = "cpu") -> Masks:
-    """The masks of a sweep point (selfattn.Point): its causal flag and window, and padding
-    lengths and document ids drawn from its seed (selfattn.inputs), on `device`."""
-    from selfattn.inputs import make_document_ids, make_key_lengths
-
-    key_lengths = make_key_lengths(point.batch, point.seq_len, point.pad_frac, seed=point.seed)
-    document_ids = make_document_ids(point.batch, point.seq_len, point.documents, seed=point.seed)
-    return Masks(
-        causal=point.causal, window=point.window,
-        key_lengths=None if key_lengths is None else key_lengths.to(device),
-        document_ids=None if document_ids is None else document_ids.to(device),
-    )
 
 
 def key_intervals(

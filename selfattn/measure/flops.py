@@ -11,7 +11,8 @@ gets credit only for the unmasked ones, so its `tflops` shows the waste.
 
 from __future__ import annotations
 
-from selfattn.masks import point_masks, seen_pairs
+from selfattn.inputs import point_masks
+from selfattn.masks import seen_pairs
 from selfattn.point import Point
 
 # Backward recomputes/uses 2.5x the forward matmuls (dQ, dK, dV, dP and, for fused kernels, the

@@ -17,9 +17,9 @@ from typing import Any, Callable
 import torch
 
 from selfattn.api import attention
-from selfattn.inputs import make_qkv, make_x
+from selfattn.inputs import make_qkv, make_x, point_masks
 from selfattn.layer import MultiHeadSelfAttention
-from selfattn.masks import Masks, point_masks
+from selfattn.masks import Masks
 from selfattn.point import Point, parse_scale
 from selfattn.reference import attention_reference
 

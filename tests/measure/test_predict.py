@@ -146,7 +146,7 @@ def test_flex_memory_model_matches_its_allocations(heads, seq_len, causal, docum
     """flex on a CPU: the call's peak (O(n) per head) and create_block_mask's (O(n^2), in prepare)."""
     from selfattn.backends import flex
     from selfattn.inputs import make_qkv
-    from selfattn.masks import point_masks
+    from selfattn.inputs import point_masks
     from selfattn.measure.memory import alloc_peak_bytes
 
     point = Point(backend="flex", device="cpu", batch=2, heads=heads, seq_len=seq_len, causal=causal,
