@@ -13,10 +13,10 @@ log-sum-exp per row and recomputes each block's probabilities, as FlashAttention
 fwd_bwd memory stays O(n) too.
 
 Speed on CPU comes from: batch*heads flattened into one bmm per block, the scale folded
-into Q once, in-place exp/sub and baddbmm_ into the accumulator, chunk sizes measured per
-device and dtype (DEFAULT_CHUNKS), and head groups run in worker threads with
-single-threaded ops instead of one OpenMP barrier per op (see _over_heads;
-HEAD_THREADS = 1 keeps every op on the calling thread, as a TorchDispatchMode needs).
+into Q once, in-place exp/sub and baddbmm_ into the accumulator, measured chunk sizes
+(DEFAULT_CHUNKS), and head groups run in worker threads with single-threaded ops instead of one
+OpenMP barrier per op (selfattn/backends/chunked_pool.py; its HEAD_THREADS = 1 keeps every op on
+the calling thread, as a TorchDispatchMode needs).
 fp16/bf16 inputs (option `compute`): the scores, running max and sum and the output
 accumulator are always fp32; the block matmuls run either on fp32 copies (`fp32`, the CPU
 default: CPUs without fp16/bf16 matmul units are faster so and round less) or in the input
@@ -35,14 +35,12 @@ have their own threads).
 
 from __future__ import annotations
 
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
 
+from selfattn.backends import chunked_pool
 from selfattn.compile import compiled
 from selfattn.fields import spec
 from selfattn.masks import Masks, blocks, keep_from_intervals
@@ -63,16 +61,12 @@ class Options:
                              "fp32, as FlashAttention) | auto (input on CUDA, fp32 on a CPU)")
     compile: bool = spec(False, help="run each block's work through torch.compile (compile time is measured apart, as compile_s)")
 
-# (device type, dtype) -> (q_chunk, kv_chunk), chosen from a measured sweep (see docs/performance.md).
-# CPU fp32, B1 H8 D64, n=4096, 2 threads: chunked/sdpa CPU time 1.24-1.34 for every size from
-# 128x256 to 1024x1024; 256x512 was at the bottom for fwd (1.26) and fwd_bwd (1.14), and is
-# finer than 512x512 for causal block skipping. fp16/bf16 compute in fp32, so they share it.
-DEFAULT_CHUNKS: dict[tuple[str, torch.dtype], tuple[int, int]] = {
-    ("cpu", torch.float32): (256, 512),
-    ("cpu", torch.float16): (256, 512),
-    ("cpu", torch.bfloat16): (256, 512),
-}
-FALLBACK_CHUNKS = (256, 512)  # not yet measured there (CPU fp64, CUDA): the CPU fp32 choice
+# (q_chunk, kv_chunk), chosen from a measured sweep (see docs/performance.md): CPU fp32, B1 H8 D64,
+# n=4096, 2 threads: chunked/sdpa CPU time 1.24-1.34 for every size from 128x256 to 1024x1024;
+# 256x512 was at the bottom for fwd (1.26) and fwd_bwd (1.14), and is finer than 512x512 for causal
+# block skipping. fp16/bf16 compute in fp32 on a CPU, so they share it. It is the only measured
+# value, so every device and dtype uses it; a table per (device, dtype) comes with a second one.
+DEFAULT_CHUNKS: tuple[int, int] = (256, 512)
 
 
 def available(device: torch.device | str) -> bool:
@@ -81,7 +75,7 @@ def available(device: torch.device | str) -> bool:
 
 def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
     device_type = torch.device(device).type
-    q_default, kv_default = DEFAULT_CHUNKS.get((device_type, dtype), FALLBACK_CHUNKS)
+    q_default, kv_default = DEFAULT_CHUNKS
     q_chunk = options.get("q_chunk")
     kv_chunk = options.get("kv_chunk")
     compute = options.get("compute") or "auto"
@@ -209,8 +203,8 @@ def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, k
     block = compiled(_forward_block, dynamic=True) if compile else _forward_block
     outs, lses = [], []
     for x, lo, hi, kv_plan, empty in zip(plan.x_slices, plan.lo, plan.hi, plan.blocks, plan.empty_rows):
-        out_XRD, lse_XR = _over_heads(_forward_flat, "forward", (q_XRD[x], k_XND[x], v_XND[x]), lo, hi, kv_plan,
-                                      (empty, block), single=compile)
+        out_XRD, lse_XR = chunked_pool.over_heads(_forward_flat, "forward", (q_XRD[x], k_XND[x], v_XND[x]), lo, hi,
+                                                  kv_plan, (empty, block), single=compile)
         outs.append(out_XRD)
         lses.append(lse_XR)
     out_XRD, lse_XR = (outs[0], lses[0]) if len(outs) == 1 else (torch.cat(outs), torch.cat(lses))
@@ -286,9 +280,9 @@ def _backward(grad_BHMD, q_BHMD, k_BKND, v_BKND, out_BHMD, lse_XR, masks: Masks,
     block = compiled(_backward_block, dynamic=True) if compile else _backward_block
     grads = []
     for x, lo, hi, kv_plan in zip(plan.x_slices, plan.lo, plan.hi, plan.blocks):
-        grads.append(_over_heads(_backward_flat, "backward",
-                                 (q_XRD[x], k_XND[x], v_XND[x], do_XRD[x], out_XRD[x], lse_XR[x]), lo, hi, kv_plan,
-                                 (kv_chunk, block), single=compile))
+        grads.append(chunked_pool.over_heads(_backward_flat, "backward",
+                                             (q_XRD[x], k_XND[x], v_XND[x], do_XRD[x], out_XRD[x], lse_XR[x]), lo, hi,
+                                             kv_plan, (kv_chunk, block), single=compile))
     dq_XRD, dk_XND, dv_XND = grads[0] if len(grads) == 1 else (torch.cat(g) for g in zip(*grads))
     dq_XRD.mul_(scale)  # d/dq = d/d(scaled q) * scale
     dtype = q_BHMD.dtype
@@ -338,133 +332,6 @@ def _backward_block(q_XmD, k_XnD, v_XnD, do_XmD, lse_Xm1, delta_Xm1, hidden_1mn,
     _mm_add(dk_XnD, ds_Xmn.transpose(1, 2), q_XmD)
 
 
-# Head-parallel driver. On a CPU, torch parallelizes each op with OpenMP, so every op ends in
-# a barrier; with hundreds of small ops per call, a core shared with another process stalls
-# each barrier for a scheduler slice (measured: 6x slower than SDPA under load, 1.2x quiet).
-# Instead, split the flattened heads into one contiguous group per intra-op thread and run the
-# groups in Python threads with single-threaded ops (torch releases the GIL inside ops): no
-# barrier until the end, like SDPA's own kernel. Each (batch, head) still has one block alive.
-#
-# Worker threads do not inherit the caller's thread-local torch state: a TorchDispatchMode
-# (FLOP counter, live-tensor tracker) entered around the call sees none of the workers' ops.
-# torch has no public way to ask whether such a mode is active, so this is a setting:
-HEAD_THREADS: int | None = None
-"""Threads the head groups run on. None: torch.get_num_threads(). 1: every op on the calling
-thread, which a TorchDispatchMode needs to see all of them; set it (or torch.set_num_threads(1))
-around such a mode. Tensor subclasses (FakeTensor), torch.compile tracing and non-CPU tensors
-always stay on the calling thread."""
-
-_pool: ThreadPoolExecutor | None = None
-_pool_workers = 0  # the threads _pool was made with; a larger request replaces it
-_pool_lock = threading.Lock()
-_in_worker = threading.local()
-
-
-def _forget_pool_after_fork() -> None:
-    """A forked child inherits the pool object but not its threads: start a fresh one there."""
-    global _pool, _pool_workers, _pool_lock
-    _pool, _pool_workers, _pool_lock = None, 0, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool_after_fork)
-
-
-def _worker_threads(tensors_X, single: bool = False) -> int:
-    """How many threads to run on; 1 keeps everything on the calling thread (and `single` asks for that)."""
-    first = tensors_X[0]
-    if (
-        single
-        or first.device.type != "cpu"
-        or getattr(_in_worker, "active", False)
-        # a subclass may route ops through per-thread state (FakeTensor's mode); so may tracing
-        or any(type(t) is not torch.Tensor for t in tensors_X)
-        or torch.compiler.is_compiling()
-    ):
-        return 1
-    return max(1, torch.get_num_threads() if HEAD_THREADS is None else HEAD_THREADS)
-
-
-def _over_heads(fn, kind: str, tensors_X, lo, hi, kv_plan, extra: tuple, *, single: bool = False):
-    """fn(*tensors_X, lo, hi, kv_plan, *extra) spread over the worker threads (all on the calling
-    thread when `single`: compiled blocks, see the module docstring).
-
-    Split the flattened heads X into one group per thread; with fewer heads than threads (few
-    K/V heads and a small batch: GQA's one big matrix per K/V head) split the query blocks
-    instead, each thread taking a contiguous run of them over every head. Either way every op
-    is single-threaded inside its worker (no OpenMP barrier per op). `kind`: "forward" results
-    are (out, lse), "backward" ones (dq, dk, dv); they are combined accordingly.
-    """
-    threads = _worker_threads(tensors_X, single)
-    x = tensors_X[0].shape[0]
-    if threads == 1 or (x == 1 and len(kv_plan) == 1):
-        return fn(*tensors_X, lo, hi, kv_plan, *extra)
-    if x >= threads or len(kv_plan) == 1:
-        workers = min(threads, x)
-        bounds = [round(i * x / workers) for i in range(workers + 1)]
-        groups = [slice(bounds[i], bounds[i + 1]) for i in range(workers)]
-        results = _parallel([lambda g=g: fn(*(t[g] for t in tensors_X), lo, hi, kv_plan, *extra) for g in groups])
-        return tuple(torch.cat(parts, dim=0) for parts in zip(*results))
-    pieces = _split_plan(kv_plan, threads)
-    results = _parallel([lambda piece=piece: fn(*tensors_X, lo, hi, piece, *extra) for piece in pieces])
-    if kind == "forward":  # each worker filled the rows of its query blocks
-        out_XRD, lse_XR = results[0]
-        for piece, (out_part, lse_part) in zip(pieces[1:], results[1:]):
-            rows = slice(piece[0][0], piece[-1][1])
-            out_XRD[:, rows], lse_XR[:, rows] = out_part[:, rows], lse_part[:, rows]
-        return out_XRD, lse_XR
-    # backward: dq rows follow the pieces in order; dk and dv are partial sums over query blocks
-    dq_XRD = torch.cat([r[0] for r in results], dim=1)
-    dk_XND, dv_XND = results[0][1], results[0][2]
-    for _, dk_part, dv_part in results[1:]:
-        dk_XND.add_(dk_part)
-        dv_XND.add_(dv_part)
-    return dq_XRD, dk_XND, dv_XND
-
-
-def _split_plan(kv_plan: list, parts: int) -> list[list]:
-    """The query blocks of a plan in `parts` contiguous runs of about equal work (key columns computed)."""
-    work = [(m1 - m0) * sum(n1 - n0 for n0, n1, _ in kv) for m0, m1, kv in kv_plan]
-    total, pieces, current, done = sum(work) or 1, [], [], 0
-    for block, cost in zip(kv_plan, work):
-        current.append(block)
-        done += cost
-        if done >= total * (len(pieces) + 1) / parts and len(pieces) < parts - 1:
-            pieces.append(current)
-            current = []
-    if current:
-        pieces.append(current)
-    return pieces
-
-
-def _parallel(calls: list):
-    """Run each call in a worker thread with single-threaded ops; their results, in order."""
-
-    def run(call):
-        torch.set_num_threads(1)  # this worker's ops stay single-threaded
-        _in_worker.active = True
-        try:
-            with torch.no_grad():  # grad mode is per thread; these blocks never need autograd
-                return call()
-        finally:
-            _in_worker.active = False
-
-    global _pool, _pool_workers
-    workers = len(calls)
-    threads_before = torch.get_num_threads()
-    with _pool_lock:
-        if _pool is None or _pool_workers < workers:
-            # no shutdown() of the old pool: another caller may be about to map on it; its
-            # threads exit once it is unreferenced
-            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="selfattn-chunked")
-            _pool_workers = workers
-        pool = _pool
-    torch.set_num_threads(1)
-    try:
-        return list(pool.map(run, calls))
-    finally:
-        torch.set_num_threads(threads_before)
-
-
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, masks, scale, q_chunk, kv_chunk, compute, compile):
@@ -491,8 +358,8 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     bh, d = point.batch * point.heads, point.head_dim
     q_len, seq_len = point.q_len_resolved, point.seq_len
     group = point.heads // point.kv_heads_resolved
-    q_chunk = min(int(options.get("q_chunk") or FALLBACK_CHUNKS[0]), group * q_len)  # blocks of virtual rows
-    kv_chunk = min(int(options.get("kv_chunk") or FALLBACK_CHUNKS[1]), seq_len)
+    q_chunk = min(int(options.get("q_chunk") or DEFAULT_CHUNKS[0]), group * q_len)  # blocks of virtual rows
+    kv_chunk = min(int(options.get("kv_chunk") or DEFAULT_CHUNKS[1]), seq_len)
     bkv = point.batch * point.kv_heads_resolved  # K and V are per K/V head (GQA shares them)
     per_sequence = point.masks_per_sequence
     x = point.kv_heads_resolved if per_sequence else bkv  # flattened heads one plan runs over at once

@@ -187,7 +187,7 @@ def test_chunked_head_groups_run_on_workers_unless_head_threads_is_1(monkeypatch
     TorchDispatchMode needs to see every op) keeps the single call on the calling thread."""
     import threading
 
-    from selfattn.backends import chunked
+    from selfattn.backends import chunked, chunked_pool
 
     calls = []
     real = chunked._forward_flat
@@ -207,8 +207,8 @@ def test_chunked_head_groups_run_on_workers_unless_head_threads_is_1(monkeypatch
             results[threads] = selfattn.attention(q, k, v, backend="chunked", q_chunk=8, kv_chunk=8)
             assert sorted(size for _, size in calls) == [6 // threads] * threads
             assert threading.get_ident() not in {ident for ident, _ in calls}
-            assert chunked._pool_workers >= threads  # the pool grew to the request
-        monkeypatch.setattr(chunked, "HEAD_THREADS", 1)
+            assert chunked_pool._pool_workers >= threads  # the pool grew to the request
+        monkeypatch.setattr(chunked_pool, "HEAD_THREADS", 1)
         calls.clear()
         serial = selfattn.attention(q, k, v, backend="chunked", q_chunk=8, kv_chunk=8)
         assert calls == [(threading.get_ident(), 6)]

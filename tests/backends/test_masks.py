@@ -144,9 +144,9 @@ def test_bad_head_counts_and_documents_with_q_len_are_refused():
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_fewer_heads_than_threads_split_the_query_blocks_exactly(monkeypatch, causal):
     """Batch 1 with one K/V head is one flattened head: the threads share its query blocks instead."""
-    from selfattn.backends import chunked
+    from selfattn.backends import chunked_pool
 
-    monkeypatch.setattr(chunked, "HEAD_THREADS", 3)
+    monkeypatch.setattr(chunked_pool, "HEAD_THREADS", 3)
     q, k, v, key_lengths, _ = _inputs(1, 4, 1, 101, 117, 16, torch.float64, True, False)
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
     out = selfattn.attention(*leaves, backend="chunked", causal=causal, key_lengths=key_lengths, q_chunk=16, kv_chunk=8)
@@ -158,5 +158,5 @@ def test_fewer_heads_than_threads_split_the_query_blocks_exactly(monkeypatch, ca
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
     lo, hi = Masks(causal=causal).intervals(4 * 101, 117)  # the virtual rows of 4 query heads
     plan = list(blocks(lo, hi, 4 * 101, 117, 16, 8))
-    pieces = chunked._split_plan(plan, 3)
+    pieces = chunked_pool.split_plan(plan, 3)
     assert len(pieces) == 3 and [b for piece in pieces for b in piece] == plan

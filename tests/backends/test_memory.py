@@ -4,7 +4,7 @@ Measured for real: a TorchDispatchMode sees every tensor each aten op creates (a
 backward ops included) and tracks the bytes of storages still alive after each op, so the
 peak is the largest set of live tensors at any op boundary. A back end that materialized
 the (q_len x seq_len) matrix would show it; naive is checked to show exactly that, so the
-test cannot pass by the tracker seeing nothing. (The tracker sets chunked.HEAD_THREADS = 1 so
+test cannot pass by the tracker seeing nothing. (The tracker sets chunked_pool.HEAD_THREADS = 1 so
 the chunked back end stays on the calling thread and every op is seen; its head-parallel path
 runs the same per-head code, one block per (batch, head) at a time.)
 """
@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 import selfattn
-from selfattn.backends import chunked
+from selfattn.backends import chunked_pool
 from selfattn.inputs import make_qkv
 
 
@@ -46,7 +46,7 @@ def peak_bytes(backend: str, seq_len: int, causal: bool, mode: str, monkeypatch,
     q, k, v = make_qkv(1, 2, seq_len, seq_len, 16, requires_grad=mode == "fwd_bwd")
     grad_out = torch.ones_like(q)
     # The tracker is thread-local: chunked's worker threads would hide their blocks from it
-    monkeypatch.setattr(chunked, "HEAD_THREADS", 1)
+    monkeypatch.setattr(chunked_pool, "HEAD_THREADS", 1)
     with LiveTensorPeak() as tracker:
         if mode == "fwd":
             with torch.no_grad():
