@@ -1,4 +1,4 @@
-"""selfattn.attention: one entry point, any back end, the same contract (docs/architecture.md)."""
+"""selfattn.attention: one entry point, any back end, the same contract (docs/api.md)."""
 
 from __future__ import annotations
 
@@ -23,23 +23,11 @@ def attention(
     scale: float | None = None,
     **options: Any,
 ) -> torch.Tensor:
-    """Scaled dot-product attention softmax(scale * Q K^T + mask) V.
+    """Scaled dot-product attention softmax(scale * Q K^T + mask) V with back end `backend`.
 
-    q: (batch, heads, q_len, head_dim); k, v: (batch, kv_heads, seq_len, head_dim) with
-    heads % kv_heads == 0 (grouped-query attention: query head h uses K/V head
-    h // (heads / kv_heads)); all of one dtype and device. Returns (batch, heads, q_len,
-    head_dim) in q's dtype. scale=None means 1/sqrt(head_dim); 1.0 is the unscaled ablation.
-    Masks (selfattn/masks.py), positions aligned bottom-right (query i sits at
-    p = i + seq_len - q_len), combined by intersection:
-      causal=True        query i sees keys j <= p;
-      window=w           p - j < w, and (unless causal) j - p < w;
-      key_lengths (B,)   keys j >= key_lengths[b] are padding, seen by no query of sequence b;
-      document_ids (B, seq_len), non-decreasing, q_len == seq_len: attention stays inside
-                         each packed document (causal within it when causal=True).
-    A query row that sees no key returns zeros (and zero gradients).
-    options are the back end's own (naive: upcast_softmax, scale_at, compile; sdpa: kernel,
-    bool_mask; chunked: q_chunk, kv_chunk, compute, compile; flex: none, it is always compiled).
-    Bad input raises ValueError; a valid request this device cannot run raises selfattn.Unsupported.
+    q: (batch, heads, q_len, head_dim); k, v: (batch, kv_heads, seq_len, head_dim), heads % kv_heads
+    == 0. Returns q's shape and dtype. The full contract (masks, positions, scale, GQA, errors, each
+    back end's options) is docs/api.md; the masks' geometry is selfattn/masks.py.
     """
     module = get_backend(backend)
     check_qkv(q, k, v)
