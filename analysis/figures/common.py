@@ -120,6 +120,7 @@ def save(fig, ctx: Context, name: str) -> list[Path]:
     # Per-panel legends sit outside their axes: constrained layout makes room for them, which
     # the tight layout seaborn's grids use does not.
     fig.set_layout_engine("constrained")
+    _drop_touching_tick_labels(fig)
     paths = []
     for i, fmt in enumerate(ctx.formats):
         path = ctx.out_dir / f"{name}.{fmt}"
@@ -131,6 +132,31 @@ def save(fig, ctx: Context, name: str) -> list[Path]:
     return paths
 
 
+def _drop_touching_tick_labels(fig, pad_px: float = 3.0) -> None:
+    """Once the layout is solved: drop x tick labels that still touch a neighbour (set_log2_ticks spaces them
+    for an estimated axis width; a wide legend beside the panel can leave less). The smallest and largest
+    stay, then the shortest labels."""
+    fig.canvas.draw()
+    for ax in fig.axes:
+        locator, formatter = ax.xaxis.get_major_locator(), ax.xaxis.get_major_formatter()
+        if not isinstance(locator, ticker.FixedLocator) or not isinstance(formatter, ticker.FixedFormatter):
+            continue
+        ticks, texts = list(locator.locs), list(formatter.seq)
+        labels = [t for t in ax.xaxis.get_ticklabels() if t.get_visible() and t.get_text()]
+        if len(labels) != len(ticks) or len(ticks) <= 2:
+            continue
+        boxes = [label.get_window_extent() for label in labels]
+        order = [0, len(ticks) - 1] + sorted(range(1, len(ticks) - 1), key=lambda i: (len(texts[i]), ticks[i]))
+        kept: list[int] = []
+        for i in order:
+            if all(boxes[i].x1 + pad_px < boxes[k].x0 or boxes[k].x1 + pad_px < boxes[i].x0 for k in kept):
+                kept.append(i)
+        if len(kept) < len(ticks):
+            kept.sort()
+            ax.xaxis.set_major_locator(ticker.FixedLocator([ticks[i] for i in kept]))
+            ax.xaxis.set_major_formatter(ticker.FixedFormatter([texts[i] for i in kept]))
+
+
 def size_text(n: float) -> str:
     """1024 -> '1K', 131072 -> '128K', 300 -> '300'."""
     n = int(round(n))
@@ -140,23 +166,47 @@ def size_text(n: float) -> str:
 
 
 def set_log2_ticks(ax, values: Iterable[float], axis: str = "x", text=size_text) -> None:
-    """A log2 axis labelled at the measured values (thinned when crowded)."""
+    """A log2 axis labelled at the measured values, as many as fit without two labels touching.
+
+    Short labels first ("2K" before "2560"), the smallest and largest always: a label is kept only
+    when its distance to every kept neighbour, on the axis as drawn, is wider than half of each
+    label plus a gap (the width is read from the axes' size, with room for the legend that the
+    layout later puts beside it)."""
     ticks = sorted({float(v) for v in values if np.isfinite(v) and v > 0})
     if not ticks:
         return
-    spaced = [ticks[0]]
-    for tick in ticks[1:]:  # labels closer than a quarter octave overprint each other
-        if math.log2(tick / spaced[-1]) >= 0.25:
-            spaced.append(tick)
-    ticks = spaced
-    while len(ticks) > 9:
-        ticks = ticks[::2]
     set_scale = ax.set_xscale if axis == "x" else ax.set_yscale
     set_scale("log", base=2)
     target = ax.xaxis if axis == "x" else ax.yaxis
-    target.set_major_locator(ticker.FixedLocator(ticks))
-    target.set_major_formatter(ticker.FixedFormatter([text(t) for t in ticks]))
+    kept = _spaced_ticks(ax, ticks, axis, text)
+    target.set_major_locator(ticker.FixedLocator(kept))
+    target.set_major_formatter(ticker.FixedFormatter([text(t) for t in kept]))
     target.set_minor_locator(ticker.NullLocator())
+
+
+TICK_CHAR_IN = 0.075  # width of one tick-label character at xtick.labelsize 8.5 pt, in inches
+TICK_GAP_IN = 0.12  # blank space between two labels
+AXIS_ROOM = 0.7  # share of the axes' current width left after the layout places legends beside it
+
+
+def _spaced_ticks(ax, ticks: list[float], axis: str, text) -> list[float]:
+    if len(ticks) <= 2:
+        return ticks
+    box = ax.get_position()
+    fig_w, fig_h = ax.figure.get_size_inches()
+    length_in = (box.width * fig_w if axis == "x" else box.height * fig_h) * AXIS_ROOM
+    span = math.log2(ticks[-1] / ticks[0])
+    chars = (lambda t: len(text(t))) if axis == "x" else (lambda t: 1.2)  # y labels stack: one line high
+
+    def clear(a: float, b: float) -> bool:
+        gap_in = abs(math.log2(b / a)) / span * length_in
+        return gap_in >= (chars(a) + chars(b)) / 2 * TICK_CHAR_IN + TICK_GAP_IN
+
+    kept = [ticks[0], ticks[-1]]
+    for tick in sorted(ticks[1:-1], key=lambda t: (len(text(t)), t)):
+        if all(clear(tick, k) for k in kept):
+            kept.append(tick)
+    return sorted(kept)
 
 
 def bytes_formatter() -> ticker.FuncFormatter:
