@@ -236,7 +236,9 @@ def _devices_table(rows: pd.DataFrame) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.report", description="Figures, fitted exponents and the chapter's claims checked, from results.csv files "
-                                     "(several sweeps and devices merge; an ok row of a point beats a failed one, then the newest wins).")
+                                     "(several sweeps and devices merge; an ok row of a point beats a failed one, then the newest wins).",
+                                     epilog="It reads only CSV files. A sweep still running or killed may have no results.csv yet, or "
+                                     "one behind its row files: `python -m runners.rows DIR` builds it (resuming the sweep does too).")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="results.csv files or folders holding them")
     parser.add_argument("--out", required=True, metavar="DIR", help="where report.md and figures/ go")
     parser.add_argument("--baseline-device", default=None, metavar="NAME",
@@ -250,11 +252,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "png" in formats:  # the README embeds PNGs: write them first so their layout is the solved one
         formats.remove("png")
         formats.insert(0, "png")
-    # A large or killed sweep's results.csv is built at its end, or here: rows first, then the report.
-    from runners.rows import build_stale  # stdlib only: no torch
-
-    for line in build_stale(args.paths):
-        print(line, file=sys.stderr)
     try:
         report = write_report(args.paths, args.out, baseline_device=args.baseline_device, formats=formats)
     except NoUsableResults as exc:

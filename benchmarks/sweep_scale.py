@@ -8,13 +8,13 @@ For each size, a temporary sweep folder gets that many synthetic row files (<job
 full rows of the results schema, as a finished sweep leaves them; written plainly, then the
 point index made from them by `rows.ensure_index`, as the sweep callback does when it
 starts on such a folder). Then:
-  bookkeeping  = one job's resume check of a new point (`rows.point_status`) plus recording
+  bookkeeping  = one job's resume check of a new point (`row_store.point_status`) plus recording
                  its row (`rows.record_row`: row file, index entry, and results.csv while the
                  folder is below rows.LIVE_MAX_ROWS): each in a fresh Python process (a SLURM
                  array job) and one after another in this process (the basic launcher)
-  resume hit   = `rows.point_status` of a point that is already there
+  resume hit   = `row_store.point_status` of a point that is already there
   final build  = `rows.rebuild_csv` of the whole folder in a fresh process (the sweep's end,
-                 `python -m runners.rows DIR`, or the report on a stale folder)
+                 or `python -m runners.rows DIR` on a killed sweep's folder)
 The files are in the page cache (just written): a cold network file system adds its latency.
 Targets: bookkeeping <= 50 ms and flat (largest folder / smallest folder without the live CSV
 <= 1.5x); the final build of the largest folder well under a minute.
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from _common import REPO, Check, print_checks, print_header
 
-from runners import rows
+from runners import row_store, rows
 from selfattn.results import Row
 
 # One job in a fresh process: import, then the bookkeeping run_job does, timed from inside.
@@ -43,14 +43,14 @@ JOB = """
 import json, sys, time
 from pathlib import Path
 start = time.perf_counter()
-from runners import rows
+from runners import row_store, rows
 imported = time.perf_counter()
 sweep, num, row, old_id = Path(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
 t0 = time.perf_counter()
-assert rows.point_status(sweep, row["point_id"]) is None
+assert row_store.point_status(sweep, row["point_id"]) is None
 rows.record_row(sweep, sweep / str(num), row)
 t1 = time.perf_counter()
-assert rows.point_status(sweep, old_id) == "ok"
+assert row_store.point_status(sweep, old_id) == "ok"
 t2 = time.perf_counter()
 print(json.dumps({"import_s": imported - start, "bookkeeping_s": t1 - t0, "hit_s": t2 - t1}))
 """
@@ -121,7 +121,7 @@ def measure(size: int, jobs: int, root: Path) -> dict:
     for j in range(jobs):
         row = {**synthetic_row(size + jobs + j), "point_id": f"here-{j:04d}"}
         t0 = time.perf_counter()
-        assert rows.point_status(sweep, row["point_id"]) is None
+        assert row_store.point_status(sweep, row["point_id"]) is None
         rows.record_row(sweep, sweep / str(size + jobs + j), row)
         here.append((time.perf_counter() - t0) * 1e3)
     built = python(BUILD, str(sweep))

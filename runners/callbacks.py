@@ -3,8 +3,8 @@
 Start: count the jobs (for `[i/N]` and the ETA), note how many jobs share the device, warn
 when a parallel launcher makes timings interfere, make the sweep's point index (jobs look
 their point up there). End: build results.csv from every row file (jobs of a large sweep
-do not), send the whole table to wandb, write the report, and say where everything is.
-Runs in the launching process only; jobs (maybe in other processes) read sweep.json.
+do not), send the whole table to wandb, write the report from it, and say where everything is.
+Runs in the launching process only; jobs (maybe in other processes) read sweep.json (`sweep_meta`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from runners import rows
+from runners import row_store, rows
 from runners.wandb_log import SINK
 from selfattn.results import COLUMNS
 
@@ -55,6 +55,14 @@ def jobs_sharing_device(launcher: Any, total: int | None) -> int:
     return max(1, min(n, total)) if total else max(1, n)
 
 
+def sweep_meta(sweep_dir: Path) -> dict[str, Any]:
+    """What the sweep's start wrote to sweep.json: total, started_unix, jobs_sharing_device ({} if none)."""
+    try:
+        return json.loads((Path(sweep_dir) / rows.SWEEP_META).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def sweep_id(config: Any, sweep_dir: Path) -> str:
     """The sweep's name in rows and wandb (its group): <name>/<folder>."""
     return f"{config.get('name', 'sweep')}/{Path(sweep_dir).name}"
@@ -82,7 +90,7 @@ class SweepCallback(Callback):
         total = count_jobs(config)
         sharing = jobs_sharing_device(config.hydra.launcher, total)
         meta = {"total": total, "started_unix": time.time(), "jobs_sharing_device": sharing}
-        rows.atomic_write_text(sweep_dir / "sweep.json", json.dumps(meta))
+        row_store.atomic_write_text(sweep_dir / rows.SWEEP_META, json.dumps(meta))
         rows.ensure_index(sweep_dir)  # once here: a resumed folder's rows are read once, not by every job
         print(f"sweep {sweep_id(config, sweep_dir)}: {total or '?'} jobs -> {sweep_dir}", flush=True)
         if sharing > 1:
@@ -104,24 +112,27 @@ class SweepCallback(Callback):
 
 
 def write_report(csv_path: Path, out_dir: Path) -> Path | None:
-    """Run the analysis report in-process; a missing package or a failure is one line, not a crash.
+    """The analysis report of results.csv (just built from the rows), in-process; returns report.md.
 
-    PNG only: the figures a person looks at right after a sweep, at half the cost of PNG+PDF
-    (`python -m analysis.report DIR --out DIR/report` writes both).
+    The report's own function, not its command line: a missing package, no usable row or a
+    failure is one line, not a crash. PNG only: the figures a person looks at right after a
+    sweep, at half the cost of PNG+PDF (`python -m analysis.report DIR --out DIR/report` writes both).
     """
     try:
         from analysis import report
+        from analysis.figures import Made
+        from analysis.load import NoUsableResults
     except ImportError as exc:
         print(f"note: no report ({exc}); results.csv is complete", file=sys.stderr)
         return None
     try:
-        code = report.main([str(csv_path), "--out", str(out_dir), "--formats", "png"])
-    except SystemExit as exc:
-        code = exc.code
+        written = report.write_report([csv_path], out_dir, formats=("png",))
+    except NoUsableResults as exc:
+        print(f"warning: no report ({exc}); results.csv is complete", file=sys.stderr)
+        return None
     except Exception as exc:  # a plotting bug must not hide the results
         print(f"warning: report failed ({type(exc).__name__}: {exc}); results.csv is complete", file=sys.stderr)
         return None
-    if code not in (0, None):
-        print(f"warning: report exited with status {code}; results.csv is complete", file=sys.stderr)
-        return None
-    return out_dir / "report.md"
+    made = sum(isinstance(f, Made) for f in written.figures)
+    print(f"report: {written.path} ({made} of {len(written.figures)} figures in {written.path.parent / 'figures'})")
+    return written.path

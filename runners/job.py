@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from runners import config as C
-from runners import progress, rows
+from runners import progress, row_store, rows
 from runners.wandb_log import SINK
 from selfattn.fields import check_value, field_types
 from selfattn.measure.budget import Budget
@@ -111,7 +111,7 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     pid = parsed.point_id
 
     varying = _varying(cfg, ctx.varying)
-    status = rows.point_status(ctx.sweep_dir, pid, ctx.job_dir)  # this point's own index entry: flat in the sweep's size
+    status = row_store.point_status(ctx.sweep_dir, pid, ctx.job_dir)  # this point's own index entry: flat in the sweep's size
     done = {pid: status} if status is not None else {}
     if pid in done and (done[pid] == "ok" or not parsed.runner["retry_failed"]):
         stub = _stub(parsed, done[pid])

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from runners import job, progress, rows
+from runners import job, progress, row_store
 
 BASE = {"name": "t", "backend": {"name": "naive", "upcast_softmax": False}, "precision": {"name": "fp32"},
         "device": "cpu", "batch": 1, "heads": 2, "seq_len": 64, "q_len": None, "head_dim": 16, "d_model": None,
@@ -41,12 +41,12 @@ def test_resume_skips_done_points_and_retry_failed_reruns_failures(tmp_path, fak
     assert calls == [] and "skipped" in capsys.readouterr().out
     # a failed row is kept by default and measured again with retry_failed=true
     saved = json.loads((tmp_path / "0" / "row.json").read_text())
-    rows.write_row(tmp_path / "0", {**saved, "status": "error", "error": "boom"})
+    row_store.write_row(tmp_path / "0", {**saved, "status": "error", "error": "boom"})
     job.run_job(BASE, ctx(tmp_path))
     assert calls == []
     job.run_job({**BASE, "retry_failed": True}, ctx(tmp_path))
     assert len(calls) == 1
-    assert rows.done_points(tmp_path) == {saved["point_id"]: "ok"}
+    assert row_store.point_status(tmp_path, saved["point_id"]) == "ok"
 
 
 def test_invalid_point_in_a_sweep_is_a_row_and_in_a_single_run_an_error(tmp_path, fake_measure):
@@ -55,7 +55,7 @@ def test_invalid_point_in_a_sweep_is_a_row_and_in_a_single_run_an_error(tmp_path
     assert row["status"] == "invalid" and row["error"].startswith("heads: 3 does not divide d_model=100")
     assert row["heads"] == 3 and row["backend"] == "naive"
     job.run_job(bad, ctx(tmp_path, num=1))  # resume: the invalid point is known, not a duplicate
-    assert len(rows.read_rows(tmp_path)) == 1
+    assert len(row_store.read_rows(tmp_path)) == 1
     with pytest.raises(job.InvalidPoint, match=r"^seq_len: expected an integer >= 1, got 0$"):
         job.run_job({**BASE, "seq_len": 0}, ctx(tmp_path / "single", multirun=False))
 
@@ -117,4 +117,4 @@ def test_missing_wandb_is_one_warning_and_the_csv_is_complete(tmp_path, fake_mea
     job.run_job({**offline, "seq_len": 32}, ctx(tmp_path, 1))
     err = capsys.readouterr().err
     assert err.count("warning: wandb off for this process (not installed)") == 1
-    assert len(rows.read_rows(tmp_path)) == 2 and (tmp_path / "results.csv").read_text().count("\n") == 3
+    assert len(row_store.read_rows(tmp_path)) == 2 and (tmp_path / "results.csv").read_text().count("\n") == 3

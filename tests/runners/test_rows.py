@@ -1,4 +1,4 @@
-"""Row files and results.csv: atomic, deduplicated, and safe with many writers."""
+"""The row store (row files, the point index) and results.csv: atomic, deduplicated, safe with many writers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runners import rows
+from runners import row_store, rows
 from selfattn.results import COLUMNS, Row
 
 
@@ -24,20 +24,20 @@ def read_csv(path: Path) -> list[dict]:
 
 
 def test_write_row_is_atomic_and_keeps_another_points_row(tmp_path):
-    first = rows.write_row(tmp_path / "0", row("a"))
+    first = row_store.write_row(tmp_path / "0", row("a"))
     assert first.name == "row.json" and json.loads(first.read_text())["point_id"] == "a"
-    again = rows.write_row(tmp_path / "0", row("a", status="error"))  # same point: replaced
+    again = row_store.write_row(tmp_path / "0", row("a", status="error"))  # same point: replaced
     assert again == first and json.loads(first.read_text())["status"] == "error"
-    other = rows.write_row(tmp_path / "0", row("b"))  # job 0 is another point now (grid changed)
+    other = row_store.write_row(tmp_path / "0", row("b"))  # job 0 is another point now (grid changed)
     assert other.name == "row-b.json" and json.loads(first.read_text())["point_id"] == "a"
     assert not [p for p in (tmp_path / "0").iterdir() if p.name.endswith(".tmp")]
 
 
 def test_rebuild_keeps_one_row_per_point_preferring_ok_then_newest(tmp_path):
-    rows.write_row(tmp_path / "0", row("a", status="error", timestamp="2026-01-02"))
-    rows.write_row(tmp_path / "1", row("a", status="ok", timestamp="2026-01-01"))
-    rows.write_row(tmp_path / "2", row("b", status="oom", timestamp="2026-01-01"))
-    rows.write_row(tmp_path / "3", row("b", status="error", timestamp="2026-01-03"))
+    row_store.write_row(tmp_path / "0", row("a", status="error", timestamp="2026-01-02"))
+    row_store.write_row(tmp_path / "1", row("a", status="ok", timestamp="2026-01-01"))
+    row_store.write_row(tmp_path / "2", row("b", status="oom", timestamp="2026-01-01"))
+    row_store.write_row(tmp_path / "3", row("b", status="error", timestamp="2026-01-03"))
     (tmp_path / "4").mkdir()
     (tmp_path / "4" / ".row.json.abc.tmp").write_text('{"status": "ok", "poi')  # a killed writer's leftover
     path, kept = rows.rebuild_csv(tmp_path)
@@ -45,11 +45,10 @@ def test_rebuild_keeps_one_row_per_point_preferring_ok_then_newest(tmp_path):
     assert {(r["point_id"], r["status"]) for r in table} == {("a", "ok"), ("b", "error")}
     assert list(table[0])[: len(COLUMNS)] == list(COLUMNS)
     assert table[0]["causal"] == "true" and len(kept) == 2
-    assert rows.done_points(tmp_path) == {"a": "ok", "b": "error"}
 
 
 def test_extra_fields_become_extra_columns(tmp_path):
-    rows.write_row(tmp_path / "0", row("a", compile_s=1.5))
+    row_store.write_row(tmp_path / "0", row("a", compile_s=1.5))
     path, _ = rows.rebuild_csv(tmp_path)
     assert read_csv(path)[0]["compile_s"] == "1.5"
 
@@ -57,7 +56,7 @@ def test_extra_fields_become_extra_columns(tmp_path):
 def _writer(args):
     folder, worker = args
     for i in range(15):
-        rows.write_row(Path(folder) / f"{worker}-{i}", row(f"{worker}-{i}"))
+        row_store.write_row(Path(folder) / f"{worker}-{i}", row(f"{worker}-{i}"))
         rows.rebuild_csv(Path(folder))
 
 
@@ -76,7 +75,7 @@ def test_written_files_are_readable_by_others_like_a_plain_open(tmp_path):
     old = os.umask(0o022)
     os.umask(old)
     expected = 0o666 & ~old
-    path = rows.write_row(tmp_path / "0", row("a"))
+    path = row_store.write_row(tmp_path / "0", row("a"))
     csv_path, _ = rows.rebuild_csv(tmp_path)
     assert path.stat().st_mode & 0o777 == expected
     assert csv_path.stat().st_mode & 0o777 == expected
@@ -88,40 +87,46 @@ def test_written_files_are_readable_by_others_like_a_plain_open(tmp_path):
 def test_point_status_is_a_lookup_not_a_scan(tmp_path, monkeypatch):
     rows.record_row(tmp_path, tmp_path / "0", row("a"))
     rows.record_row(tmp_path, tmp_path / "1", row("b", status="oom"))
-    monkeypatch.setattr(rows, "row_paths", lambda *_: pytest.fail("a job must not list the sweep's rows"))
+    monkeypatch.setattr(row_store, "row_paths", lambda *_: pytest.fail("a job must not list the sweep's rows"))
     monkeypatch.setattr(rows, "LIVE_MAX_ROWS", 0)  # a large sweep: no results.csv after each job
-    assert rows.point_status(tmp_path, "a") == "ok" and rows.point_status(tmp_path, "b") == "oom"
-    assert rows.point_status(tmp_path, "never-measured") is None
+    assert row_store.point_status(tmp_path, "a") == "ok" and row_store.point_status(tmp_path, "b") == "oom"
+    assert row_store.point_status(tmp_path, "never-measured") is None
     rows.record_row(tmp_path, tmp_path / "2", row("c"))
-    assert rows.point_status(tmp_path, "c") == "ok"
+    assert row_store.point_status(tmp_path, "c") == "ok"
 
 
 def test_index_follows_the_duplicate_rule_and_the_row_files(tmp_path):
     rows.record_row(tmp_path, tmp_path / "0", row("a", status="error", timestamp="2026-01-01"))
     rows.record_row(tmp_path, tmp_path / "1", row("a", status="ok", timestamp="2026-01-02"))  # retry_failed
     rows.record_row(tmp_path, tmp_path / "2", row("a", status="error", timestamp="2026-01-03"))  # never beats ok
-    assert rows.point_status(tmp_path, "a") == "ok"
+    assert row_store.point_status(tmp_path, "a") == "ok"
     (tmp_path / "1" / "row.json").unlink()  # a person deletes the row to measure the point again
-    assert rows.point_status(tmp_path, "a") is None
+    assert row_store.point_status(tmp_path, "a") is None
     # a resumed sweep whose grid changed: job 0 is another point now, both rows stay
     rows.record_row(tmp_path, tmp_path / "0", row("b"))
     assert (tmp_path / "0" / "row-b.json").is_file()
-    assert rows.point_status(tmp_path, "b") == "ok" and json.loads((tmp_path / "0" / "row.json").read_text())["point_id"] == "a"
+    assert row_store.point_status(tmp_path, "b") == "ok" and json.loads((tmp_path / "0" / "row.json").read_text())["point_id"] == "a"
 
 
 def test_a_folder_from_before_the_index_is_read_once(tmp_path, monkeypatch):
-    rows.write_row(tmp_path / "0", row("a"))
-    rows.write_row(tmp_path / "1", row("b", status="error"))
-    assert not (tmp_path / rows.INDEX_NAME).exists()
-    assert rows.point_status(tmp_path, "b") == "error"  # builds the index (and results.csv) from the rows
-    assert {r["point_id"] for r in read_csv(tmp_path / "results.csv")} == {"a", "b"}
-    monkeypatch.setattr(rows, "row_paths", lambda *_: pytest.fail("read again"))
-    assert rows.point_status(tmp_path, "a") == "ok"
+    row_store.write_row(tmp_path / "0", row("a"))
+    row_store.write_row(tmp_path / "1", row("b", status="error"))
+    assert not (tmp_path / row_store.INDEX_NAME).exists()
+    rows.ensure_index(tmp_path)  # the sweep's start: the index and results.csv from one read of the rows
+    assert {r["point_id"] for r in read_csv(tmp_path / "results.csv")} == {"a", "b"} and not rows.csv_is_stale(tmp_path)
+    monkeypatch.setattr(row_store, "row_paths", lambda *_: pytest.fail("read again"))
+    assert row_store.point_status(tmp_path, "b") == "error" and row_store.point_status(tmp_path, "a") == "ok"
+
+
+def test_a_lookup_in_a_folder_without_an_index_makes_it(tmp_path):
+    row_store.write_row(tmp_path / "0", row("a"))
+    assert row_store.point_status(tmp_path, "a") == "ok" and (tmp_path / row_store.INDEX_NAME).is_dir()
+    assert not (tmp_path / "results.csv").exists()  # the store knows no CSV: its view builds one when asked
 
 
 def test_a_fresh_folder_gets_no_index_from_a_lookup(tmp_path):
-    assert rows.point_status(tmp_path / "missing", "a") is None
-    assert rows.point_status(tmp_path, "a") is None and not (tmp_path / rows.INDEX_NAME).exists()
+    assert row_store.point_status(tmp_path / "missing", "a") is None
+    assert row_store.point_status(tmp_path, "a") is None and not (tmp_path / row_store.INDEX_NAME).exists()
 
 
 def test_results_csv_is_live_while_small_then_built_on_demand(tmp_path, monkeypatch, capsys):
@@ -142,30 +147,35 @@ def test_a_single_run_writes_its_csv_right_away(tmp_path, monkeypatch):
     monkeypatch.setattr(rows, "LIVE_MAX_ROWS", 0)
     rows.record_row(tmp_path, tmp_path, row("a"))
     assert [r["point_id"] for r in read_csv(tmp_path / "results.csv")] == ["a"]
-    assert not (tmp_path / rows.INDEX_NAME).exists()
+    assert not (tmp_path / row_store.INDEX_NAME).exists()
 
 
-def test_the_report_builds_a_stale_csv_first(tmp_path, monkeypatch):
+def test_the_sweep_end_builds_results_csv_then_calls_the_report_function(tmp_path, monkeypatch, capsys):
+    from omegaconf import OmegaConf
+
     from analysis import report
+    from analysis.load import NoUsableResults
+    from runners.callbacks import SweepCallback
 
     sweep = tmp_path / "sweep"
     rows.ensure_index(sweep)  # as the sweep callback does at the start
-    monkeypatch.setattr(rows, "LIVE_MAX_ROWS", 0)
+    monkeypatch.setattr(rows, "LIVE_MAX_ROWS", 0)  # a large sweep: jobs leave results.csv to the end
     for i, n in enumerate((256, 512, 1024)):
-        rows.record_row(sweep, sweep / str(i), row(f"p{i}", seq_len=n, heads=2, head_dim=8, precision="fp32",
-                                                   device="cpu", device_name="cpu", mode="fwd", scope="core",
-                                                   scale="auto", time_ms=n / 100, schema_version=1))
-    (sweep / "sweep.json").write_text("{}")
+        rows.record_row(sweep, sweep / str(i), row(f"p{i}", seq_len=n))
     assert not (sweep / "results.csv").exists()
     seen = []
 
     def write_report(paths, out, **kwargs):  # the report itself is tested in tests/analysis
-        seen.append(len(read_csv(sweep / "results.csv")))
-        raise report.NoUsableResults("stop here")
+        seen.append((paths, out, kwargs, len(read_csv(sweep / "results.csv"))))
+        raise NoUsableResults("stop here")
 
     monkeypatch.setattr(report, "write_report", write_report)
-    report.main([str(sweep), "--out", str(tmp_path / "out")])
-    assert seen == [3]
+    monkeypatch.setattr(report, "main", lambda *_: pytest.fail("the runner calls the report's function, not its CLI"))
+    cfg = OmegaConf.create({"name": "t", "report": True, "wandb": {"mode": "disabled"},
+                            "hydra": {"sweep": {"dir": str(sweep)}}})
+    SweepCallback().on_multirun_end(cfg)
+    assert seen == [([sweep / "results.csv"], sweep / "report", {"formats": ("png",)}, 3)]
+    assert "warning: no report (stop here); results.csv is complete" in capsys.readouterr().err
 
 
 def test_rows_import_without_torch():
@@ -224,7 +234,7 @@ def test_a_writer_killed_at_any_moment_leaves_no_partial_row_or_csv(tmp_path, de
     assert found, "the writer was killed before its first row"
     # the rerun measures exactly the points without a row: what point_status says is missing
     ids = [f"k{i}" for i in range(len(found) + 5)]
-    missing = [p for p in ids if rows.point_status(tmp_path, p, tmp_path / p[1:]) is None]  # job i ran point k<i>
+    missing = [p for p in ids if row_store.point_status(tmp_path, p, tmp_path / p[1:]) is None]  # job i ran point k<i>
     assert set(ids) - set(missing) == {r["point_id"] for r in found}
     for p in missing:
         rows.record_row(tmp_path, tmp_path / p, {**row(p), "pad": "x" * 20000})
@@ -234,14 +244,14 @@ def test_a_writer_killed_at_any_moment_leaves_no_partial_row_or_csv(tmp_path, de
 
 
 def test_an_interrupted_atomic_write_leaves_the_old_file(tmp_path, monkeypatch):
-    path = rows.write_row(tmp_path / "0", row("a"))
+    path = row_store.write_row(tmp_path / "0", row("a"))
 
     def interrupted(fd):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(rows.os, "fsync", interrupted)
+    monkeypatch.setattr(row_store.os, "fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        rows.write_row(tmp_path / "0", row("a", status="error"))
+        row_store.write_row(tmp_path / "0", row("a", status="error"))
     assert json.loads(path.read_text())["status"] == "ok"
     assert [p.name for p in (tmp_path / "0").iterdir()] == ["row.json"]
 
@@ -251,9 +261,9 @@ def _recorder(args):
     sweep = Path(folder)
     for i in range(15):
         point = f"{worker}-{i}"
-        assert rows.point_status(sweep, point) is None
+        assert row_store.point_status(sweep, point) is None
         rows.record_row(sweep, sweep / f"{worker * 100 + i}", row(point))
-        assert rows.point_status(sweep, point) == "ok"
+        assert row_store.point_status(sweep, point) == "ok"
 
 
 @pytest.mark.parametrize("live", [True, False], ids=["csv-after-each-job", "csv-at-the-end"])
@@ -272,5 +282,5 @@ def test_eight_concurrent_jobs_lose_no_row_and_duplicate_none(tmp_path, monkeypa
     rows.build_stale([tmp_path])  # what the sweep's end (and the report) does
     table = read_csv(tmp_path / "results.csv")
     assert len(table) == 120 and len({r["point_id"] for r in table}) == 120
-    assert len(list((tmp_path / rows.INDEX_NAME).iterdir())) == 120
+    assert len(list((tmp_path / row_store.INDEX_NAME).iterdir())) == 120
     assert not rows.csv_is_stale(tmp_path)

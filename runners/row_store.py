@@ -1,0 +1,327 @@
+"""The row store: one JSON file per job, written atomically, and an index by point id.
+
+Why this shape: a job killed at any moment (SIGKILL, OOM killer, a SLURM timeout) must
+never leave a partial row, and jobs finishing at once (joblib, submitit, a SLURM array on a
+network file system) must never corrupt a file nor wait for each other. So:
+
+- every file is written to a temporary name in the same folder and moved into place with
+  os.replace (atomic on POSIX): readers see the old file or the new one, never a mix;
+- the row files are the truth; `.points/<point_id>` names the best row of each point (the one
+  rule of `selfattn.results.rank`), so a job's resume check and its bookkeeping touch a few
+  small files whatever the sweep's size;
+- builds that read every row (results.csv, runners/rows.py) take an exclusive lock on the folder.
+
+Stdlib only: the CSV view and `python -m runners.rows` run without torch.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from urllib.parse import quote
+
+from selfattn.results import rank
+
+LOCK_NAME = ".results.lock"
+INDEX_NAME = ".points"  # point_id -> its best row file, one small file per point
+READ_THREADS = 8  # reading a whole sweep: enough requests in flight to hide a disk's or a server's latency
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read the process umask (os.umask can only read it by setting it)
+
+
+# --- files -------------------------------------------------------------------------------
+
+
+def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
+    """Write `text` to `path` so readers see the old file or the new one, never a mix.
+
+    durable=False skips the fsync (5 ms or more on a shared disk): for files rebuilt from
+    the rows anyway, whose loss in a machine crash costs one rebuild. A killed process
+    loses nothing either way (its written pages are the kernel's).
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        # mkstemp creates the file 0600; a sweep folder shared on a cluster must stay readable
+        # by colleagues, so give it the permissions a plain open() would (0666 less the umask).
+        os.fchmod(fd, 0o666 & ~_UMASK)
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as f:
+            row = json.loads(f.read())
+        return row if isinstance(row, dict) else None
+    except (OSError, ValueError):
+        return None  # missing, or not a row: never produced by write_row, so skip it
+
+
+def write_row(job_dir: Path, row: Mapping[str, Any]) -> Path:
+    """Write one row into its job folder as row.json (atomically) and return the path.
+
+    If row.json already holds another point (a resumed sweep whose grid changed, so job
+    numbers map to other points), that row is kept and this one goes to row-<point_id>.json.
+    """
+    path = row_path(job_dir, row)
+    atomic_write_text(path, json.dumps(dict(row), default=str, indent=1))
+    return path
+
+
+def row_path(job_dir: Path, row: Mapping[str, Any]) -> Path:
+    """Where write_row puts `row` (creating the job folder): row.json, or row-<point_id>.json
+    when row.json already holds another point."""
+    job_dir = Path(job_dir)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    path = job_dir / "row.json"
+    existing = load_json(path)
+    if existing is not None and existing.get("point_id") != row.get("point_id"):
+        path = job_dir / f"row-{row.get('point_id')}.json"
+    return path
+
+
+def _is_row_file(name: str) -> bool:
+    return name.startswith("row") and name.endswith(".json")
+
+
+def row_paths(sweep_dir: Path) -> list[Path]:
+    """Every row file of a sweep folder (or a single run's folder), jobs in launch order.
+
+    Rows sit in the folder itself (a single run) or one level down (a sweep's job folders);
+    hidden folders (the index, .submitit, .hydra) never hold rows and are not entered.
+    """
+    sweep_dir = Path(sweep_dir)
+    found: list[tuple[tuple, Path]] = []
+    if not sweep_dir.is_dir():
+        return []
+    with os.scandir(sweep_dir) as top:
+        for entry in top:
+            if entry.name.startswith("."):
+                continue
+            if _is_row_file(entry.name) and entry.is_file():
+                found.append(((-1, "", entry.name), Path(entry.path)))
+            elif entry.is_dir(follow_symlinks=False):
+                job = entry.name
+                order = (int(job) if job.isdigit() else -1, job)  # job 2 before job 10
+                try:
+                    with os.scandir(entry.path) as inner:
+                        found.extend(((*order, e.name), Path(e.path)) for e in inner if _is_row_file(e.name))
+                except OSError:
+                    continue  # removed while we looked: nothing to read there
+    found.sort(key=lambda item: item[0])
+    return [path for _, path in found]
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def load_rows(paths: Sequence[Path]) -> list[tuple[Path, dict[str, Any]]]:
+    """(file, row) of these files, in order; unreadable or partial files are skipped.
+
+    The files are read by a few threads (the reads wait on the disk or the network file
+    system, not on Python: 100,000 small files not in the page cache take minutes one by
+    one) and parsed here, one after another (parsing holds the interpreter lock anyway).
+    """
+    if len(paths) < 256:
+        blobs: Iterable[bytes | None] = map(_read_bytes, paths)
+    else:
+        pool = ThreadPoolExecutor(max_workers=READ_THREADS)
+        blobs = pool.map(_read_bytes, paths)
+    found = []
+    try:
+        for path, blob in zip(paths, blobs):
+            try:
+                row = json.loads(blob) if blob is not None else None
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                found.append((path, row))
+    finally:
+        if len(paths) >= 256:
+            pool.shutdown()
+    return found
+
+
+def read_rows(sweep_dir: Path) -> list[dict[str, Any]]:
+    """Every row under a sweep folder (or a single run's folder), in a stable order."""
+    return [row for _, row in load_rows(row_paths(sweep_dir))]
+
+
+def best_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per point_id: an ok row if there is one, else the newest; first-seen order."""
+    best: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        key = str(row.get("point_id") or id(row))
+        old = best.get(key)
+        if old is None or rank(row) > rank(old):
+            best[key] = row
+    return list(best.values())
+
+
+
+# --- the lock ------------------------------------------------------------------------------
+
+
+@contextmanager
+def locked(sweep_dir: Path, wait: bool = True) -> Iterator[bool]:
+    """An exclusive lock on the sweep folder, one build at a time across processes.
+
+    Yields whether it is held: with wait=False a busy lock yields False at once. A file
+    system without locks (some cluster mounts) yields True unlocked: every file is still
+    replaced whole, only two builds at once could finish in either order.
+    """
+    with open(Path(sweep_dir) / LOCK_NAME, "a") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                raise
+            yield True
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+# --- the index: point_id -> its best row file ------------------------------------------------
+
+
+def _entry_name(point_id: str) -> str:
+    """A file name for a point id (ids are hex hashes; anything else is quoted)."""
+    name = quote(point_id, safe="-_.")
+    return name if name.strip(".") else f"%{name}"
+
+
+def index_mtime_ns(sweep_dir: Path) -> int | None:
+    """When the index last changed (any row recorded changes it), or None without an index."""
+    try:
+        return (Path(sweep_dir) / INDEX_NAME).stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def _relative(sweep_dir: Path, path: Path) -> str:
+    try:
+        return str(Path(path).relative_to(sweep_dir))
+    except ValueError:
+        return str(Path(path).resolve())  # a job folder outside the sweep folder: keep it whole
+
+
+def ensure_index(sweep_dir: Path, built: Callable[[list[dict[str, Any]]], None] | None = None) -> Path:
+    """The sweep's point index, made on first use from the row files already there.
+
+    Costs a stat when it exists. A folder from before the index (or any folder with rows but
+    no index) is read once, under the lock; `built(rows)` then runs on the rows of that same
+    read, still under the lock (the CSV view builds results.csv from them: runners/rows.py).
+    The index appears whole (built aside, then renamed), so a job never sees half of it.
+    """
+    sweep_dir = Path(sweep_dir)
+    index = sweep_dir / INDEX_NAME
+    if index.is_dir():
+        return index
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    with locked(sweep_dir):
+        if index.is_dir():
+            return index
+        tmp = Path(tempfile.mkdtemp(dir=sweep_dir, prefix=f"{INDEX_NAME}.", suffix=".tmp"))
+        try:
+            os.chmod(tmp, 0o777 & ~_UMASK)
+            paths = row_paths(sweep_dir)
+            loaded = load_rows(paths)
+            by_id = {id(row): path for path, row in loaded}
+            for row in best_rows([row for _, row in loaded]):
+                if row.get("point_id"):
+                    # Plain writes, no fsync per file: nobody reads the folder before the rename, and
+                    # an entry lost to a crash only means its point is measured once more.
+                    with open(tmp / _entry_name(str(row["point_id"])), "w") as f:
+                        f.write(_entry_text(_relative(sweep_dir, by_id[id(row)]), row))
+            os.rename(tmp, index)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if loaded and built is not None:
+            built([row for _, row in loaded])
+    return index
+
+
+def _entry_text(row_file: str, row: Mapping[str, Any]) -> str:
+    # The row file is what counts (lookups read it back); status and time are there for a person.
+    return json.dumps({"row": row_file, "status": row.get("status"), "timestamp": row.get("timestamp")})
+
+
+def _write_entry(index: Path, point_id: str, row_file: str, row: Mapping[str, Any]) -> None:
+    atomic_write_text(index / _entry_name(point_id), _entry_text(row_file, row))
+
+
+def _indexed_row(sweep_dir: Path, point_id: str) -> tuple[Path, dict[str, Any]] | None:
+    """The row file the index names for this point and its row, if it is still there and still this point."""
+    index = Path(sweep_dir) / INDEX_NAME
+    if not index.is_dir():
+        if not row_paths(sweep_dir):
+            return None  # nothing recorded yet (a fresh folder; a single run's own folder)
+        index = ensure_index(sweep_dir)
+    entry = load_json(index / _entry_name(point_id))
+    if entry is None or not isinstance(entry.get("row"), str):
+        return None
+    path = Path(sweep_dir) / entry["row"]  # an absolute path stays absolute
+    row = load_json(path)
+    if row is None or str(row.get("point_id")) != point_id:
+        return None  # the row was deleted (to measure the point again) or replaced
+    return path, row
+
+
+def point_status(sweep_dir: Path, point_id: str, job_dir: Path | None = None) -> str | None:
+    """The status of this point's best row in the sweep folder, or None: a lookup by id, not a scan.
+
+    `job_dir`: the job's own folder, looked in when the index names no row for the point (a job
+    killed after its row file but before its index entry); the index entry is then written.
+    """
+    sweep_dir, point_id = Path(sweep_dir), str(point_id)
+    found = _indexed_row(sweep_dir, point_id)
+    if found is None and job_dir is not None:
+        for path in (Path(job_dir) / "row.json", Path(job_dir) / f"row-{point_id}.json"):
+            row = load_json(path)
+            if row is not None and str(row.get("point_id")) == point_id:
+                _write_entry(ensure_index(sweep_dir), point_id, _relative(sweep_dir, path), row)
+                return str(row.get("status"))
+    return None if found is None else str(found[1].get("status"))
+
+
+def index_row(sweep_dir: Path, path: Path, row: Mapping[str, Any]) -> None:
+    """Name the row file `path` in the index as its point's row, unless the index names a better one.
+
+    The one duplicate rule decides (`best_rows`): a failed retry keeps the ok row. Called after the
+    row file is written: a build that sees the new index entry then finds the row too.
+    """
+    point_id = str(row.get("point_id") or "")
+    if not point_id:
+        return
+    index = ensure_index(sweep_dir)
+    old = _indexed_row(sweep_dir, point_id)
+    if old is None or old[0] == path or best_rows([old[1], dict(row)])[0] is not old[1]:
+        _write_entry(index, point_id, _relative(sweep_dir, path), row)
