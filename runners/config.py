@@ -1,10 +1,11 @@
-"""From a Hydra job's config to a `Job`: a validated `selfattn.Point` with its budget and id, or why not.
+"""From a Hydra job's config to a `ParsedJob`: a validated `selfattn.Point` with its budget and id, or why not.
 
 `parse_job` is the one step: it applies the job's grid point, refuses unknown keys (naming the
 nearest known one), checks every value against the dataclass that owns it (the axes: `Point`;
 `budget`: `selfattn.measure.Budget`; `backend.*`: the back end's `Options`; the runner's own
-keys: `RunnerConf`, `WandbConf` below) and never raises: a bad config becomes a `Job` with a
-`problem`, which a multirun records as an `invalid` row and a single run prints as one line.
+keys: `RunnerConf`, `WandbConf` below), resolves device=auto, and never raises: a bad config
+becomes a `ParsedJob` with a `problem`, which a multirun records as an `invalid` row and a
+single run prints as one line.
 Validation is in code, not in a Hydra schema, so a bad value inside a grid does not stop the
 sweep. Nothing here imports Hydra, so tests call it with plain dicts.
 """
@@ -18,9 +19,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 from selfattn.backends import BACKEND_NAMES, check_options, get_backend
-from selfattn.fields import check_fields, defaults, spec, unknown_key
+from selfattn.fields import check_fields, check_value, defaults, field_types, spec, unknown_key
 from selfattn.measure.budget import Budget
 from selfattn.point import AXES, DEVICES, Point, axis_default
+from selfattn.results import Row
 
 
 @dataclass(frozen=True)
@@ -58,28 +60,34 @@ def known_keys() -> list[str]:
 
 
 @dataclass
-class Job:
+class ParsedJob:
     """One job's config, parsed once; everything after reads this."""
 
-    values: dict[str, Any]  # the flat config, grid point applied (what an invalid row shows)
-    point: Point | None = None  # None when the config does not validate
+    values: dict[str, Any]  # the flat config, grid point applied
+    point: Point | None = None  # validated, device resolved; None when the config does not validate
     budget: Budget | None = None
     runner: dict[str, Any] = field(default_factory=lambda: defaults(RunnerConf))
     wandb: dict[str, Any] = field(default_factory=lambda: defaults(WandbConf))
     wandb_problem: str = ""  # a bad wandb section: a sweep measures anyway, wandb off
     problem: str = ""  # one line: why the point is invalid ("" when valid)
     point_id: str = ""
+    typed_columns: dict[str, Any] = field(default_factory=dict)  # the point's columns as typed: what a failed row shows
+
+    @property
+    def columns(self) -> dict[str, Any]:
+        """The point's columns of results.csv: the validated point's, else the values as typed."""
+        return self.point.columns() if self.point is not None else self.typed_columns
 
 
-def parse_job(cfg: Mapping[str, Any]) -> Job:
-    """The job's config -> a Job; never raises for a bad config (see `Job.problem`)."""
+def parse_job(cfg: Mapping[str, Any]) -> ParsedJob:
+    """The job's config -> a ParsedJob; never raises for a bad config (see `ParsedJob.problem`)."""
     try:
         values = flat_config(cfg)
     except ValueError as exc:
-        job = Job(values=dict(cfg), problem=str(exc))
-        job.point_id = raw_point_id(job.values)
+        job = ParsedJob(values=dict(cfg), problem=str(exc))
+        job.point_id, job.typed_columns = raw_point_id(job.values), typed_columns(job.values)
         return job
-    job = Job(values=values)
+    job = ParsedJob(values=values, typed_columns=typed_columns(values))
     try:
         job.wandb = check_fields(WandbConf, values.get("wandb"), prefix="wandb.")
     except ValueError as exc:
@@ -145,6 +153,34 @@ def _point(values: Mapping[str, Any], d_model: int | None) -> Point:
     point = Point(backend=name, backend_options=options, precision=precision, **axes)
     point.validate()
     return point
+
+
+def typed_columns(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The point's columns from raw config values: each value its field accepts, else text or empty.
+
+    A refused row keeps every value as it was typed, as far as its column can hold it.
+    """
+    hints, row_types = field_types(Point), field_types(Row)
+    columns: dict[str, Any] = {}
+    for f in fields(Point):
+        value = values.get(f.name)
+        if f.name in NODES:  # a config group's node: {name: ..., options}
+            value = value.get("name") if isinstance(value, Mapping) else value
+        if f.name == "backend_options":
+            backend = values.get("backend")
+            options = {k: v for k, v in backend.items() if k != "name"} if isinstance(backend, Mapping) else {}
+            columns[f.name] = json.dumps(options, sort_keys=True, default=str)
+            continue
+        text_column = row_types[f.name] is str
+        try:
+            check_value(f.name, value, f, hints[f.name])
+        except ValueError:  # a value its column cannot hold as typed: text keeps it, numbers stay empty
+            columns[f.name] = str(value) if text_column and value is not None else None
+            continue
+        columns[f.name] = str(value) if text_column and value is not None else value
+    d_model = values.get("d_model")
+    columns["d_model"] = d_model if isinstance(d_model, int) and not isinstance(d_model, bool) else None
+    return columns
 
 
 def resolve_device(device: str) -> str:

@@ -15,22 +15,24 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from runners import config, job
-from runners.callbacks import sweep_id
+from runners.callbacks import sweep_id, sweep_meta
 
 config.register_resolvers()  # ${by_device:...} and ${grid_range:} in conf/experiment/*.yaml
 
 
 def context(cfg: DictConfig) -> job.JobContext:
-    """This job's folders, number and swept keys, from Hydra's runtime config."""
+    """This job's folders, number and swept keys from Hydra's runtime config; the sweep's size,
+    start and device sharing from its sweep.json (read here, once per job)."""
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     sweep_dir = Path(hc.sweep.dir if multirun else hc.runtime.output_dir)
-    meta = job.sweep_meta(sweep_dir) if multirun else {}
+    meta = sweep_meta(sweep_dir) if multirun else {}
     varying = [o.split("=", 1)[0].lstrip("+~") for o in hc.overrides.task if "=" in o]
     return job.JobContext(
         job_dir=Path(hc.runtime.output_dir), sweep_dir=sweep_dir, multirun=multirun,
         index=hc.job.num if multirun else None, varying=varying,
         jobs_sharing_device=int(meta.get("jobs_sharing_device") or 1), sweep_id=sweep_id(cfg, sweep_dir),
+        total=meta.get("total"), started_unix=meta.get("started_unix"),
     )
 
 

@@ -9,13 +9,13 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from runners import config as C
+from runners import config
 from runners.callbacks import count_jobs, jobs_sharing_device
 from selfattn.point import Point
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
-C.register_resolvers()
+config.register_resolvers()
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def test_sizes_adapt_to_the_device(composer):
 
 def test_quick_is_the_union_of_its_grids(composer):
     cfg = composer(["experiment=quick", "device=cpu"])
-    points = C.grid_points(cfg.grids)
+    points = config.grid_points(cfg.grids)
     cost, stability_grid = 2 * 3 * 2 * 9, 4 * 2  # two passes x back ends x masks x sizes; head_dim x scale
     overflow, scale_on_q, heads, layer = 2 * 2 * 2 * 5, 2 * 5, 3 * 4, 2 * 2 * 5
     assert count_jobs(cfg) == len(points) == cost + stability_grid + overflow + scale_on_q + heads + layer
@@ -100,7 +100,7 @@ def test_help_lists_groups_and_experiments():
 
 def point_of(cfg):
     """The job's Point, or the ValueError a single run would print."""
-    parsed = C.parse_job(cfg)
+    parsed = config.parse_job(cfg)
     if parsed.problem:
         raise ValueError(parsed.problem)
     return parsed.point
@@ -152,13 +152,13 @@ def test_bad_budget_raises_one_line(budget, key):
     ({"precision": {"name": "fp16", "upcast": True}}, "precision.upcast: unknown key; allowed: precision.name"),
 ])
 def test_unknown_keys_are_refused_naming_the_nearest_known_key(change, message):
-    parsed = C.parse_job({**BASE, **change})
+    parsed = config.parse_job({**BASE, **change})
     assert parsed.point is None and parsed.problem == message
 
 
 def test_two_bad_configs_never_share_an_id():
     """A multirun over a typo (`-m +seqlen=4096,8`) records two invalid rows, not one skipped."""
-    ids = {C.parse_job({**BASE, "seqlen": n}).point_id for n in (4096, 8)}
+    ids = {config.parse_job({**BASE, "seqlen": n}).point_id for n in (4096, 8)}
     assert len(ids) == 2 and all(i.startswith("raw-") for i in ids)
 
 
@@ -174,11 +174,11 @@ def test_conf_mirrors_the_dataclasses_that_own_each_key():
     conf = OmegaConf.to_container(OmegaConf.load(CONF / "config.yaml"))
     conf.pop("defaults"), conf.pop("hydra")
     for axis in AXES:
-        if axis not in C.NODES:
+        if axis not in config.NODES:
             assert conf.pop(axis) == axis_default(axis), axis
     assert conf.pop("budget") == defaults(Budget)
-    assert conf.pop("wandb") == defaults(C.WandbConf)
-    assert conf == defaults(C.RunnerConf)
+    assert conf.pop("wandb") == defaults(config.WandbConf)
+    assert conf == defaults(config.RunnerConf)
     assert sorted(p.stem for p in (CONF / "backend").glob("*.yaml")) == sorted(BACKEND_NAMES)
     for name in BACKEND_NAMES:
         node = OmegaConf.to_container(OmegaConf.load(CONF / "backend" / f"{name}.yaml"))
