@@ -117,7 +117,7 @@ class Point:
         return ELEMENT_BYTES[self.precision]
 
     @property
-    def scores(self) -> int:
+    def score_elements(self) -> int:
         """Elements of one (q_len x seq_len) tensor over every batch and head."""
         return self.batch * self.heads * self.q_len_resolved * self.seq_len
 

@@ -124,7 +124,7 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     scores and weights), three in backward (saved weights, their gradient, the scores' gradient).
     scale_at=query adds a scaled copy of Q (the size of the output) instead of the scaled scores."""
     s = point.element_bytes
-    scores, out, grads = point.scores, point.out_bytes, point.grad_bytes
+    scores, out, grads = point.score_elements, point.out_bytes, point.grad_bytes
     out += out if options.get("scale_at", "logits") == "query" else 0
     # the bool keep mask and the additive -inf mask, per sequence when padding or documents differ
     masks_per = point.batch if point.masks_per_sequence else 1

@@ -155,7 +155,7 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     s = point.element_bytes
     b, h, d = point.batch, point.heads, point.head_dim
     q_len, seq_len = point.q_len_resolved, point.seq_len
-    scores, out, grads = point.scores, point.out_bytes, point.grad_bytes
+    scores, out, grads = point.score_elements, point.out_bytes, point.grad_bytes
     kernel = options.get("kernel", "auto")
     math_kernel = kernel == "math" or (device == "cuda" and kernel == "auto" and point.precision == "fp64")
     # A non-square causal mask goes to SDPA as torch's lower-right CausalBias: fused CUDA kernels

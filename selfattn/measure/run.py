@@ -4,7 +4,7 @@ Order matters: validate -> resolve dtype and options -> predict and guard (nothi
 yet) -> build inputs -> the back end's one-time set-up (flex's block mask, timed apart) ->
 warm-up (its output feeds the accuracy check; for a compiled back end it compiles, timed apart
 as compile_s, and a second call gives the guard the compiled call's time) -> memory call -> timed
-calls -> accuracy and stability on the sampled rows. Failures become the row's status through
+calls -> accuracy and stability on the sampled queries. Failures become the row's status through
 selfattn.measure.failures (oom, unsupported, invalid, error; memory released either way).
 """
 
@@ -98,18 +98,18 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
         row.mask_density = mask_density(point)
         row.predicted_mem_bytes = predict_mem_bytes(point, options)
         peak = device_peak_tflops(device, dtype) if budget.measure_device_peak else nominal_peak_tflops(device, point.precision)
-        rows = sample_rows(point.q_len_resolved, budget.accuracy_rows, point.seed)
-        need = input_bytes(point) + row.predicted_mem_bytes + accuracy_bytes(point, len(rows))
+        sampled_queries = sample_rows(point.q_len_resolved, budget.accuracy_rows, point.seed)
+        need = input_bytes(point) + row.predicted_mem_bytes + accuracy_bytes(point, len(sampled_queries))
         free = free_bytes(device)
         # a first compilation is part of the point's time; code compiled for an earlier point is reused
         compile_s = compile_cache.predict_compile_s(point.backend, device, _compile_key(point)) if compiling else 0.0
-        point_s = predict_point_s(point, peak, budget.timing_s, len(rows)) + compile_s
+        point_s = predict_point_s(point, peak, budget.timing_s, len(sampled_queries)) + compile_s
         reason = over_budget(point, budget, need, free, point_s)
         memory_fits = over_budget(point, budget, need, free, 0.0) is None
         if reason is not None and memory_fits and budget.measure_device_peak:
             # Skipping on time rests on the measured peak: make sure it was not measured in a bad moment.
             peak = device_peak_tflops(device, dtype, remeasure=True)
-            point_s = predict_point_s(point, peak, budget.timing_s, len(rows)) + compile_s
+            point_s = predict_point_s(point, peak, budget.timing_s, len(sampled_queries)) + compile_s
             reason = over_budget(point, budget, need, free, point_s)
         row.device_peak_tflops = peak if budget.measure_device_peak else None
         row.device_peak_gbps = device_peak_gbps(device) if budget.measure_device_peak else None
@@ -117,7 +117,7 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
         if reason is not None:
             row.status, row.error = "skipped_budget", reason
             return
-        _run(point, budget, device, dtype, rows, row, build, compiling)
+        _run(point, budget, device, dtype, sampled_queries, row, build, compiling)
 
 
 def _compile_key(point: Point) -> tuple:
@@ -146,10 +146,10 @@ def _single_threaded_on_cpu(device: str) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, rows: torch.Tensor, row: Row, build,
-         compiling: bool = False) -> None:
+def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_queries: torch.Tensor, row: Row,
+         build, compiling: bool = False) -> None:
     with _single_threaded_on_cpu(device):
-        workload = build(point, dtype, torch.device(device), rows)
+        workload = build(point, dtype, torch.device(device), sampled_queries)
     for column, seconds in workload.prepare().items():  # flex: block_mask_s, built before the first call
         setattr(row, column, seconds)
     if compiling and compile_cache.make_room():
@@ -201,7 +201,7 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, rows: to
     _precision_notes(point, workload, checked, row)
 
     with _single_threaded_on_cpu(device):
-        _accuracy_and_stability(point, workload, checked, rows, row)
+        _accuracy_and_stability(point, workload, checked, sampled_queries, row)
         row.perm_max_abs_diff = permutation_max_abs_diff(point, dtype, torch.device(device))
     row.status, row.error = "ok", ""
 
@@ -225,10 +225,10 @@ def _precision_notes(point: Point, workload: Any, checked: Any, row: Row) -> Non
     row.note = "; ".join(notes)
 
 
-def _accuracy_and_stability(point: Point, workload: Any, checked: Any, rows: torch.Tensor, row: Row) -> None:
+def _accuracy_and_stability(point: Point, workload: Any, checked: Any, sampled_queries: torch.Tensor, row: Row) -> None:
     reference = workload.reference()
     errors = compare(checked.out_rows, reference.out_rows)
-    row.accuracy_rows = len(rows)
+    row.accuracy_rows = len(sampled_queries)
     row.max_abs_err, row.rel_rms_err, row.nonfinite_frac = errors.max_abs_err, errors.rel_rms_err, errors.nonfinite_frac
     if checked.grads is not None and reference.grads is not None:
         grad_errors = compare(checked.grads, reference.grads)
