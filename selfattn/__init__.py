@@ -30,7 +30,6 @@ _EXPORTS: dict[str, str] = {
     "precision_context": "selfattn.precision",
     "resolve_dtype": "selfattn.precision",
     "attention_reference": "selfattn.reference",
-    "causal_keep_mask": "selfattn.reference",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -28,7 +28,6 @@ DTYPES: dict[str, torch.dtype] = {
 }
 PRECISIONS: tuple[str, ...] = tuple(DTYPES)
 TF32_MIN_CAPABILITY = (8, 0)  # Ampere: the first GPUs with TF32 tensor cores
-NAMES: dict[torch.dtype, str] = {torch.float64: "fp64", torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 def _check(precision: str) -> None:
@@ -51,11 +50,6 @@ def resolve_dtype(precision: str, device: torch.device | str = "cpu") -> torch.d
                 f"{capability[0]}.{capability[1]} (torch would silently compute plain fp32)"
             )
     return DTYPES[precision]
-
-
-def precision_name(dtype: torch.dtype) -> str:
-    """fp64 | fp32 | fp16 | bf16 for a dtype (used in test ids and labels)."""
-    return NAMES[dtype]
 
 
 @contextlib.contextmanager

@@ -8,26 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from selfattn.masks import Masks, no_empty_rows
+from selfattn.masks import no_empty_rows
 from selfattn.validate import check_masks, check_qkv, resolve_scale
-
-
-def causal_keep_mask(
-    q_len: int,
-    seq_len: int,
-    *,
-    device: torch.device | str | None = None,
-    rows: torch.Tensor | None = None,
-    keys: tuple[int, int] | None = None,
-) -> torch.Tensor:
-    """Bool (q_len or len(rows), seq_len or the `keys` range): True where query i may see key j
-    under a causal mask alone (selfattn.masks has the general case).
-
-    Bottom-right aligned: query i sees keys j <= i + seq_len - q_len, so the last query
-    always sees every key (q_len == 1 is a decode step) and q_len == seq_len is the usual
-    lower triangle. `rows` and `keys` = (first, end) cut out a block (the chunked back end's).
-    """
-    return Masks(causal=True).keep(q_len, seq_len, rows=rows, keys=keys, device=device)[0]
 
 
 def attention_reference(

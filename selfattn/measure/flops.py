@@ -44,11 +44,6 @@ def unmasked_pairs(q_len: int, seq_len: int, causal: bool) -> int:
     return rows * (offset + 1) + (first + q_len - 1) * rows // 2
 
 
-def attention_flops(batch: int, heads: int, q_len: int, seq_len: int, head_dim: int, causal: bool) -> float:
-    """Forward FLOPs of the attention core: 4 * B * H * D * unmasked pairs."""
-    return 4.0 * batch * heads * head_dim * unmasked_pairs(q_len, seq_len, causal)
-
-
 def projection_flops(batch: int, seq_len: int, d_model: int) -> float:
     """Forward FLOPs of the layer's four d_model x d_model projections: 2*B*L*d^2 each."""
     return LAYER_PROJECTIONS * 2.0 * batch * seq_len * d_model * d_model

@@ -162,11 +162,6 @@ def cuda_peak_bytes(fn: Callable[[], object]) -> tuple[int, float]:
     return max(0, peak - before), call_s
 
 
-def peak_bytes(fn: Callable[[], object], device: str) -> int | None:
-    """Run `fn` once and return the peak memory it needed beyond what was live before."""
-    return measure_peak(fn, device)[0]
-
-
 def measure_peak(fn: Callable[[], object], device: str) -> tuple[int | None, float]:
     """Run `fn` once: (peak bytes beyond what was live before, or None; the call's seconds)."""
     if device == "cuda":

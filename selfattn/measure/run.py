@@ -23,7 +23,7 @@ from selfattn.measure.accuracy import compare, sample_rows
 from selfattn.measure.budget import Budget, over_budget
 from selfattn.measure.device import device_peak_gbps, device_peak_tflops, environment, resolve_device
 from selfattn.measure.flops import mask_density, point_flops
-from selfattn.measure.traffic import bytes_moved, kv_cache_bytes
+from selfattn.measure.traffic import bytes_moved
 from selfattn.measure.memory import alloc_peak_bytes, free_bytes, measure_peak, release_memory
 from selfattn.measure.permutation import permutation_max_abs_diff
 from selfattn.measure.predict import (
@@ -94,7 +94,7 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
             raise Unsupported("scope=generate with a compiled back end: every step's cache length is a new shape to "
                               "compile (a loop of new_tokens compilations)")
         row.flops = point_flops(point)
-        row.bytes_moved, row.kv_cache_bytes = bytes_moved(point), kv_cache_bytes(point)
+        row.bytes_moved, row.kv_cache_bytes = bytes_moved(point), point.kv_bytes
         row.mask_density = mask_density(point)
         row.predicted_mem_bytes = predict_mem_bytes(point, options)
         peak = device_peak_tflops(device, dtype) if budget.measure_device_peak else nominal_peak_tflops(device, point.precision)

@@ -19,11 +19,6 @@ from __future__ import annotations
 from selfattn.point import Point
 
 
-def kv_cache_bytes(point: Point) -> int:
-    """2 x batch x kv_heads x seq_len x head_dim x element size: K and V of `seq_len` tokens."""
-    return point.kv_bytes
-
-
 def bytes_moved(point: Point) -> int:
     """The least bytes one timed call of `point` reads and writes (see the module docstring)."""
     s = point.element_bytes

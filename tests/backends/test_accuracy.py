@@ -15,7 +15,6 @@ import torch
 
 import selfattn
 from selfattn.inputs import make_qkv
-from selfattn.precision import precision_name
 
 # (batch, heads, q_len, seq_len, head_dim): lengths from {1, 7, 113, 256, 1000}, head_dim from
 # {16, 59, 64, 128}, q_len != seq_len both ways, and none divisible by the chunk sizes below.
@@ -41,6 +40,11 @@ DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
 ABS_TOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 5e-2, torch.float16: 1e-2}
 GRAD_ABS_TOL = {torch.float64: 1e-11, torch.float32: 2e-5, torch.bfloat16: 1e-1, torch.float16: 2e-2}
 FA_EPS = {torch.bfloat16: 1e-3, torch.float16: 2e-4}
+
+
+def precision_name(dtype: torch.dtype) -> str:
+    """fp64 | fp32 | bf16 | fp16: the precision names of the sweep, for test ids."""
+    return {torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
 
 
 def case_id(shape, dtype, causal) -> str:

@@ -10,6 +10,7 @@ import selfattn
 from selfattn import backends
 from selfattn.errors import Unsupported
 from selfattn.inputs import make_qkv, make_x
+from selfattn.masks import Masks
 from selfattn.precision import PRECISIONS, precision_context, resolve_dtype
 
 
@@ -113,10 +114,10 @@ def test_reference_rows_match_full_reference():
 
 
 def test_causal_keep_mask_is_bottom_right_aligned():
-    keep = selfattn.causal_keep_mask(2, 4)
-    assert keep.tolist() == [[True, True, True, False], [True, True, True, True]]
-    assert selfattn.causal_keep_mask(3, 3).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
-    assert selfattn.causal_keep_mask(2, 4, rows=torch.tensor([1])).tolist() == [[True, True, True, True]]
+    causal = Masks(causal=True)
+    assert causal.keep(2, 4)[0].tolist() == [[True, True, True, False], [True, True, True, True]]
+    assert causal.keep(3, 3)[0].tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    assert causal.keep(2, 4, rows=torch.tensor([1]))[0].tolist() == [[True, True, True, True]]
 
 
 def test_layer_is_reproducible_and_backend_independent():

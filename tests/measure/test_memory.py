@@ -6,7 +6,7 @@ import torch
 from selfattn import Point
 from selfattn.measure import Budget, measure_point, predict_mem_bytes
 from selfattn.measure.accuracy import sample_rows
-from selfattn.measure.memory import peak_bytes, peak_rss_bytes, reset_peak_rss, rss_bytes
+from selfattn.measure.memory import measure_peak, peak_rss_bytes, reset_peak_rss, rss_bytes
 from selfattn.measure.workload import build
 
 pytestmark = pytest.mark.skipif(not reset_peak_rss(), reason="needs Linux /proc/self/clear_refs")
@@ -29,12 +29,12 @@ def one_thread():
 def _measured(point: Point) -> int:
     workload = build(point, torch.float32, torch.device("cpu"), sample_rows(point.seq_len, 8, 0))
     workload.call()  # warm-up: one-time allocations are not the point's
-    return peak_bytes(workload.call, "cpu")
+    return measure_peak(workload.call, "cpu")[0]
 
 
 def test_peak_measures_what_is_allocated():
     n = 4 * 2**20  # 16 MiB of fp32, written
-    measured = peak_bytes(lambda: torch.ones(n), "cpu")
+    measured, _ = measure_peak(lambda: torch.ones(n), "cpu")
     # RSS moves in pages, and a page or two of the new tensor may already be resident (heap reuse):
     # a few pages short is still the 16 MiB, while a wrong peak would miss by MiBs.
     assert 16 * 2**20 - 16 * 4096 <= measured < 24 * 2**20

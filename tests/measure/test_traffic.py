@@ -1,17 +1,17 @@
-"""bytes_moved and kv_cache_bytes: the least traffic of a call, GQA dividing K/V."""
+"""bytes_moved and the kv_cache_bytes column (Point.kv_bytes): the least traffic of a call, GQA dividing K/V."""
 
-from selfattn.measure.traffic import bytes_moved, kv_cache_bytes
+from selfattn.measure.traffic import bytes_moved
 from selfattn.point import Point
 
 
 def test_decode_step_reads_the_cache_once_per_kv_head():
     mha = Point(batch=2, heads=8, q_len=1, seq_len=1000, head_dim=64, precision="fp16")
     gqa = Point(batch=2, heads=8, kv_heads=2, q_len=1, seq_len=1000, head_dim=64, precision="fp16")
-    assert kv_cache_bytes(mha) == 2 * 2 * 8 * 1000 * 64 * 2
-    assert kv_cache_bytes(mha) == 4 * kv_cache_bytes(gqa)
+    assert mha.kv_bytes == 2 * 2 * 8 * 1000 * 64 * 2
+    assert mha.kv_bytes == 4 * gqa.kv_bytes
     q_and_out = 2 * 2 * 8 * 1 * 64 * 2
-    assert bytes_moved(mha) == kv_cache_bytes(mha) + q_and_out
-    assert bytes_moved(gqa) == kv_cache_bytes(gqa) + q_and_out
+    assert bytes_moved(mha) == mha.kv_bytes + q_and_out
+    assert bytes_moved(gqa) == gqa.kv_bytes + q_and_out
 
 
 def test_backward_adds_the_upstream_and_every_gradient():
