@@ -137,6 +137,17 @@ class Point:
         return 2 * self.batch * self.kv_heads_resolved * self.seq_len * self.head_dim * self.element_bytes
 
     @property
+    def projection_weights(self) -> int:
+        """Elements of the layer's four projections: W_Q and W_O d_model x d_model, W_K and W_V
+        d_model x kv_heads*D (4 d_model^2 when kv_heads = heads)."""
+        return 2 * self.d_model * self.d_model + 2 * self.d_model * self.kv_heads_resolved * self.head_dim
+
+    @property
+    def step_contexts(self) -> range:
+        """scope=generate: each step's context length (the step at position p attends to p + 1 tokens)."""
+        return range(self.seq_len + 1, self.seq_len + self.new_tokens + 1)
+
+    @property
     def masks_per_sequence(self) -> bool:
         """Whether sequences of the batch see different keys (padding, documents): per-sequence masks."""
         return self.pad_frac > 0 or self.documents is not None
@@ -168,10 +179,10 @@ class Point:
             for name, plain in (("q_len", None), ("window", None), ("pad_frac", 0.0), ("documents", None)):
                 if getattr(self, name) != plain:
                     raise ValueError(f"{name}: scope=generate takes the prompt length from seq_len and no mask but causal, got {getattr(self, name)!r}")
-        if self.scope == "layer":  # the layer runs causal self-attention over X with all its heads
-            for name, plain in (("kv_heads", None), ("window", None), ("pad_frac", 0.0), ("documents", None)):
-                if getattr(self, name) != plain and not (name == "kv_heads" and self.kv_heads == self.heads):
-                    raise ValueError(f"{name}: scope=layer supports the causal mask and kv_heads = heads only, got {getattr(self, name)!r}")
+        if self.scope == "layer":  # the layer runs self-attention over X, causal or not, with no other mask
+            for name, plain in (("window", None), ("pad_frac", 0.0), ("documents", None)):
+                if getattr(self, name) != plain:
+                    raise ValueError(f"{name}: scope=layer supports the causal mask only, got {getattr(self, name)!r}")
 
     def with_device(self, device: str) -> Point:
         return self if self.device == device else replace(self, device=device)

@@ -3,7 +3,10 @@
 import pytest
 import torch
 
-from selfattn.decode import Generation, backend_attend, generate, generate_bytes, generate_flops, make_layer
+from selfattn.decode import NORM_EPS, Generation, generate
+from selfattn.layer import MultiHeadSelfAttention
+from selfattn.measure.flops import generate_flops
+from selfattn.measure.traffic import generate_bytes
 from selfattn.point import Point
 
 
@@ -11,14 +14,20 @@ def _prompt(batch: int, length: int, d_model: int, dtype: torch.dtype) -> torch.
     return torch.randn(batch, length, d_model, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(dtype)
 
 
+def _layer(heads: int, kv_heads: int, head_dim: int, *, seed: int = 0, dtype: torch.dtype = torch.float32,
+           backend: str = "naive") -> MultiHeadSelfAttention:
+    layer = MultiHeadSelfAttention(heads * head_dim, heads, kv_heads=kv_heads, backend=backend, causal=True)
+    layer.reset_parameters(seed=seed)
+    return layer.to(dtype).requires_grad_(False)
+
+
 @pytest.mark.parametrize("backend", ["naive", "sdpa", "chunked"])
 @pytest.mark.parametrize("kv_heads", [4, 1])
 def test_the_cache_gives_the_same_tokens_as_recomputing_the_prefix(backend, kv_heads):
-    layer = make_layer(4, kv_heads, 16, seed=0, dtype=torch.float32, device="cpu")
+    layer = _layer(4, kv_heads, 16, backend=backend)
     prompt = _prompt(2, 37, 64, torch.float32)
-    attend = backend_attend(backend)
-    cached = generate(layer, prompt, 12, kv_cache=True, attend=attend)
-    recomputed = generate(layer, prompt, 12, kv_cache=False, attend=attend)
+    cached = generate(layer, prompt, 12, kv_cache=True)
+    recomputed = generate(layer, prompt, 12, kv_cache=False)
     assert cached.shape == (2, 12, 64)
     torch.testing.assert_close(cached, recomputed, rtol=1e-4, atol=1e-4)
     # the tokens really depend on the steps: not a constant the two loops could agree on trivially
@@ -26,18 +35,41 @@ def test_the_cache_gives_the_same_tokens_as_recomputing_the_prefix(backend, kv_h
 
 
 def test_float64_loops_agree_to_rounding():
-    layer = make_layer(2, 2, 8, seed=3, dtype=torch.float64, device="cpu")
+    layer = _layer(2, 2, 8, seed=3, dtype=torch.float64)
     prompt = _prompt(1, 20, 16, torch.float64)
-    attend = backend_attend("naive")
-    torch.testing.assert_close(generate(layer, prompt, 30, kv_cache=True, attend=attend),
-                               generate(layer, prompt, 30, kv_cache=False, attend=attend), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(generate(layer, prompt, 30, kv_cache=True),
+                               generate(layer, prompt, 30, kv_cache=False), rtol=1e-10, atol=1e-10)
 
 
 def test_a_generation_runs_again_from_the_same_state():
-    layer = make_layer(2, 1, 8, seed=0, dtype=torch.float32, device="cpu")
-    run = Generation(layer, _prompt(1, 9, 16, torch.float32), 5, kv_cache=True, attend=backend_attend("sdpa"))
+    layer = _layer(2, 1, 8, backend="sdpa")
+    run = Generation(layer, _prompt(1, 9, 16, torch.float32), 5, kv_cache=True)
     first = run.run().clone()
     torch.testing.assert_close(run.run(), first, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_generation_runs_the_layer_itself(kv_heads):
+    """One layer: each step's token is the layer's own forward pass (W_O included) over the tokens
+    so far, at the last position, RMS-normalized; the prompt's pass gives the first step's input."""
+    layer = _layer(4, kv_heads, 8, seed=5, dtype=torch.float64)
+    prompt = _prompt(2, 11, 32, torch.float64)
+    tokens = generate(layer, prompt, 3, kv_cache=True)
+
+    def next_token(sequence: torch.Tensor) -> torch.Tensor:
+        y = layer(sequence)[:, -1]
+        return y / torch.sqrt(y.pow(2).mean(-1, keepdim=True) + NORM_EPS)
+
+    sequence = torch.cat([prompt, next_token(prompt)[:, None]], dim=1)  # the prefill's token
+    for t in range(3):
+        torch.testing.assert_close(tokens[:, t], next_token(sequence), rtol=1e-10, atol=1e-10)
+        sequence = torch.cat([sequence, tokens[:, t:t + 1]], dim=1)
+
+
+def test_generation_needs_a_causal_layer():
+    layer = MultiHeadSelfAttention(16, 2)
+    with pytest.raises(ValueError, match="^layer: generation is autoregressive"):
+        Generation(layer, _prompt(1, 4, 16, torch.float32), 2, kv_cache=True)
 
 
 def test_counts_grow_linearly_with_the_cache_and_quadratically_without():

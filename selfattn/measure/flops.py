@@ -6,7 +6,9 @@ unmasked (query, key) pair, so one forward pass is 4*B*H*D*pairs, with the pairs
 lets through counted exactly (selfattn/masks.py). K/V heads do not change it: each query head
 still multiplies with its (shared) K and V. Softmax, scaling and
 masking are not counted. A back end that computes masked scores anyway (naive does) still
-gets credit only for the unmasked ones, so its `tflops` shows the waste.
+gets credit only for the unmasked ones, so its `tflops` shows the waste. scope=layer adds its
+four projections; scope=generate sums its T steps (selfattn/decode.py: projections of the
+tokens a step projects, its attention, W_O of the last token).
 """
 
 from __future__ import annotations
@@ -20,8 +22,6 @@ from selfattn.point import Point
 FWD_BWD_FACTOR = 3.5
 # A linear layer's backward does two matmuls of the forward's size (grad input, grad weight).
 LINEAR_FWD_BWD_FACTOR = 3.0
-# The multi-head layer's projections: Q, K, V in and the output projection, each d_model x d_model.
-LAYER_PROJECTIONS = 4
 
 
 def unmasked_pairs(q_len: int, seq_len: int, causal: bool) -> int:
@@ -44,9 +44,10 @@ def unmasked_pairs(q_len: int, seq_len: int, causal: bool) -> int:
     return rows * (offset + 1) + (first + q_len - 1) * rows // 2
 
 
-def projection_flops(batch: int, seq_len: int, d_model: int) -> float:
-    """Forward FLOPs of the layer's four d_model x d_model projections: 2*B*L*d^2 each."""
-    return LAYER_PROJECTIONS * 2.0 * batch * seq_len * d_model * d_model
+def projection_flops(point: Point) -> float:
+    """Forward FLOPs of the layer's projections: W_Q and W_O (d_model x d_model), W_K and W_V
+    (d_model x kv_heads*D), 2 FLOPs per weight and token."""
+    return 2.0 * point.batch * point.seq_len * point.projection_weights
 
 
 def point_pairs(point: Point) -> int:
@@ -64,16 +65,30 @@ def mask_density(point: Point) -> float:
 
 def point_flops(point: Point) -> float:
     """FLOPs of one timed call of `point` (forward, or forward + backward): 4 * H * D per seen pair."""
-    if point.scope == "generate":  # a loop of T steps, counted where the loop is (selfattn/decode.py)
-        from selfattn.decode import generate_flops
-
+    if point.scope == "generate":
         return generate_flops(point)
     core = 4.0 * point.heads * point.head_dim * point_pairs(point)
     if point.mode == "fwd_bwd":
         core *= FWD_BWD_FACTOR
     if point.scope != "layer":
         return core
-    projections = projection_flops(point.batch, point.seq_len, point.d_model)
+    projections = projection_flops(point)
     if point.mode == "fwd_bwd":
         projections *= LINEAR_FWD_BWD_FACTOR
     return core + projections
+
+
+def generate_flops(point: Point) -> float:
+    """FLOPs of the T steps: projections, attention (4 H D per seen pair) and W_O of the last token."""
+    d_model, dim = point.d_model, point.head_dim
+    qkv_per_token = 2.0 * point.batch * d_model * (point.heads * dim + 2 * point.kv_heads_resolved * dim)
+    out_proj = 2.0 * point.batch * point.heads * dim * d_model
+    total = 0.0
+    for context in point.step_contexts:
+        if point.kv_cache:
+            pairs, projected = context, 1
+        else:  # every query of the prefix, causal: 1 + 2 + ... + context pairs
+            pairs, projected = context * (context + 1) // 2, context
+        total += 4.0 * point.batch * point.heads * dim * pairs
+        total += qkv_per_token * projected + out_proj
+    return total

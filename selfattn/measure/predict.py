@@ -12,8 +12,8 @@ are alive at once) and its `EFFICIENCY`; this module adds the inputs, the layer 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
-
 
 from selfattn.measure.flops import point_flops
 from selfattn.point import ELEMENT_BYTES, FP64_BYTES, Point
@@ -46,7 +46,7 @@ def input_bytes(point: Point) -> int:
     b, h, d = point.batch, point.heads, point.head_dim
     q_len, seq_len = point.q_len_resolved, point.seq_len
     if point.scope == "layer":
-        total = (b * seq_len * point.d_model + 4 * point.d_model * point.d_model) * s
+        total = (b * seq_len * point.d_model + point.projection_weights) * s
         upstream = b * seq_len * point.d_model * s
     else:
         total = b * h * q_len * d * s + point.kv_bytes  # Q, and K and V per K/V head
@@ -56,12 +56,14 @@ def input_bytes(point: Point) -> int:
 
 def _layer_bytes(point: Point) -> int:
     """Projections around the core: q, k, v heads, the merged heads and the output projection
-    (forward); fwd_bwd keeps them for backward and adds their gradients and the weights' grads."""
+    (forward); fwd_bwd keeps them for backward and adds their gradients and the weights' grads.
+    k and v (and their gradients) have kv_heads heads: GQA shrinks them."""
     s = point.element_bytes
     act = point.batch * point.seq_len * point.d_model * s
+    act_kv = point.batch * point.seq_len * point.kv_heads_resolved * point.head_dim * s  # k or v
     if point.mode == "fwd":
-        return 6 * act
-    return 12 * act + 4 * point.d_model * point.d_model * s
+        return 4 * act + 2 * act_kv
+    return 8 * act + 4 * act_kv + point.projection_weights * s
 
 
 def predict_mem_bytes(point: Point, options: dict[str, Any] | None = None) -> int:
@@ -79,14 +81,30 @@ def predict_mem_bytes(point: Point, options: dict[str, Any] | None = None) -> in
 
     # A back end without a registered module cannot run; predict as the materializing naive (conservative).
     module = get_backend(point.backend if point.backend in BACKEND_NAMES else "naive")
-    if point.scope == "generate":  # a loop: its largest step, plus the cache and tokens it keeps (selfattn/decode.py)
-        from selfattn.decode import generate_state_bytes, generate_step
-
-        return int(module.predict_mem_bytes(generate_step(point), options, device) + generate_state_bytes(point))
+    if point.scope == "generate":  # a loop: its largest step, plus the cache and tokens it keeps
+        return int(module.predict_mem_bytes(_generate_step(point), options, device) + _generate_state_bytes(point))
     core = module.predict_mem_bytes(point, options, device)
     if point.scope == "layer":
         core += _layer_bytes(point)
     return int(core)
+
+
+def _generate_step(point: Point) -> Point:
+    """The generation's largest step as a core point: q_len = 1 against the full cache, or (no
+    cache) a causal pass over the whole prefix. The memory guard sizes a generation by it."""
+    total = point.seq_len + point.new_tokens
+    return replace(point, scope="core", seq_len=total, q_len=1 if point.kv_cache else None)
+
+
+def _generate_state_bytes(point: Point) -> int:
+    """What a generation keeps between steps: the token buffer, the K/V cache (with it), and the
+    step's projections of its tokens (one token with the cache, the whole prefix without)."""
+    s, total = point.element_bytes, point.seq_len + point.new_tokens
+    kv = point.kv_heads_resolved
+    tokens = point.batch * (total + 1) * point.d_model * s
+    cache = 2 * point.batch * kv * total * point.head_dim * s if point.kv_cache else 0
+    projected = point.batch * (1 if point.kv_cache else total) * (point.heads + 2 * kv) * point.head_dim * s
+    return tokens + cache + projected
 
 
 def _default_options(point: Point, device: str) -> dict[str, Any]:

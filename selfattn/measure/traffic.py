@@ -8,8 +8,8 @@ bytes_moved gives each row its arithmetic intensity, its place on the roofline.
 
 scope=core reads Q, K and V (K and V once per K/V head, so GQA divides them) and writes O;
 fwd_bwd also reads dO and writes dQ, dK, dV. scope=layer reads X and the four projections'
-weights and writes the output; fwd_bwd also reads the upstream and writes dX and the weights'
-gradients. scope=generate sums its steps (selfattn/decode.py owns that count).
+weights (W_K and W_V per K/V head) and writes the output; fwd_bwd also reads the upstream and
+writes dX and the weights' gradients. scope=generate sums its steps (`generate_bytes`).
 
 Pure Python (no torch).
 """
@@ -23,12 +23,10 @@ def bytes_moved(point: Point) -> int:
     """The least bytes one timed call of `point` reads and writes (see the module docstring)."""
     s = point.element_bytes
     if point.scope == "generate":
-        from selfattn.decode import generate_bytes
-
         return generate_bytes(point)
     if point.scope == "layer":
         activations = point.batch * point.seq_len * point.d_model * s  # X, and the output as big
-        weights = 4 * point.d_model * point.d_model * s
+        weights = point.projection_weights * s
         total = 2 * activations + weights
         if point.mode == "fwd_bwd":
             total += 2 * activations + weights  # read the upstream, write dX; write the weights' grads
@@ -37,4 +35,21 @@ def bytes_moved(point: Point) -> int:
     total = q + point.kv_bytes + point.out_bytes
     if point.mode == "fwd_bwd":
         total += point.out_bytes + point.grad_bytes  # read dO; write dQ, dK, dV
+    return total
+
+
+def generate_bytes(point: Point) -> int:
+    """The least bytes of the T steps: each reads the weights and its tokens' inputs (with the
+    cache: one token and the K/V cache of its context, and writes one K/V entry; without: the
+    whole prefix), and writes one new token."""
+    s, b, dim, kv = point.element_bytes, point.batch, point.head_dim, point.kv_heads_resolved
+    d_model = point.d_model
+    weights = point.projection_weights * s
+    total = 0
+    for context in point.step_contexts:
+        if point.kv_cache:
+            total += weights + b * d_model * s + 2 * b * kv * context * dim * s + 2 * b * kv * dim * s
+        else:
+            total += weights + b * context * d_model * s
+        total += b * d_model * s  # the new token
     return total

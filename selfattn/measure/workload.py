@@ -1,7 +1,8 @@
 """What one point runs: its inputs, the timed call, and the float64 reference of its sampled rows.
 
 scope=core calls the back end on seeded Q, K, V; scope=layer calls the multi-head layer on a
-seeded X. mode=fwd runs under no_grad; mode=fwd_bwd runs forward, then
+seeded X; scope=generate runs the layer's generation loop (selfattn/decode.py) after a seeded
+prompt, the T steps being one timed call. mode=fwd runs under no_grad; mode=fwd_bwd runs forward, then
 torch.autograd.grad with a fixed upstream gradient, so nothing accumulates in .grad between
 calls. The upstream of the timed calls is dense random; the warm-up call uses one that is
 random on the sampled rows and zero elsewhere (same kernels, same cost), so its gradients can
@@ -17,6 +18,7 @@ from typing import Any, Callable
 import torch
 
 from selfattn.api import attention
+from selfattn.decode import Generation, generate
 from selfattn.inputs import make_qkv, make_x, point_masks
 from selfattn.layer import MultiHeadSelfAttention
 from selfattn.masks import Masks
@@ -67,9 +69,7 @@ def build(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Te
     if point.scope == "layer":
         return _build_layer(point, dtype, device, rows)
     if point.scope == "generate":
-        from selfattn.decode import build_workload
-
-        return build_workload(point, dtype, device, rows)
+        return _build_generate(point, dtype, device, rows)
     return _build_core(point, dtype, device, rows)
 
 
@@ -153,16 +153,20 @@ def _stability_upstream(point: Point, rows: int, dtype: torch.dtype, device: tor
     return _randn(shape, point.seed + STABILITY_SEED_OFFSET, dtype, device)
 
 
+def _seeded_layer(point: Point, dtype: torch.dtype, device: torch.device) -> MultiHeadSelfAttention:
+    """The point's layer (its heads, K/V heads, back end, mask and scale), weights from its seed."""
+    layer = MultiHeadSelfAttention(point.d_model, point.heads, kv_heads=point.kv_heads_resolved, backend=point.backend,
+                                   causal=point.causal, scale=parse_scale(point.scale), **dict(point.backend_options))
+    if point.seed != 0:  # the constructor already initialized from seed 0
+        layer.reset_parameters(seed=point.seed)
+    return layer.to(device=device, dtype=dtype)
+
+
 def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor) -> Workload:
     b, seq_len, d_model = point.batch, point.seq_len, point.d_model
     scale = parse_scale(point.scale)
     grad = point.mode == "fwd_bwd"
-    layer = MultiHeadSelfAttention(
-        d_model, point.heads, backend=point.backend, causal=point.causal, scale=scale, **dict(point.backend_options)
-    )
-    if point.seed != 0:  # the constructor already initialized from seed 0
-        layer.reset_parameters(seed=point.seed)
-    layer = layer.to(device=device, dtype=dtype)
+    layer = _seeded_layer(point, dtype, device)
     layer.requires_grad_(grad)
     x = make_x(b, seq_len, d_model, dtype=dtype, device=device, std=point.input_std, seed=point.seed, requires_grad=grad)
     upstream = _randn((b, seq_len, d_model), point.seed + UPSTREAM_SEED_OFFSET, dtype, device) if grad else None
@@ -197,9 +201,9 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
             q64_rows, k64, v64 = _project_rows(layer64, x64, rows_dev)
             # The reference reads only the sampled rows of Q; the rest is a zero placeholder that
             # keeps the full q_len, which the bottom-right causal mask is aligned to.
-            q64 = k64.new_zeros(k64.shape).index_copy(2, rows_dev, q64_rows)
+            q64 = q64_rows.new_zeros(b, point.heads, seq_len, point.head_dim).index_copy(2, rows_dev, q64_rows)
             core_BHrD = attention_reference(q64, k64, v64, causal=point.causal, scale=scale, rows=rows_dev)
-            out = layer64.w_o(core_BHrD.transpose(1, 2).reshape(b, len(rows), d_model))
+            out = layer64.w_o(layer64.merge_heads(core_BHrD))
             if not grad:
                 return Result(out, None)
             loss = (out * upstream[:, rows_dev].to(torch.float64)).sum()
@@ -226,6 +230,32 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
 
 
 def _project_rows(layer: MultiHeadSelfAttention, x_BLD: torch.Tensor, rows: torch.Tensor):
-    """The layer's q for the sampled rows only, (B, H, rows, d_k), and its full k, v (B, H, L, d_k)."""
+    """The layer's q for the sampled rows only, (B, H, rows, d_k), and its full k, v (B, kv_heads, L, d_k)."""
     split = layer.split_heads
     return split(layer.w_q(x_BLD[:, rows])), split(layer.w_k(x_BLD)), split(layer.w_v(x_BLD))
+
+
+def _build_generate(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor) -> Workload:
+    """One generation: `call` runs the T steps; accuracy compares all T new tokens with a float64
+    run of the cached loop on the reference attention (tests/test_decode.py checks that the cached
+    and uncached loops agree). Stability metrics are the core's business: `stability_inputs` is
+    None and the runner skips them."""
+    scale = parse_scale(point.scale)
+    layer = _seeded_layer(point, dtype, device).requires_grad_(False)
+    prompt = make_x(point.batch, point.seq_len, point.d_model, dtype=dtype, device=device,
+                    std=point.input_std, seed=point.seed)
+    run = Generation(layer, prompt, point.new_tokens, kv_cache=point.kv_cache)
+
+    def check_call() -> Result:
+        return Result(run.run().clone(), None)
+
+    def reference() -> Result:
+        def attend64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return attention_reference(q, k, v, causal=True, scale=scale)
+
+        layer64 = copy.deepcopy(layer).to(torch.float64)
+        out = generate(layer64, prompt.to(torch.float64), point.new_tokens, kv_cache=True, attend=attend64)
+        return Result(out, None)
+
+    upstream = torch.zeros(point.batch, point.heads, 1, point.head_dim, dtype=dtype, device=device)
+    return Workload(run.run, check_call, reference, None, upstream, rows, Masks(causal=True))

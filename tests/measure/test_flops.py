@@ -59,13 +59,16 @@ def test_backward_counter_is_3x_forward_and_convention_is_3_5x():
     assert point_flops(Point(batch=1, heads=2, seq_len=32, head_dim=8, mode="fwd_bwd")) == 3.5 * forward
 
 
-def test_layer_adds_four_projections():
-    layer = MultiHeadSelfAttention(32, 4, backend="naive")
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_layer_adds_four_projections(kv_heads):
+    layer = MultiHeadSelfAttention(32, 4, kv_heads=kv_heads, backend="naive")
     x = make_x(2, 24, 32)
     with torch.no_grad():
         counted = _counted(lambda: layer(x))
-    point = Point(backend="naive", batch=2, heads=4, seq_len=24, head_dim=8, scope="layer")
-    assert point_flops(point) == counted == 4 * 2 * 4 * 8 * 24 * 24 + 4 * 2 * 2 * 24 * 32 * 32
+    point = Point(backend="naive", batch=2, heads=4, kv_heads=kv_heads, seq_len=24, head_dim=8, scope="layer")
+    # W_Q and W_O are 32 x 32; W_K and W_V 32 x kv_heads*8 (GQA shrinks them, not the core's work)
+    projections = 2 * 2 * 24 * (2 * 32 * 32 + 2 * 32 * kv_heads * 8)
+    assert point_flops(point) == counted == 4 * 2 * 4 * 8 * 24 * 24 + projections
 
 
 def test_causal_flops_count_only_unmasked_pairs():

@@ -1,5 +1,7 @@
 """bytes_moved and the kv_cache_bytes column (Point.kv_bytes): the least traffic of a call, GQA dividing K/V."""
 
+import pytest
+
 from selfattn.measure.traffic import bytes_moved
 from selfattn.point import Point
 
@@ -22,7 +24,8 @@ def test_backward_adds_the_upstream_and_every_gradient():
     assert bytes_moved(bwd) == 4 * tensor + 4 * tensor  # dO read; dQ, dK, dV written
 
 
-def test_layer_counts_activations_and_weights():
-    point = Point(scope="layer", batch=1, heads=2, head_dim=8, seq_len=10, causal=True)
-    d = 16
-    assert bytes_moved(point) == (2 * 10 * d + 4 * d * d) * 4
+@pytest.mark.parametrize("kv_heads", [2, 1])
+def test_layer_counts_activations_and_weights(kv_heads):
+    point = Point(scope="layer", batch=1, heads=2, kv_heads=kv_heads, head_dim=8, seq_len=10, causal=True)
+    d, kv_width = 16, kv_heads * 8  # W_Q, W_O: d x d; W_K, W_V: d x kv_heads*D
+    assert bytes_moved(point) == (2 * 10 * d + 2 * d * d + 2 * d * kv_width) * 4
