@@ -10,7 +10,7 @@ compiled for an earlier point in the same process took just a call.
 The question the study answers: does compiling naive attention stop materializing the n x n score
 matrix? Its peak memory's exponent against n says: about 2 it still materializes, about 1 the
 compiler fused it (inductor can rewrite softmax(QKᵀ)V into a fused attention kernel).
-The findings are rendered only when compiled rows exist.
+Its claims and table are rendered only when compiled rows exist.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.claims import FAILS, HOLDS, LINEAR_MAX, MAX_CI_HALF_WIDTH, MIN_FIT_SIZES, NOT_MEASURED, QUADRATIC_BAND, Claim
+from analysis.claim import Evidence, claim, per_rows, study_table
 from analysis.cost import COMPILED_SUFFIX, memory_metric, other_options, variant_names, variant_order
+from analysis.cost_claims import LINEAR_MAX, MAX_CI_HALF_WIDTH, MIN_FIT_SIZES, QUADRATIC_BAND
 from analysis.fit import PowerFit, fit_power_law
 from analysis.slices import PLAIN_UNLESS_NAMED, fix_axes, matches, number_text, plain, self_attention
 
@@ -34,20 +35,7 @@ COMPILED_VARY = ("seq_len", "backend", "backend_options", "causal", "window", "m
 EAGER_REFERENCE = "sdpa"
 MODES = ("fwd", "fwd_bwd")
 
-RULES = {
-    "compiled_naive_fused": f"no mask, per device, precision and mode: naive+compile's peak-memory exponent b <= "
-                            f"{LINEAR_MAX} (fused: no n x n matrix); b >= {QUADRATIC_BAND[0]} reads as still "
-                            "materializing, between as neither. Memory is the allocator's exact peak "
-                            "(peak_alloc_bytes; peak RSS for CSVs without it); Theil-Sen fits over >= "
-                            f"{MIN_FIT_SIZES} of the largest sizes with a 95% CI no wider than ±{MAX_CI_HALF_WIDTH} "
-                            "count (wider ones are listed, not counted); eager naive's exponent is shown beside it",
-    "compiled_naive_fused_masked": f"as the rule above, for each mask the rows ran with (causal, windows), per device, "
-                                   "precision and mode: naive+compile's peak-memory exponent b <= "
-                                   f"{LINEAR_MAX}. The mask is part of the compiled steps (built inside from each "
-                                   "query's key interval), so a compiler that fuses attention with a mask removes it too",
-    "compiled_fused_linear": f"no mask, per device, precision and mode: the peak-memory exponent b of chunked+compile "
-                             f"and flex <= {LINEAR_MAX} (same fit rule)",
-}
+COMPILED = "Compiled back ends"
 COMPILE_COST_CAPTION = (
     "What compiling buys and costs, per mode and mask, at the largest n where the compiled variant and its eager "
     "counterpart (the back end without compile; sdpa for flex, which has no eager self) were both timed: time per "
@@ -176,7 +164,16 @@ def _reading(b: float) -> str:
     return "neither n nor n²"
 
 
-def _naive_claim(fits: dict, masked: bool = False) -> list[Claim]:
+@per_rows
+def _fits(rows: pd.DataFrame) -> tuple[dict, dict] | None:
+    """(no-mask fits, per-mask fits) of the study's peak memory (_memory_fits); None when no row ran compiled code."""
+    study = compiled_study(rows)
+    if study.empty:
+        return None
+    return _memory_fits(study), _memory_fits(study, masked=True)
+
+
+def _naive_evidence(fits: dict) -> Evidence | None:
     passes, parts = [], []
     keys = sorted({(p, m) for p, m, v in fits if v == "naive" + COMPILED_SUFFIX},
                   key=lambda k: (k[0], mode_order(k[1].split(" · ")[0]), k[1]))
@@ -188,42 +185,50 @@ def _naive_claim(fits: dict, masked: bool = False) -> list[Claim]:
         if _counted(fit):
             passes.append(fit.exponent <= LINEAR_MAX)
         parts.append(text)
-    if not parts:
-        return []
-    verdict = NOT_MEASURED if not passes else HOLDS if all(passes) else FAILS
-    if masked:
-        return [Claim("compiled_naive_fused_masked", "With a mask (causal, sliding window) too, compiled naive "
-                      "attention no longer materializes the n×n matrix", "; ".join(parts), verdict,
-                      RULES["compiled_naive_fused_masked"], "compiled (more seq_len values)")]
-    return [Claim("compiled_naive_fused", "torch.compile fuses naive attention: compiled, it no longer materializes "
-                  "the n×n score matrix (peak memory grows as n, not n²)", "; ".join(parts), verdict,
-                  RULES["compiled_naive_fused"], "compiled (more seq_len values)")]
+    return Evidence("; ".join(parts), tuple(passes)) if parts else None
 
 
-def _fused_claim(fits: dict) -> list[Claim]:
+@claim("compiled_naive_fused", "torch.compile fuses naive attention: compiled, it no longer materializes the n×n "
+       "score matrix (peak memory grows as n, not n²)",
+       rule=f"no mask, per device, precision and mode: naive+compile's peak-memory exponent b <= {LINEAR_MAX} (fused: "
+            f"no n x n matrix); b >= {QUADRATIC_BAND[0]} reads as still materializing, between as neither. Memory is "
+            "the allocator's exact peak (peak_alloc_bytes; peak RSS for CSVs without it); Theil-Sen fits over >= "
+            f"{MIN_FIT_SIZES} of the largest sizes with a 95% CI no wider than ±{MAX_CI_HALF_WIDTH} count (wider ones "
+            "are listed, not counted); eager naive's exponent is shown beside it",
+       experiment="compiled (more seq_len values)", study=COMPILED)
+def compiled_naive_fused(rows: pd.DataFrame) -> Evidence | None:
+    fits = _fits(rows)
+    return _naive_evidence(fits[0]) if fits else None
+
+
+@claim("compiled_naive_fused_masked", "With a mask (causal, sliding window) too, compiled naive attention no longer "
+       "materializes the n×n matrix",
+       rule="as the rule above, for each mask the rows ran with (causal, windows), per device, precision and mode: "
+            f"naive+compile's peak-memory exponent b <= {LINEAR_MAX}. The mask is part of the compiled steps (built "
+            "inside from each query's key interval), so a compiler that fuses attention with a mask removes it too",
+       experiment="compiled (more seq_len values)", study=COMPILED)
+def compiled_naive_fused_masked(rows: pd.DataFrame) -> Evidence | None:
+    fits = _fits(rows)
+    return _naive_evidence(fits[1]) if fits else None
+
+
+@claim("compiled_fused_linear", "Compiled fused kernels (chunked+compile, flex_attention) keep memory linear in n",
+       rule=f"no mask, per device, precision and mode: the peak-memory exponent b of chunked+compile and flex <= "
+            f"{LINEAR_MAX} (same fit rule)",
+       experiment="compiled (more seq_len values)", study=COMPILED)
+def compiled_fused_linear(rows: pd.DataFrame) -> Evidence | None:
+    fits = _fits(rows)
+    if not fits:
+        return None
     passes, parts = [], []
     variants = ("chunked" + COMPILED_SUFFIX, "flex")
-    for (panel, mode, variant), fit in sorted(fits.items(), key=lambda kv: (kv[0][0], mode_order(kv[0][1]), kv[0][2])):
+    for (panel, mode, variant), fit in sorted(fits[0].items(), key=lambda kv: (kv[0][0], mode_order(kv[0][1]), kv[0][2])):
         if variant not in variants:
             continue
         if _counted(fit):
             passes.append(fit.exponent <= LINEAR_MAX)
         parts.append(f"{panel} {mode}: {variant} {_fit_text(fit)}")
-    if not parts:
-        return []
-    verdict = NOT_MEASURED if not passes else HOLDS if all(passes) else FAILS
-    return [Claim("compiled_fused_linear", "Compiled fused kernels (chunked+compile, flex_attention) keep memory "
-                  "linear in n", "; ".join(parts), verdict, RULES["compiled_fused_linear"],
-                  "compiled (more seq_len values)")]
-
-
-def compiled_findings(rows: pd.DataFrame) -> list[Claim]:
-    """The compiled study's findings; empty when no row ran compiled code."""
-    study = compiled_study(rows)
-    if study.empty:
-        return []
-    fits = _memory_fits(study)
-    return [*_naive_claim(fits), *_naive_claim(_memory_fits(study, masked=True), masked=True), *_fused_claim(fits)]
+    return Evidence("; ".join(parts), tuple(passes)) if parts else None
 
 
 def break_even_calls(compile_s: float, t_compiled_ms: float, t_eager_ms: float) -> float:
@@ -278,6 +283,7 @@ def _calls(k: float) -> str:
     return "never (not faster)" if math.isinf(k) else f"{k:,.0f}"
 
 
+@study_table(COMPILED, COMPILE_COST_CAPTION)
 def compile_cost_table(rows: pd.DataFrame) -> pd.DataFrame:
     """compile_cost_rows as the report's text table; empty when no row ran compiled code."""
     study = compiled_study(rows)

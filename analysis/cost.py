@@ -1,8 +1,8 @@
 """The cost family's numbers: per precision and device, one line per back end and mask,
-a metric (time, memory, TFLOP/s) vs seq_len with its power-law fit.
+a metric (time, memory, TFLOP/s) vs seq_len with its power-law fit; and a layer's two costs.
 
-Figures 1-4, the exponent table and the cost claims all read these, so a number in the
-report is the number in the figure.
+Figures 1-4, the exponent table and the cost claims (analysis.cost_claims) all read these, so a
+number in the report is the number in the figure. The layer's claim sits beside layer_shares.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 import selfattn.backends as registry  # BACKEND_NAMES is a plain tuple: importing it does not import torch
+from analysis.claim import Evidence, claim
 from analysis.fit import PowerFit, fit_power_law
 from analysis.slices import fix_axes, self_attention
 
@@ -250,3 +252,33 @@ def crossover_n(seq_len: np.ndarray, share: np.ndarray) -> float:
             t = (0.5 - y[i - 1]) / (y[i] - y[i - 1])
             return float(np.exp(np.log(n[i - 1]) + t * (np.log(n[i]) - np.log(n[i - 1]))))
     return math.nan
+
+
+CROSSOVER_FACTOR = 4.0  # measured n where the core takes half the layer's time, within this factor of 2·d_model
+LAYER_EXPERIMENT = "quick (grid layer: scope=core,layer)"
+
+
+@claim("layer_crossover", "In a layer, the projections cost 8·n·d_model² and attention 4·n²·d_model: attention "
+       "dominates beyond n ≈ 2·d_model",
+       rule="scope=layer vs scope=core at the same points: per back end, the core's share of the layer's time rises "
+            "with n (Theil-Sen slope > 0) and crosses 1/2 within the measured n, within a factor "
+            f"{CROSSOVER_FACTOR:g} of the FLOP crossover n = 2·d_model",
+       experiment=LAYER_EXPERIMENT)
+def layer_crossover(rows: pd.DataFrame) -> Evidence:
+    shares = layer_shares(rows)
+    keys = ["device_label", "precision", "backend", "backend_options", "d_model"]
+    groups = [(k, g) for k, g in shares.groupby(keys, sort=True) if g["seq_len"].nunique() >= 3] if len(shares) else []
+    if not groups:
+        return Evidence("no back end timed with scope=layer and scope=core at 3 or more n")
+    passes, parts = [], []
+    for (device, precision, backend, _options, d_model), g in groups:
+        slope = stats.theilslopes(g["share"].to_numpy(), np.log(g["seq_len"].to_numpy(dtype=float)))[0]
+        cross = crossover_n(g["seq_len"].to_numpy(), g["share"].to_numpy())
+        theory = 2.0 * float(d_model)
+        near = bool(np.isfinite(cross) and theory / CROSSOVER_FACTOR <= cross <= theory * CROSSOVER_FACTOR)
+        passes += [slope > 0, near]
+        shown = ", ".join(f"{int(n)}: {v:.2f}" for n, v in zip(g["seq_len"], g["share"]))
+        where = f"crosses 1/2 at n≈{cross:.0f}" if np.isfinite(cross) else "never crosses 1/2 in the measured n"
+        parts.append(f"{backend} ({precision}, d_model={int(d_model)}): core share of layer time {shown}; {where} "
+                     f"(FLOP crossover {theory:.0f})")
+    return Evidence("; ".join(parts), tuple(bool(p) for p in passes))

@@ -5,7 +5,7 @@ its device's roofline: achieved TFLOP/s under min(matmul peak, intensity x bandw
 decode step (a few queries against a long K/V cache) does ~1 FLOP per byte, far left of the
 ridge point: memory-bound. Generation rows (scope=generate) give the cost of one more token
 against the context: linear with the KV-cache, quadratic without (each step recomputes every
-query of the prefix). The findings here are rendered only when their rows exist (experiment=decode).
+query of the prefix). The claims here are rendered only when their rows exist (experiment=decode).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.claims import FAILS, HOLDS, Claim
+from analysis.claim import Evidence, claim
 from analysis.fit import fit_power_law
 from analysis.slices import number_text
 
@@ -24,15 +24,7 @@ FIT_POINTS = 4  # the fit uses each series' largest contexts: fixed per-step cos
 MEMORY_BOUND_FRACTION = 0.3  # a decode step's gbps / the device's copy bandwidth, for its best back end
 GQA_TIME_TOLERANCE = 0.5  # time(kv=heads) / time(kv=1) within this factor of heads / kv_heads (best back end)
 
-RULES = {
-    "cache_linear": f"with the cache: exponent of ms per new token against the mean context, fitted over each back "
-                    f"end's {FIT_POINTS} largest prompts, within [{CACHE_EXPONENT[0]}, {CACHE_EXPONENT[1]}]",
-    "no_cache_quadratic": f"without the cache: the same exponent within [{NO_CACHE_EXPONENT[0]}, {NO_CACHE_EXPONENT[1]}]",
-    "decode_memory_bound": "q_len=1, kv_heads=heads, at the largest cache: every row's FLOPs/byte < the ridge point (matmul peak / copy "
-                           f"bandwidth), and the best back end's gbps >= {MEMORY_BOUND_FRACTION} x device_peak_gbps",
-    "gqa_divides_decode": "q_len=1, largest cache and batch: kv_cache_bytes(kv=heads)/kv_cache_bytes(kv=1) = heads, and "
-                          f"the best back end's time ratio within x{GQA_TIME_TOLERANCE}..x{1 / GQA_TIME_TOLERANCE:g} of it",
-}
+DECODE = "Decoding and the KV-cache"
 
 
 def _ok(rows: pd.DataFrame) -> pd.DataFrame:
@@ -118,37 +110,48 @@ def fitted_exponents(gen: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _exponent_claims(gen: pd.DataFrame) -> list[Claim]:
-    fits = fitted_exponents(gen)
-    if fits.empty:
-        return []
-    claims = []
-    for cache, key, text, (low, high) in (
-        (True, "cache_linear", "With the KV-cache, one more token costs time linear in the context (exponent ~1)",
-         CACHE_EXPONENT),
-        (False, "no_cache_quadratic", "Without it, one more token costs time quadratic in the context (exponent ~2): "
-         "each step recomputes every query of the prefix", NO_CACHE_EXPONENT),
-    ):
-        part = fits[fits["kv_cache"] == cache]
-        if part.empty:
-            continue
-        evidence = "; ".join(f"{r['device_label']} {r['backend']}: {r['exponent']:.2f} "
-                             f"(context {number_text(r['lo'])}-{number_text(r['hi'])})" for _, r in part.iterrows())
-        verdict = HOLDS if bool(part["exponent"].between(low, high).all()) else FAILS
-        claims.append(Claim(key, text, evidence, verdict, RULES[key], "decode"))
-    return claims
+def _exponent(rows: pd.DataFrame, cache: bool, band: tuple[float, float]) -> Evidence | None:
+    fits = fitted_exponents(generate_rows(rows))
+    part = fits[fits["kv_cache"] == cache] if not fits.empty else fits
+    if part.empty:
+        return None
+    evidence = "; ".join(f"{r['device_label']} {r['backend']}: {r['exponent']:.2f} "
+                         f"(context {number_text(r['lo'])}-{number_text(r['hi'])})" for _, r in part.iterrows())
+    return Evidence(evidence, tuple(bool(b) for b in part["exponent"].between(*band)))
+
+
+@claim("cache_linear", "With the KV-cache, one more token costs time linear in the context (exponent ~1)",
+       rule=f"with the cache: exponent of ms per new token against the mean context, fitted over each back end's "
+            f"{FIT_POINTS} largest prompts, within [{CACHE_EXPONENT[0]}, {CACHE_EXPONENT[1]}]",
+       experiment="decode", study=DECODE)
+def cache_linear(rows: pd.DataFrame) -> Evidence | None:
+    return _exponent(rows, True, CACHE_EXPONENT)
+
+
+@claim("no_cache_quadratic", "Without it, one more token costs time quadratic in the context (exponent ~2): each "
+       "step recomputes every query of the prefix",
+       rule=f"without the cache: the same exponent within [{NO_CACHE_EXPONENT[0]}, {NO_CACHE_EXPONENT[1]}]",
+       experiment="decode", study=DECODE)
+def no_cache_quadratic(rows: pd.DataFrame) -> Evidence | None:
+    return _exponent(rows, False, NO_CACHE_EXPONENT)
 
 
 def _largest(part: pd.DataFrame, col: str) -> pd.DataFrame:
     return part[part[col] == part[col].max()]
 
 
-def _memory_bound_claim(dec: pd.DataFrame, roof: pd.DataFrame) -> list[Claim]:
+@claim("decode_memory_bound", "A decode step is memory-bound: little arithmetic per byte, and its speed is a large "
+       "fraction of the device's bandwidth",
+       rule="q_len=1, kv_heads=heads, at the largest cache: every row's FLOPs/byte < the ridge point (matmul peak / "
+            f"copy bandwidth), and the best back end's gbps >= {MEMORY_BOUND_FRACTION} x device_peak_gbps",
+       experiment="decode", study=DECODE)
+def decode_memory_bound(rows: pd.DataFrame) -> Evidence | None:
+    dec, roof = decode_rows(rows), roofline_rows(rows)
     # Multi-head rows (kv_heads = heads): GQA raises a step's intensity by heads / kv_heads, toward the ridge.
     one = dec[(dec["q_len"] == 1) & (dec["kv_heads"] == dec["heads"])]
     if one.empty or "device_peak_gbps" not in one or one["device_peak_gbps"].isna().all():
-        return []
-    parts, verdicts = [], []
+        return None
+    parts, passes = [], []
     for device, part in one.groupby("device_label"):
         peak_tflops, peak_gbps = ceilings(roof[roof["device_label"] == device])
         if not peak_tflops or not peak_gbps:
@@ -157,20 +160,23 @@ def _memory_bound_claim(dec: pd.DataFrame, roof: pd.DataFrame) -> list[Claim]:
         part = _largest(part, "seq_len")
         fraction = part.groupby("backend")["gbps"].max() / peak_gbps
         left = bool((part["intensity"] < ridge).all())
-        verdicts.append(left and float(fraction.max()) >= MEMORY_BOUND_FRACTION)
+        passes.append(left and float(fraction.max()) >= MEMORY_BOUND_FRACTION)
         parts.append(f"{device}, cache {number_text(float(part['seq_len'].max()))}: {part['intensity'].max():.2f} FLOPs/byte "
                      f"vs ridge {ridge:.1f}; gbps / peak {peak_gbps:.3g} GB/s: "
                      + ", ".join(f"{b} {f:.2f}" for b, f in fraction.sort_values(ascending=False).items()))
-    if not verdicts:
-        return []
-    return [Claim("decode_memory_bound", "A decode step is memory-bound: little arithmetic per byte, and its speed is "
-                  "a large fraction of the device's bandwidth", "; ".join(parts), HOLDS if all(verdicts) else FAILS,
-                  RULES["decode_memory_bound"], "decode")]
+    if not passes:
+        return None
+    return Evidence("; ".join(parts), tuple(passes))
 
 
-def _gqa_claim(dec: pd.DataFrame) -> list[Claim]:
+@claim("gqa_divides_decode", "GQA divides the KV-cache and the decode time by about heads / kv_heads",
+       rule="q_len=1, largest cache and batch: kv_cache_bytes(kv=heads)/kv_cache_bytes(kv=1) = heads, and the best "
+            f"back end's time ratio within x{GQA_TIME_TOLERANCE}..x{1 / GQA_TIME_TOLERANCE:g} of it",
+       experiment="decode", study=DECODE)
+def gqa_divides_decode(rows: pd.DataFrame) -> Evidence | None:
+    dec = decode_rows(rows)
     one = dec[(dec["q_len"] == 1) & (dec["kv_heads"].notna())]
-    parts, verdicts = [], []
+    parts, passes = [], []
     for device, part in one.groupby("device_label"):
         part = _largest(_largest(part, "seq_len"), "batch")
         heads = float(part["heads"].iloc[0])
@@ -182,18 +188,11 @@ def _gqa_claim(dec: pd.DataFrame) -> list[Claim]:
         if times.empty:
             continue
         best = float(times.max())
-        verdicts.append(abs(cache_ratio - heads) < 1e-9
-                        and heads * GQA_TIME_TOLERANCE <= best <= heads / GQA_TIME_TOLERANCE)
+        passes.append(abs(cache_ratio - heads) < 1e-9
+                      and heads * GQA_TIME_TOLERANCE <= best <= heads / GQA_TIME_TOLERANCE)
         parts.append(f"{device}, cache {number_text(float(part['seq_len'].max()))}, batch {number_text(float(part['batch'].max()))}: "
                      f"cache ÷{cache_ratio:g}, time ÷ " + ", ".join(f"{b} {t:.2f}" for b, t in times.sort_values(ascending=False).items())
                      + f" (heads / kv_heads = {heads:g})")
-    if not verdicts:
-        return []
-    return [Claim("gqa_divides_decode", "GQA divides the KV-cache and the decode time by about heads / kv_heads",
-                  "; ".join(parts), HOLDS if all(verdicts) else FAILS, RULES["gqa_divides_decode"], "decode")]
-
-
-def decode_findings(rows: pd.DataFrame) -> list[Claim]:
-    """The decode study's findings; empty when the rows hold no decode steps or generation rows."""
-    dec = decode_rows(rows)
-    return [*_exponent_claims(generate_rows(rows)), *_memory_bound_claim(dec, roofline_rows(rows)), *_gqa_claim(dec)]
+    if not passes:
+        return None
+    return Evidence("; ".join(parts), tuple(passes))

@@ -1,4 +1,4 @@
-"""The masks and GQA studies read from rows: which mask each row ran, and the findings with verdicts.
+"""The masks and GQA studies read from rows: which mask each row ran, and their claims with verdicts.
 
 Masks: at the largest seq_len each back end measured, time (per sequence: the padding grid runs
 two sequences of unequal length) against the mask density, the fraction of (query, key) pairs
@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.claims import FAILS, HOLDS, Claim
+from analysis.claim import Evidence, claim, per_rows
 from analysis.cost import variant_labels, variant_names
 from analysis.slices import fix_axes, number_text, plain, self_attention
 from selfattn.point import ELEMENT_BYTES
@@ -25,16 +25,6 @@ CHUNKED_SLACK = 0.3  # chunked's time ratio may exceed the density by this much 
 NAIVE_NO_SAVING = 0.8  # naive's time ratio at or above this for every mask: it saves nothing
 BOOL_MASK_COST = 1.1  # SDPA with an explicit boolean causal mask at least this much slower than is_causal
 GQA_SAME_TIME = (0.75, 1.33)  # time(kv_heads=1) / time(kv_heads=heads): the FLOPs are the same
-
-RULES = {
-    "chunked_mask_saving": "at the largest n, for every mask: chunked's time per sequence / its time without a mask "
-                           f"<= the mask density + {CHUNKED_SLACK}",
-    "naive_mask_no_saving": f"at the largest n, for every mask: naive's time ratio >= {NAIVE_NO_SAVING}",
-    "sdpa_bool_mask_cost": f"at the largest n: SDPA with the causal mask as a boolean attn_mask / SDPA with is_causal "
-                           f">= {BOOL_MASK_COST}",
-    "gqa_same_prefill_time": f"forward, largest n: time(kv_heads=1) / time(kv_heads=heads) within "
-                             f"[{GQA_SAME_TIME[0]}, {GQA_SAME_TIME[1]}] for every back end",
-}
 
 
 def mask_kind(row: pd.Series) -> str:
@@ -89,40 +79,65 @@ def _ratios(study: pd.DataFrame) -> pd.DataFrame:
     return out.assign(ratio=out["time_per_seq_ms"] / out["base_ms"])
 
 
-def mask_findings(rows: pd.DataFrame) -> list[Claim]:
-    """The masks study's findings; empty when the rows hold no mask study."""
+MASKS = "Masks"
+GQA = "Grouped-query attention"
+
+
+@per_rows
+def _study_ratios(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(mask_study, its _ratios): what the mask claims read; both empty when the rows hold no mask study."""
     study = mask_study(rows)
+    return study, (_ratios(study) if not study.empty else study)
+
+
+def _saving(rows: pd.DataFrame, backend: str, passes_fn) -> Evidence | None:
+    study, ratios = _study_ratios(rows)
     if study.empty:
-        return []
-    ratios = _ratios(study)
-    findings = []
-    for backend, key, claim, passes_fn in (
-        ("chunked", "chunked_mask_saving", "A block-skipping back end (chunked) saves in proportion to what the mask hides",
-         lambda r: r["ratio"] <= r["mask_density"] + CHUNKED_SLACK),
-        ("naive", "naive_mask_no_saving", "The materialized back end (naive) saves nothing from a mask: it computes "
-         "all n² scores and adds -inf", lambda r: r["ratio"] >= NAIVE_NO_SAVING),
-    ):
-        part = ratios[ratios["variant"] == backend]  # the eager back end; a compiled variant is other code
-        if part.empty:
-            continue
-        evidence = "; ".join(f"{r['mask']}: ×{r['ratio']:.2f} at density {r['mask_density']:.2f}"
-                             for _, r in part.sort_values("mask_density").iterrows())
-        n = number_text(float(part["seq_len"].max()))
-        verdict = HOLDS if bool(passes_fn(part).all()) else FAILS
-        findings.append(Claim(key, claim, f"n={n}, time per sequence vs no mask — {evidence}", verdict, RULES[key], "masks"))
+        return None
+    part = ratios[ratios["variant"] == backend]  # the eager back end; a compiled variant is other code
+    if part.empty:
+        return None
+    evidence = "; ".join(f"{r['mask']}: ×{r['ratio']:.2f} at density {r['mask_density']:.2f}"
+                         for _, r in part.sort_values("mask_density").iterrows())
+    n = number_text(float(part["seq_len"].max()))
+    return Evidence(f"n={n}, time per sequence vs no mask — {evidence}", tuple(bool(p) for p in passes_fn(part)))
+
+
+@claim("chunked_mask_saving", "A block-skipping back end (chunked) saves in proportion to what the mask hides",
+       rule="at the largest n, for every mask: chunked's time per sequence / its time without a mask <= the mask "
+            f"density + {CHUNKED_SLACK}",
+       experiment="masks", study=MASKS)
+def chunked_mask_saving(rows: pd.DataFrame) -> Evidence | None:
+    return _saving(rows, "chunked", lambda r: r["ratio"] <= r["mask_density"] + CHUNKED_SLACK)
+
+
+@claim("naive_mask_no_saving", "The materialized back end (naive) saves nothing from a mask: it computes all n² "
+       "scores and adds -inf",
+       rule=f"at the largest n, for every mask: naive's time ratio >= {NAIVE_NO_SAVING}",
+       experiment="masks", study=MASKS)
+def naive_mask_no_saving(rows: pd.DataFrame) -> Evidence | None:
+    return _saving(rows, "naive", lambda r: r["ratio"] >= NAIVE_NO_SAVING)
+
+
+@claim("sdpa_bool_mask_cost", "SDPA's is_causal beats the same causal mask passed as a boolean attn_mask",
+       rule=f"at the largest n: SDPA with the causal mask as a boolean attn_mask / SDPA with is_causal >= "
+            f"{BOOL_MASK_COST}",
+       experiment="masks", study=MASKS)
+def sdpa_bool_mask_cost(rows: pd.DataFrame) -> Evidence | None:
+    study, _ = _study_ratios(rows)
+    if study.empty:
+        return None
     sdpa = study[(study["backend"] == "sdpa") & (study["mask"] == "causal")]
-    if sdpa["label"].nunique() >= 2:
-        bool_rows = sdpa[sdpa["backend_options"].str.contains('"bool_mask": true')]
-        flag_rows = sdpa[~sdpa["backend_options"].str.contains('"bool_mask": true')]
-        if len(bool_rows) and len(flag_rows):
-            ratio = float(bool_rows["time_per_seq_ms"].median() / flag_rows["time_per_seq_ms"].median())
-            verdict = HOLDS if ratio >= BOOL_MASK_COST else FAILS
-            findings.append(Claim(
-                "sdpa_bool_mask_cost", "SDPA's is_causal beats the same causal mask passed as a boolean attn_mask",
-                f"n={number_text(float(sdpa['seq_len'].max()))}: boolean mask {bool_rows['time_per_seq_ms'].median():.3g} ms "
-                f"vs is_causal {flag_rows['time_per_seq_ms'].median():.3g} ms (×{ratio:.2f})",
-                verdict, RULES["sdpa_bool_mask_cost"], "masks"))
-    return findings
+    if sdpa["label"].nunique() < 2:
+        return None
+    bool_rows = sdpa[sdpa["backend_options"].str.contains('"bool_mask": true')]
+    flag_rows = sdpa[~sdpa["backend_options"].str.contains('"bool_mask": true')]
+    if not len(bool_rows) or not len(flag_rows):
+        return None
+    ratio = float(bool_rows["time_per_seq_ms"].median() / flag_rows["time_per_seq_ms"].median())
+    return Evidence(f"n={number_text(float(sdpa['seq_len'].max()))}: boolean mask "
+                    f"{bool_rows['time_per_seq_ms'].median():.3g} ms vs is_causal "
+                    f"{flag_rows['time_per_seq_ms'].median():.3g} ms (×{ratio:.2f})", (ratio >= BOOL_MASK_COST,))
 
 
 def gqa_study(rows: pd.DataFrame) -> pd.DataFrame:
@@ -143,11 +158,16 @@ def gqa_study(rows: pd.DataFrame) -> pd.DataFrame:
     return ok.assign(label=variant_labels(ok), kv_bytes=kv_bytes)
 
 
-def gqa_findings(rows: pd.DataFrame) -> list[Claim]:
+@claim("gqa_same_prefill_time", "Fewer K/V heads leave prefill time about the same (the FLOPs do not change; "
+       "the K/V bytes shrink by heads / kv_heads)",
+       rule=f"forward, largest n: time(kv_heads=1) / time(kv_heads=heads) within [{GQA_SAME_TIME[0]}, "
+            f"{GQA_SAME_TIME[1]}] for every back end",
+       experiment="gqa", study=GQA)
+def gqa_same_prefill_time(rows: pd.DataFrame) -> Evidence | None:
     study = gqa_study(rows)
     fwd = study[study["mode"] == "fwd"] if not study.empty else study
     if fwd.empty:
-        return []
+        return None
     fwd = fwd[fwd["seq_len"] == fwd.groupby("backend")["seq_len"].transform("max")]
     parts, passes = [], []
     for label, group in fwd.groupby("label"):
@@ -159,11 +179,8 @@ def gqa_findings(rows: pd.DataFrame) -> list[Claim]:
         parts.append(f"{label}: ×{ratio:.2f} (kv_heads {number_text(float(by_kv.index.min()))} vs {number_text(heads)})")
         passes.append(GQA_SAME_TIME[0] <= ratio <= GQA_SAME_TIME[1] and math.isfinite(ratio))
     if not parts:
-        return []
-    return [Claim("gqa_same_prefill_time", "Fewer K/V heads leave prefill time about the same (the FLOPs do not "
-                  "change; the K/V bytes shrink by heads / kv_heads)",
-                  f"n={number_text(float(fwd['seq_len'].max()))}, forward — " + "; ".join(parts),
-                  HOLDS if all(passes) else FAILS, RULES["gqa_same_prefill_time"], "gqa")]
+        return None
+    return Evidence(f"n={number_text(float(fwd['seq_len'].max()))}, forward — " + "; ".join(parts), tuple(passes))
 
 
 def ideal_line(study: pd.DataFrame) -> pd.DataFrame:

@@ -19,11 +19,12 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from analysis.claims import RULES, check_claims, claims_frame
+from analysis.claims import (
+    CHAPTER, NOT_DECIDED, NOT_MEASURED, check_claims, claims_frame, studies_in_order, study_tables,
+)
 from analysis.compare import device_speedups, pick_baseline, speedup_table
 from analysis.cost import exponent_table
 from analysis.figures import FIGURES, Context, Made, Skipped
-from analysis.findings import STUDIES, study_findings, study_tables
 from analysis.load import Loaded, NoUsableResults, describe_devices, load
 
 
@@ -32,7 +33,7 @@ class Report:
     path: Path  # DIR/report.md
     loaded: Loaded
     figures: list[Made | Skipped]
-    claims: pd.DataFrame
+    claims: pd.DataFrame  # every study's claims (its `study` column), the chapter's first
     exponents: pd.DataFrame
     devices: pd.DataFrame  # device comparison table (empty with one device)
 
@@ -56,6 +57,7 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path, *, baseline_d
                 traceback.print_exc(file=sys.stderr)
             made.append(Skipped(make.__name__, make.__name__, f"failed: {type(exc).__name__}: {exc}", "—"))
     claims = claims_frame(check_claims(rows))
+    tables = study_tables(rows)
     exponents = exponent_table(rows)
     devices = pd.DataFrame()
     baseline_note = None
@@ -68,13 +70,15 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path, *, baseline_d
     if not devices.empty:
         devices.to_csv(out_dir / "devices_compared.csv", index=False)
     path = out_dir / "report.md"
-    path.write_text(render(loaded, made, claims, exponents, devices, paths, out_dir, baseline_note))
+    path.write_text(render(loaded, made, claims, exponents, devices, paths, out_dir, baseline_note, tables))
     return Report(path, loaded, made, claims, exponents, devices)
 
 
 def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFrame, devices: pd.DataFrame,
-           paths: Sequence[str | Path], out_dir: Path, baseline_note: str | None) -> str:
+           paths: Sequence[str | Path], out_dir: Path, baseline_note: str | None,
+           tables: Sequence[tuple[str, str, pd.DataFrame]] = ()) -> str:
     rows = loaded.rows
+    chapter = claims[claims["study"] == CHAPTER].reset_index(drop=True)
     statuses = rows["status"].value_counts()
     status_text = ", ".join(f"{count} {status}" for status, count in statuses.items())
     times = rows["time"].dropna()
@@ -89,11 +93,11 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
         "## Devices", "", _devices_table(rows), "",
         "## The chapter's claims, checked", "",
         "Each verdict is computed from the rows by the rule under the table: **holds** when every measured group "
-        "passes, **does not hold** when any fails (the evidence names it), **not measured** when the rows are missing.",
-        "", _claims_table(claims), "",
-        "Rules:", "",
-        *[f"{i + 1}. {RULES[c.key]}" for i, c in enumerate(claims.itertuples())], "",
-        *_findings_section(rows),
+        "passes, **does not hold** when any fails (the evidence names it), **not decided at these sizes** when none "
+        "fails but some cannot be decided from the sizes measured (the verdict says what each needs), **not "
+        "measured** when the rows are missing.",
+        "", *_claims_section(chapter),
+        *_studies_section(claims, tables),
         "## Fitted exponents", "",
         "Theil-Sen slope of log y on log n (the median of the slopes between every pair of sizes, with its 95% "
         "interval from Kendall's tau, so one point slowed by load moves it little) over the larger sizes (the top "
@@ -162,18 +166,22 @@ def _markdown(frame: pd.DataFrame) -> str:
     return frame.map(_cell).to_markdown(index=False, disable_numparse=True)
 
 
-def _findings_section(rows: pd.DataFrame) -> list[str]:
-    """The masks, GQA, ... studies' findings and tables, when their rows are present (none in the default study)."""
+def _claims_section(claims: pd.DataFrame) -> list[str]:
+    """A study's claims table and, under it, each claim's own rule."""
+    return [_claims_table(claims), "", "Rules:", "", *[f"{i + 1}. {rule}" for i, rule in enumerate(claims["rule"])], ""]
+
+
+def _studies_section(claims: pd.DataFrame, tables: Sequence[tuple[str, str, pd.DataFrame]]) -> list[str]:
+    """The other studies' claims and tables (masks, GQA, ...), each only when its rows are present."""
     lines: list[str] = []
-    findings, tables = dict(study_findings(rows)), study_tables(rows)
-    for title, _ in STUDIES:
-        found, extra = findings.get(title, []), tables.get(title, [])
-        if not found and not extra:
+    for study in studies_in_order():
+        found = claims[claims["study"] == study]
+        extra = [(caption, table) for s, caption, table in tables if s == study]
+        if study == CHAPTER or (found.empty and not extra):
             continue
-        lines += [f"## {title}: findings", ""]
-        if found:
-            lines += [_claims_table(claims_frame(found)), "", "Rules:", "",
-                      *[f"{i + 1}. {c.rule}" for i, c in enumerate(found)], ""]
+        lines += [f"## {study}: findings", ""]
+        if not found.empty:
+            lines += _claims_section(found.reset_index(drop=True))
         for caption, table in extra:
             lines += [caption, "", _markdown(table), ""]
     return lines
@@ -181,8 +189,8 @@ def _findings_section(rows: pd.DataFrame) -> list[str]:
 
 def _claims_table(claims: pd.DataFrame) -> str:
     verdicts = "**" + claims["verdict"] + "**"
-    not_measured = claims["verdict"] == "not measured"
-    verdicts[not_measured] += " (run `" + claims.loc[not_measured, "experiment"] + "`)"
+    open_ = (claims["verdict"] == NOT_MEASURED) | claims["verdict"].str.startswith(NOT_DECIDED)  # what to run next
+    verdicts[open_] += " (run `" + claims.loc[open_, "experiment"] + "`)"
     return _markdown(pd.DataFrame({"#": range(1, len(claims) + 1), "Claim": claims["claim"],
                                    "Measured evidence": claims["evidence"], "Verdict": verdicts}))
 

@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 
 import selfattn.backends
-from analysis.compiled import break_even_calls, compile_cost_rows, compiled_findings, compiled_study
+from analysis.claims import check_claims, study_tables
+from analysis.compiled import COMPILED, break_even_calls, compile_cost_rows, compiled_study
 from analysis.cost import cost_facets, variant_labels
 from analysis.figures.common import Context, Made, Skipped
 from analysis.figures.compiled import compile_cost, compiled_time_memory
 from analysis.figures.style import backend_color, backend_palette
-from analysis.findings import study_findings, study_tables
 from analysis.load import load
 from analysis.report import write_report
 from selfattn.results import COLUMNS, Row
@@ -86,7 +86,7 @@ def materialized(tmp_path_factory) -> pd.DataFrame:
                          ids=["fused", "materialized"])
 def test_compiled_naive_verdict_is_computed_both_ways(tmp_path, exponent, verdict, reading):
     rows = _load(tmp_path, compiled_rows(compiled_naive_exponent=exponent))
-    claims = {c.key: c for c in dict(study_findings(rows))["Compiled back ends"]}
+    claims = {c.key: c for c in check_claims(rows, study=COMPILED)}
     naive = claims["compiled_naive_fused"]
     assert naive.verdict == verdict
     # both modes, eager naive's exponent beside the compiled one's, and the reading that matches the verdict
@@ -102,7 +102,7 @@ def test_compiled_naive_verdict_is_computed_both_ways(tmp_path, exponent, verdic
 def test_masked_runs_have_their_own_verdict(tmp_path):
     """Fused without a mask but still n² with one (what inductor did on a CPU, torch 2.13): two verdicts."""
     rows = _load(tmp_path, compiled_rows(compiled_naive_exponent=1.0, masked_exponent=2.0))
-    claims = {c.key: c for c in compiled_findings(rows)}
+    claims = {c.key: c for c in check_claims(rows, study=COMPILED)}
     assert claims["compiled_naive_fused"].verdict == "holds"
     masked = claims["compiled_naive_fused_masked"]
     assert masked.verdict == "does not hold"
@@ -114,7 +114,7 @@ def test_masked_runs_have_their_own_verdict(tmp_path):
 
 def test_a_fit_too_short_to_count_is_not_measured(tmp_path):
     rows = [r for r in compiled_rows(1.0) if r["seq_len"] in (1024, 4096)]
-    naive = {c.key: c for c in compiled_findings(_load(tmp_path, rows))}["compiled_naive_fused"]
+    naive = {c.key: c for c in check_claims(_load(tmp_path, rows), study=COMPILED)}["compiled_naive_fused"]
     assert naive.verdict == "not measured" and "not counted" in naive.evidence
 
 
@@ -136,7 +136,8 @@ def test_compile_cost_table_break_even_and_reused_code(tmp_path):
     assert cell.loc["flex", "block_mask_s"] == pytest.approx(1e-5 * 4096)  # at that n
     # fwd_bwd: flex unsupported on a CPU, so nothing to weigh
     assert "flex" not in set(table[table["mode"] == "fwd_bwd"]["variant"])
-    text = dict(study_tables(_load(tmp_path, rows, "again.csv")))["Compiled back ends"][0][1]
+    ((study, _caption, text),) = study_tables(_load(tmp_path, rows, "again.csv"))
+    assert study == COMPILED
     assert {"never (not faster)", "6 s (5)"} <= set(text["break-even calls"]) | set(text["compile_s (recompiled rows)"])
 
 
@@ -168,7 +169,7 @@ def test_compiled_variants_take_a_shade_of_their_back_ends_colour(monkeypatch):
 
 def test_no_compiled_rows_no_study_and_skipped_figures(tmp_path):
     rows = _load(tmp_path, [r for r in compiled_rows() if r["kernel"] in ("materialized", "auto:math")])
-    assert compiled_findings(rows) == [] and study_tables(rows) == {}
+    assert check_claims(rows, study=COMPILED) == [] and study_tables(rows) == []
     ctx = Context(tmp_path / "figs", formats=("png",))
     assert isinstance(compiled_time_memory(rows, ctx), Skipped) and isinstance(compile_cost(rows, ctx), Skipped)
 
@@ -199,7 +200,7 @@ def test_recompiled_reads_as_a_boolean(materialized):
 def test_mask_study_keeps_compiled_variants_apart(materialized):
     # the compiled experiment has three masks: the masks study reads eager naive and chunked against their own
     # unmasked time, never against a compiled variant's
-    masks = {c.key: c for c in dict(study_findings(materialized))["Masks"]}
+    masks = {c.key: c for c in check_claims(materialized, study="Masks")}
     assert "×1.00" in masks["naive_mask_no_saving"].evidence
 
 

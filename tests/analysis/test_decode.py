@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.decode import decode_findings
+from analysis.claims import check_claims
+from analysis.decode import DECODE
 from analysis.figures.common import Context, Made, Skipped
 from analysis.figures.decode import decode_time, generation, roofline
 from analysis.load import load
@@ -47,7 +48,7 @@ def _rows(tmp_path, *, gqa_gbps: float = 8.0, no_cache_power: float = 2.0) -> pd
 
 
 def _verdicts(rows: pd.DataFrame) -> dict[str, str]:
-    return {c.key: c.verdict for c in decode_findings(rows)}
+    return {c.key: c.verdict for c in check_claims(rows, study=DECODE)}
 
 
 def test_findings_hold_on_rows_that_obey_them(tmp_path):
@@ -68,7 +69,7 @@ def test_findings_fail_on_rows_that_break_them(tmp_path):
 def test_no_decode_rows_no_findings_and_skipped_figures(tmp_path):
     rows = _rows(tmp_path)
     prefill = rows[(rows["scope"] == "core") & False]
-    assert decode_findings(prefill) == []
+    assert check_claims(prefill, study=DECODE) == []
     ctx = Context(tmp_path / "figs", formats=("png",))
     for figure in (roofline, decode_time, generation):
         assert isinstance(figure(prefill, ctx), Skipped)

@@ -115,7 +115,7 @@ def test_types_and_derived_columns(good_csv):
 
 def test_analysis_reads_the_schema_without_importing_torch():
     # The report only reads CSV files; torch's import alone costs seconds on a small machine.
-    # analysis.report imports every study (analysis.findings) and figure (analysis.figures), compiled ones included.
+    # analysis.report imports every study (analysis.claims) and figure (analysis.figures), compiled ones included.
     import subprocess
     import sys
     from pathlib import Path

@@ -7,7 +7,7 @@ import pytest
 
 from analysis.figures.common import Context, Made, Skipped
 from analysis.figures.masks import gqa_vs_kv_heads, masks_vs_density
-from analysis.findings import study_findings
+from analysis.claims import CHAPTER, check_claims
 from analysis.load import load
 from selfattn.results import COLUMNS, Row
 
@@ -41,15 +41,14 @@ def _mask_rows(chunked_follows_density: bool) -> list[dict]:
 
 @pytest.mark.parametrize("follows", [True, False])
 def test_mask_findings_judge_chunked_and_naive_against_the_density(tmp_path, follows):
-    found = dict(study_findings(_load(tmp_path, _mask_rows(follows))))
-    verdicts = {c.key: c.verdict for c in found["Masks"]}
+    verdicts = {c.key: c.verdict for c in check_claims(_load(tmp_path, _mask_rows(follows)), study="Masks")}
     assert verdicts["chunked_mask_saving"] == ("holds" if follows else "does not hold")
     assert verdicts["naive_mask_no_saving"] == "holds"  # naive's 400 ms per sequence whatever the mask
 
 
 def test_no_study_rows_no_findings_and_skipped_figures(tmp_path):
     rows = _load(tmp_path, [_row("naive", 10.0, 1.0), _row("naive", 6.0, 0.5, causal=True)])
-    assert study_findings(rows) == []
+    assert [c.key for c in check_claims(rows) if c.study != CHAPTER] == []
     ctx = Context(out_dir=tmp_path / "figures", formats=("png",))
     assert isinstance(masks_vs_density(rows, ctx), Skipped) and isinstance(gqa_vs_kv_heads(rows, ctx), Skipped)
 
@@ -59,8 +58,7 @@ def test_gqa_finding_and_figures_are_drawn(tmp_path):
            for b, times in (("sdpa", (10, 10.5, 11, 12)), ("naive", (20, 21, 30, 40)))
            for kv, t in zip((8, 4, 2, 1), times)]
     rows = _load(tmp_path, _mask_rows(True) + gqa)
-    found = dict(study_findings(rows))
-    (claim,) = found["Grouped-query attention"]
+    (claim,) = check_claims(rows, study="Grouped-query attention")
     assert claim.verdict == "does not hold" and "naive: ×2.00" in claim.evidence and "sdpa: ×1.20" in claim.evidence
     ctx = Context(out_dir=tmp_path / "figures", formats=("png",))
     assert isinstance(masks_vs_density(rows, ctx), Made) and isinstance(gqa_vs_kv_heads(rows, ctx), Made)
