@@ -19,9 +19,6 @@ PANELS = (  # metric, panel title, y label, y scale
     ("max_weight", "Largest attention weight", "mean largest weight per row (0–1)", "auto"),
     ("grad_norm_logits", "Gradient at softmax's input", "median ‖∂L/∂logits‖ per row", "log"),
 )
-# Older CSVs have no grad_norm_logits: their panel shows ‖∂L/∂Q‖, which carries √d_k unscaled and
-# follows the few unsaturated rows, so it does not show the typical row's gradient vanish.
-FALLBACK_GRAD_PANEL = ("grad_norm_q", "Gradient norm w.r.t. Q", "‖∂loss/∂Q‖ (unitless)", "log")
 
 
 def _long(rows: pd.DataFrame, panels) -> pd.DataFrame:
@@ -44,19 +41,15 @@ def scaling_stability(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                        experiment)
     input_std = float(chosen.fixed.get("input_std", 1.0))
     notes = []
-    panels = PANELS
-    if not points["grad_norm_logits"].notna().any() and points["grad_norm_q"].notna().any():
-        panels = (*PANELS[:-1], FALLBACK_GRAD_PANEL)
-        notes.append("grad_norm_logits not in these rows (older CSV): the gradient panel shows ‖∂loss/∂Q‖")
-    data = _long(chosen.rows, panels)
+    data = _long(chosen.rows, PANELS)
     scales = sorted(data["scale"].unique())
     g = line_grid(data, x="head_dim", y="value", hue="scale", hue_order=scales,
                   palette={s: scale_color(s) for s in scales}, style="precision",
                   style_order=sorted(data["precision"].unique(), key=precision_order),
                   dashes=precision_dashes(data["precision"]), markers={p: "o" for p in data["precision"].unique()},
-                  col="panel", col_order=[t for _, t, *_ in panels], col_wrap=2, markersize=4,
+                  col="panel", col_order=[t for _, t, *_ in PANELS], col_wrap=2, markersize=4,
                   panel_width=4.4, panel_height=3.1)
-    for (metric, panel_title, ylabel, yscale), ax in zip(panels, g.axes.flat):
+    for (metric, panel_title, ylabel, yscale), ax in zip(PANELS, g.axes.flat):
         values = data.loc[data["metric"] == metric, "value"]
         if values.empty:
             ax.set_axis_on()  # an empty panel says what is missing, so it is not read as a drawing bug
