@@ -113,7 +113,7 @@ def test_reference_rows_match_full_reference():
         torch.testing.assert_close(selfattn.attention_reference(q, k, v, causal=causal, rows=rows), full[:, :, rows])
 
 
-def test_causal_keep_mask_is_bottom_right_aligned():
+def test_causal_mask_is_bottom_right_aligned():
     causal = Masks(causal=True)
     assert causal.keep(2, 4)[0].tolist() == [[True, True, True, False], [True, True, True, True]]
     assert causal.keep(3, 3)[0].tolist() == [[True, False, False], [True, True, False], [True, True, True]]
