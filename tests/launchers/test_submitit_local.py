@@ -20,9 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # naive x {fp32, tf32} x heads {2, 3} at d_model=16: ok, unsupported on CPU (tf32), invalid (3 does not divide 16)
-SWEEP = ["-m", "backend=naive", "precision=fp32,tf32", "heads=2,3", "d_model=16", "seq_len=64", "device=cpu",
-         "budget.timing_s=0.01", "budget.accuracy_rows=8", "budget.measure_device_peak=false", "report=false",
-         "wandb.mode=disabled"]
+SWEEP = ["-m", "experiment=smoke", "backend=naive", "precision=fp32,tf32", "heads=2,3", "d_model=16", "device=cpu"]
 JOBS = 4
 TEXT = ("status", "error", "backend", "kernel", "backend_options", "precision", "device", "device_name", "mode",
         "scope", "causal", "scale", "point_id", "schema_version")

@@ -10,9 +10,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = Path(__file__).resolve().parent / "fake_measure.py"
-# Tiny, fast points for end-to-end runs: the runner is under test here, not the timings.
-TINY = ["head_dim=8", "budget.timing_s=0.01", "budget.accuracy_rows=4",
-        "budget.measure_device_peak=false", "report=false", "wandb.mode=disabled"]
 
 
 def load_fake():

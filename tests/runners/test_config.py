@@ -15,6 +15,7 @@ from selfattn.point import Point
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+STUDIES = [name for name in EXPERIMENTS if name != "smoke"]  # smoke is one point, not a sweep
 config.register_resolvers()
 
 
@@ -33,10 +34,10 @@ def task_dict(cfg):
 
 def test_the_issue_lists_every_experiment():
     assert set(EXPERIMENTS) == {"quick", "quadratic_cost", "scaling_stability", "causal_mask", "heads",
-                                "precision_accuracy", "cross_gpu", "masks", "gqa", "decode", "compiled"}
+                                "precision_accuracy", "cross_gpu", "masks", "gqa", "decode", "compiled", "smoke"}
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS)
+@pytest.mark.parametrize("name", STUDIES)
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_experiment_composes_and_its_first_and_last_points_are_valid(composer, name, device):
     text = (CONF / "experiment" / f"{name}.yaml").read_text()
@@ -63,6 +64,21 @@ def test_experiment_composes_and_its_first_and_last_points_are_valid(composer, n
             assert name == "heads" and "does not divide" in str(exc)  # the one intended invalid
             continue
         assert isinstance(point, Point) and point.device == device
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_smoke_is_one_valid_tiny_point_measured_with_the_least_effort(composer, device):
+    text = (CONF / "experiment" / "smoke.yaml").read_text()
+    assert text.startswith("# @package _global_") and "2-core CPU" in text and "H200" in text
+    cfg = composer(["experiment=smoke", f"device={device}"])
+    assert cfg.name == "smoke" and cfg.hydra.mode is None  # a single run unless -m is given
+    flat = task_dict(cfg)
+    if device == "cuda":
+        flat["device"] = "cuda"
+    point = point_of(flat)
+    assert point.device == device and point.seq_len * point.heads * point.head_dim <= 64 * 8
+    assert flat["budget"] == {**flat["budget"], "timing_s": 0.01, "accuracy_rows": 4, "measure_device_peak": False}
+    assert flat["report"] is False and flat["wandb"]["mode"] == "disabled"
 
 
 def test_sizes_adapt_to_the_device(composer):

@@ -1,5 +1,6 @@
 """`python -m runners.sweep` end to end, in subprocesses: multirun, kill + resume, invalid
-values, a parallel launcher, and wandb's offline run read back."""
+values, a parallel launcher, and wandb's offline run read back. Every run is `experiment=smoke`
+(tiny points, least effort): the runner is under test here, not the timings."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runner_helpers import ROOT, TINY, run_sweep, sweep_cmd
+from runner_helpers import ROOT, run_sweep, sweep_cmd
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +26,7 @@ def read_csv(path: Path) -> list[dict]:
 
 
 def test_tiny_multirun_writes_every_row_once_with_invalid_points_as_rows(tmp_path):
-    out = run_sweep("-m", "backend=naive,sdpa,chunked", "seq_len=16,32", "d_model=8", "heads=1,3", *TINY,
+    out = run_sweep("-m", "backend=naive,sdpa,chunked", "seq_len=16,32", "d_model=8", "heads=1,3", "experiment=smoke",
                     f"hydra.sweep.dir={tmp_path}")
     assert out.returncode == 0, out.stderr[-2000:]
     table = read_csv(tmp_path / "results.csv")
@@ -41,7 +42,7 @@ def test_tiny_multirun_writes_every_row_once_with_invalid_points_as_rows(tmp_pat
 
 
 def test_single_run_with_a_bad_value_exits_nonzero_with_one_line(tmp_path):
-    out = run_sweep("seq_len=0", *TINY, f"hydra.run.dir={tmp_path}")
+    out = run_sweep("seq_len=0", "experiment=smoke", f"hydra.run.dir={tmp_path}")
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == ["error: seq_len: expected an integer >= 1, got 0"]
     assert not (tmp_path / "results.csv").exists()
@@ -52,13 +53,13 @@ def test_single_run_with_a_bad_value_exits_nonzero_with_one_line(tmp_path):
     ("+kernel=flash", "kernel: unknown key; did you mean backend.kernel?"),  # what Hydra suggests after kernel=flash
 ])
 def test_unknown_key_is_refused_never_measured(tmp_path, override, message):
-    out = run_sweep(override, *TINY, f"hydra.run.dir={tmp_path / 'single'}")
+    out = run_sweep(override, "experiment=smoke", f"hydra.run.dir={tmp_path / 'single'}")
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [f"error: {message}"]
     assert not (tmp_path / "single" / "results.csv").exists()
 
 
 def test_unknown_key_in_a_multirun_is_an_invalid_row_per_job(tmp_path):
-    out = run_sweep("-m", "+seqlen=4096,8", *TINY, f"hydra.sweep.dir={tmp_path}")
+    out = run_sweep("-m", "+seqlen=4096,8", "experiment=smoke", f"hydra.sweep.dir={tmp_path}")
     assert out.returncode == 0, out.stderr[-2000:]
     table = read_csv(tmp_path / "results.csv")
     assert [r["status"] for r in table] == ["invalid", "invalid"] and len({r["point_id"] for r in table}) == 2
@@ -66,7 +67,7 @@ def test_unknown_key_in_a_multirun_is_an_invalid_row_per_job(tmp_path):
 
 
 def test_killed_sweep_keeps_finished_rows_and_resumes_without_duplicates(tmp_path):
-    args = ["-m", "seq_len=16,24,32,40,48,56,64,72", "causal=false,true", "device=cpu", "heads=1", *TINY,
+    args = ["-m", "seq_len=16,24,32,40,48,56,64,72", "causal=false,true", "device=cpu", "heads=1", "experiment=smoke",
             f"hydra.sweep.dir={tmp_path}"]
     env = {**os.environ, "FAKE_MEASURE_SLEEP_S": "0.3"}
     proc = subprocess.Popen(sweep_cmd(*args, fake=True), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
@@ -91,7 +92,7 @@ def test_killed_sweep_keeps_finished_rows_and_resumes_without_duplicates(tmp_pat
 @pytest.mark.timeout(120)
 def test_joblib_launcher_with_two_jobs_leaves_an_intact_csv(tmp_path):
     out = run_sweep("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seq_len=16,24,32,40",
-                    "backend=naive,sdpa", *TINY, f"hydra.sweep.dir={tmp_path}", timeout=110)
+                    "backend=naive,sdpa", "experiment=smoke", f"hydra.sweep.dir={tmp_path}", timeout=110)
     assert out.returncode == 0, out.stderr[-2000:]
     table = read_csv(tmp_path / "results.csv")
     assert len(table) == 8 and len({r["point_id"] for r in table}) == 8
@@ -136,14 +137,14 @@ def read_run(path: Path) -> dict:
 
 @pytest.mark.parametrize("per_point", [False, True], ids=["run-per-process", "run-per-point"])
 def test_wandb_offline_run_holds_the_logged_metrics(tmp_path, per_point):
-    args = ["-m", "backend=naive,sdpa", "seq_len=16", "device=cpu", *TINY, "wandb.mode=offline",
+    args = ["-m", "backend=naive,sdpa", "seq_len=16", "device=cpu", "experiment=smoke", "wandb.mode=offline",
             f"wandb.run_per_point={str(per_point).lower()}", f"hydra.sweep.dir={tmp_path}"]
     out = run_sweep(*args, fake=True, env={"WANDB_MODE": "offline"})
     assert out.returncode == 0, out.stderr[-2000:]
     runs = [read_run(p) for p in sorted(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))]
     table = read_csv(tmp_path / "results.csv")
     by_backend = {r["backend"]: r for r in table}
-    group = f"custom/{tmp_path.name}"
+    group = f"smoke/{tmp_path.name}"
     results = [r for r in runs if any("results/_type" in h for h in r["history"])]
     assert len(results) == 1  # the whole table, once, at the end of the multirun
     assert any(h.get("results/nrows") == 2 for h in results[0]["history"])

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from runner_helpers import ROOT, TINY, sweep_cmd
+from runner_helpers import ROOT, sweep_cmd
 
 pytestmark = pytest.mark.slow
-POINTS = ["-m", "backend=naive,sdpa", "seq_len=16,24,32,40", "device=cpu", "heads=1", *TINY]
+POINTS = ["-m", "backend=naive,sdpa", "seq_len=16,24,32,40", "device=cpu", "heads=1", "experiment=smoke"]
 LAUNCHERS = {
     "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=8"],
     "submitit_local": ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5"],
