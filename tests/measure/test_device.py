@@ -1,5 +1,8 @@
 """Environment columns and the GEMM peak: measured once per process, cheap afterwards."""
 
+import subprocess
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -26,9 +29,30 @@ def test_environment_names_row_columns_and_is_cached(monkeypatch):
     assert 1 <= len(runs) <= 2  # git rev-parse and git status, once (one if git is missing)
 
 
-def test_git_sha_is_a_commit_or_empty():
-    sha = environment("cpu")["git_sha"]
-    assert sha == "" or len(sha.removesuffix("-dirty")) == 40
+def test_git_sha_names_the_checkout_commit_and_whether_tracked_files_changed():
+    repo = Path(device_module.__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        head, dirty = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout: the harness records an empty git_sha there")
+    device_module.git_sha.cache_clear()
+    assert len(head) == 40 and device_module.git_sha() == head + ("-dirty" if dirty else "")
+
+
+def test_git_sha_is_empty_without_git(monkeypatch):
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(device_module.subprocess, "run", no_git)
+    device_module.git_sha.cache_clear()
+    try:
+        assert device_module.git_sha() == ""
+    finally:
+        device_module.git_sha.cache_clear()  # the next caller sees the real commit again
 
 
 def test_cpu_peak_is_plausible_and_measured_once(monkeypatch):
