@@ -1,6 +1,7 @@
 """The chapter's cost claims, judged from the cost lines of analysis.cost (figures 1-4 read the same lines).
 
-Memory, chunked memory, compute and the causal saving. The thresholds are module constants so the
+Memory, chunked memory and compute are judged by analysis.growth (a cost model, not a local slope:
+see there why); the causal saving by the time ratio. The thresholds are module constants so the
 rules print them and tests can reason about them.
 """
 
@@ -9,42 +10,34 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.claim import Evidence, claim, per_rows
-from analysis.cost import causal_ratios, cost_facets, memory_metric
-from analysis.fit import pooled_fit, upper_sizes
+from analysis.cost import Facet, causal_ratios, cost_facets, memory_metric
+from analysis.fit import upper_sizes
+from analysis.growth import (
+    DECIDING_SHARE, DOMINANT_SHARE, LINEAR, MAX_CI_HALF_WIDTH, MIN_FIT_SIZES, NEGLIGIBLE_SHARE, QUADRATIC,
+    QUADRATIC_BAND, SUB_QUADRATIC, UNDECIDED, Growth, line_growth,
+)
 
-QUADRATIC_BAND = (1.7, 2.3)  # fitted exponent of a quadratic cost (fixed costs and caches blur 2.0)
+__all__ = ["LINEAR_MAX", "MAX_CI_HALF_WIDTH", "MIN_FIT_SIZES", "QUADRATIC_BAND"]  # compiled.py's fit rule reads them
+
 LINEAR_MAX = 1.3  # fitted memory exponent below which a back end counts as O(n) memory
-MIN_FIT_SIZES = 3  # a claim uses only fits over at least this many seq_len values...
-MAX_CI_HALF_WIDTH = 0.5  # ...whose 95% interval is at most +-this wide (a wider one decides nothing)
 CAUSAL_MIN_RATIO = 1.3  # time(no mask)/time(causal) at the largest n that counts as a real saving (ideal 2)
-FIT_RULE = (f"Theil-Sen fits over >= {MIN_FIT_SIZES} of the largest sizes, the top 1.5 octaves, with a 95% CI no "
-            f"wider than ±{MAX_CI_HALF_WIDTH}; wider ones are listed but not counted")
+GROWTH_RULE = (
+    f"A line is quadratic when its Theil-Sen exponent b over the larger sizes (the top 1.5 octaves, >= "
+    f"{MIN_FIT_SIZES} sizes) lies in [{QUADRATIC_BAND[0]}, {QUADRATIC_BAND[1]}] with a 95% CI no wider than "
+    f"±{MAX_CI_HALF_WIDTH}, or when the cost model fixed + linear·n + quadratic·n² (non-negative least squares on "
+    f"relative residuals over every size; 95% interval from a residual bootstrap) follows the rows (rms log "
+    f"residual within twice the scatter between repeats, at least 3%) and its n² term is >= {DOMINANT_SHARE:.0%} "
+    f"of the cost at the largest n (interval's lower end), unless one straight log-log line below the band "
+    f"follows every size as well; linear when the model follows the rows and its n² share stays below "
+    f"{NEGLIGIBLE_SHARE:.0%} (upper end); sub-quadratic when one straight log-log line with its whole CI below "
+    f"{QUADRATIC_BAND[0]} follows every size at least as well as the model; otherwise not decided, with the n at "
+    f"which the model's n² term would reach {DECIDING_SHARE:.0%}")
 EXPERIMENT = "quadratic_cost"
+MORE = f"{EXPERIMENT} (more seq_len values, longer timing)"  # what to run where a line was not decided
 
 
-def _in(value: float, band: tuple[float, float]) -> bool:
-    return band[0] <= value <= band[1]
-
-
-def _fits(facets, backend: str | None):
-    """(facet, line, precise) for every no-mask line fitted over enough sizes; precise: CI narrow enough."""
-    for facet in facets:
-        for line in facet.lines:
-            if line.causal or (backend and line.backend != backend):
-                continue
-            if line.fit and line.fit.n_points >= MIN_FIT_SIZES:
-                precise = (line.fit.ci_high - line.fit.ci_low) / 2 <= MAX_CI_HALF_WIDTH
-                yield facet, line, precise
-
-
-def _noisy(precise: bool) -> str:
-    return "" if precise else " (CI too wide, not counted)"
-
-
-def _evidence(parts: list[str], passes: list[bool], empty: str) -> Evidence:
-    """More sizes and longer timing are what to run when fits exist but all were too noisy to count."""
-    more = f"{EXPERIMENT} (more seq_len values, longer timing)" if parts and not passes else None
-    return Evidence("; ".join(parts) or empty, tuple(passes), experiment=more)
+def _evidence(parts: list[str], passes: list[bool], undecided: list[str], empty: str) -> Evidence:
+    return Evidence("; ".join(parts) or empty, tuple(passes), tuple(undecided), MORE if undecided else None)
 
 
 @per_rows
@@ -59,62 +52,86 @@ def _memory_facets(rows: pd.DataFrame):
     return cost_facets(rows, memory_metric(rows))
 
 
+def _growths(facets: list[Facet], metric: str, backend: str | None = None):
+    """(facet, line, growth) for every no-mask line (of `backend`, when given) fitted over enough sizes."""
+    for facet in facets:
+        for line in facet.lines:
+            if line.causal or (backend and line.backend != backend) or not line.fit:
+                continue
+            if line.fit.n_points >= MIN_FIT_SIZES:
+                yield facet, line, line_growth(facet.slice_rows, line.label, False, metric)
+
+
+def _undecided(where: str, growth: Growth) -> str:
+    return f"{where}: {growth.need_text()}"
+
+
+def _memory_ratio(growth: Growth) -> str:
+    """The 4K->128K growth the power law implies, and the model's where it follows the rows."""
+    text = f"4K→128K ×{growth.fit.ratio(4096, 131072)[0]:,.0f}"
+    model = growth.model
+    if model and model.fits:
+        text += f" (model: ×{float(model.predict(131072) / model.predict(4096)):,.0f})"
+    return text
+
+
 @claim("memory_quadratic", "The materialized attention matrix makes memory grow as n² (4K→128K tokens: ×1024)",
-       rule=f"naive (no mask) memory exponent b within [{QUADRATIC_BAND[0]}, {QUADRATIC_BAND[1]}], on every device "
-            f"and precision, memory being the allocator's exact peak ({FIT_RULE})",
+       rule=f"naive (no mask) memory, the allocator's exact peak, quadratic on every device and precision; does not "
+            f"hold where it is linear or sub-quadratic. {GROWTH_RULE}",
        experiment=EXPERIMENT)
 def memory_quadratic(rows: pd.DataFrame) -> Evidence:
-    passes, parts = [], []
-    for facet, line, precise in _fits(_memory_facets(rows), "naive"):
-        fit = line.fit
-        if precise:
-            passes.append(_in(fit.exponent, QUADRATIC_BAND))
-        ratio = fit.ratio(4096, 131072)
-        parts.append(f"{facet.title}: {fit.label()} over n={fit.n_min:.0f}–{fit.n_max:.0f}, "
-                     f"so 4K→128K ×{ratio[0]:,.0f}{_noisy(precise)}")
-    return _evidence(parts, passes, "no naive memory fit over >= 3 sizes")
+    passes, undecided, parts = [], [], []
+    metric = memory_metric(rows)
+    for facet, _line, growth in _growths(_memory_facets(rows), metric, "naive"):
+        parts.append(f"{facet.title}: {growth.text()}; {_memory_ratio(growth)}")
+        if growth.kind == UNDECIDED:
+            undecided.append(_undecided(facet.title, growth))
+        else:
+            passes.append(growth.kind == QUADRATIC)
+    return _evidence(parts, passes, undecided, "no naive memory measured at >= 3 sizes")
 
 
 @claim("chunked_linear", "Exact attention does not need O(n²) memory (chunked online softmax)",
-       rule=f"chunked (no mask) memory exponent b <= {LINEAR_MAX} on every device and precision (same fit rule)",
+       rule=f"chunked (no mask) memory, the allocator's exact peak, on every device and precision: holds where it is "
+            f"linear, or its exponent b <= {LINEAR_MAX} with a precise CI; does not hold where it is quadratic. "
+            f"{GROWTH_RULE}",
        experiment=EXPERIMENT)
 def chunked_linear(rows: pd.DataFrame) -> Evidence:
-    passes, parts = [], []
-    for facet, line, precise in _fits(_memory_facets(rows), "chunked"):
-        if precise:
-            passes.append(line.fit.exponent <= LINEAR_MAX)
-        parts.append(f"{facet.title}: {line.fit.label()}{_noisy(precise)}")
-    return _evidence(parts, passes, "no chunked memory fit over >= 3 sizes")
+    passes, undecided, parts = [], [], []
+    metric = memory_metric(rows)
+    for facet, line, growth in _growths(_memory_facets(rows), metric, "chunked"):
+        parts.append(f"{facet.title}: {growth.text()}")
+        fit = growth.fit
+        low = growth.kind == LINEAR or ((fit.ci_high - fit.ci_low) / 2 <= MAX_CI_HALF_WIDTH
+                                        and fit.exponent <= LINEAR_MAX)
+        if low or growth.kind == QUADRATIC:
+            passes.append(low)
+        else:
+            undecided.append(_undecided(facet.title, growth))
+    return _evidence(parts, passes, undecided, "no chunked memory measured at >= 3 sizes")
 
 
 @claim("compute_quadratic", "Attention compute grows as n²",
-       rule=f"time exponent b of every back end (no mask) within [{QUADRATIC_BAND[0]}, {QUADRATIC_BAND[1]}] (same "
-            "fit rule; each size's time the faster of its repeats); where no line is precise alone, the exponent all "
-            "lines of the panel share (back ends and masks: Sen's estimator over every line's pairwise slopes, "
-            "interval from the summed Kendall variance) decides by the same band and CI rule",
+       rule="per device and precision (no mask): every back end whose time is decided is quadratic, and at least "
+            "one is (a back end not decided at these sizes is named with the n it needs); does not hold where a "
+            f"back end's time is linear or sub-quadratic. Each size's time is the faster of its repeats. {GROWTH_RULE}",
        experiment=EXPERIMENT)
 def compute_quadratic(rows: pd.DataFrame) -> Evidence:
-    passes, parts = [], []
+    passes, undecided, parts = [], [], []
     for facet in _time_facets(rows):
-        precise_here = False
-        for _facet, line, precise in _fits([facet], None):
-            if precise:
-                passes.append(_in(line.fit.exponent, QUADRATIC_BAND))
-                precise_here = True
-            parts.append(f"{facet.title} {line.label}: {line.fit.label()}{_noisy(precise)}")
-        if precise_here:
-            continue
-        # No line alone is precise (a busy machine): the exponent all lines share, from every line's
-        # pairwise slopes together, has several times the slopes and so a narrower interval.
-        pooled = pooled_fit([(line.points["seq_len"].to_numpy(), line.points["value"].to_numpy())
-                             for line in facet.lines if line.fit and line.fit.n_points >= MIN_FIT_SIZES])
-        if pooled is not None:
-            precise = (pooled.ci_high - pooled.ci_low) / 2 <= MAX_CI_HALF_WIDTH
-            if precise:
-                passes.append(_in(pooled.exponent, QUADRATIC_BAND))
-            parts.append(f"{facet.title}, no line precise alone, exponent shared by all {len(facet.lines)} lines "
-                         f"(back ends x masks): {pooled.label()}{_noisy(precise)}")
-    return _evidence(parts, passes, "no time fit over >= 3 sizes")
+        kinds, waiting = [], []
+        for _facet, line, growth in _growths([facet], "time_ms"):
+            parts.append(f"{facet.title} {line.label}: {growth.text()}")
+            if growth.kind == UNDECIDED:
+                waiting.append(f"{line.label} {growth.need_text()}")
+            kinds.append(growth.kind)
+        if any(kind in (LINEAR, SUB_QUADRATIC) for kind in kinds):
+            passes.append(False)
+        elif QUADRATIC in kinds:
+            passes.append(True)
+        elif waiting:
+            undecided.append(f"{facet.title}: " + ", ".join(waiting))
+    return _evidence(parts, passes, undecided, "no time measured at >= 3 sizes")
 
 
 @claim("causal_half", "A causal mask needs only n(n+1)/2 of the n² scores, saving about half",

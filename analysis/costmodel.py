@@ -85,9 +85,8 @@ class CostModel:
 
 
 def repeat_noise(n: np.ndarray, y: np.ndarray) -> float:
-    """rms scatter of log y between repeats of one size (NaN when no size was measured twice).
-
-    For two repeats, |log y1 - log y2| has mean 2σ/√π: the pooled estimate of σ uses that."""
+    """rms scatter of log y between repeats of one size (NaN when no size was measured twice): the
+    sample standard deviation of each size's log values, pooled over sizes."""
     n = np.asarray(n, dtype=float)
     log_y = np.log(np.asarray(y, dtype=float))
     spreads = []

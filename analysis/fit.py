@@ -105,39 +105,3 @@ def _theil_sen(sizes: np.ndarray, log_n: np.ndarray, log_y: np.ndarray) -> Power
     slope, intercept, low, high = stats.theilslopes(log_y, log_n, alpha=0.95)
     return PowerFit(float(slope), float(low), float(high), float(math.exp(intercept)), len(sizes),
                     float(sizes[0]), float(sizes[-1]))
-
-
-def pooled_fit(lines: list[tuple[np.ndarray, np.ndarray]], *, min_points: int = 3) -> PowerFit | None:
-    """One exponent shared by several lines (back ends): the median of the pairwise slopes within every
-    line (Sen's estimator for grouped data), with its rank interval from the summed variance of
-    Kendall's S. Each line still uses its own larger sizes and its own prefactor; with three lines there
-    are three times the pairwise slopes, so a machine too noisy to pin one line's exponent can still
-    pin the exponent they share. The prefactor returned is meaningless (NaN)."""
-    slopes: list[float] = []
-    var_s = 0.0
-    sizes_all: list[float] = []
-    for n, y in lines:
-        n = np.asarray(n, dtype=float)
-        y = np.asarray(y, dtype=float)
-        good = np.isfinite(n) & np.isfinite(y) & (n > 0) & (y > 0)
-        n, y = n[good], y[good]
-        if len(np.unique(n)) < 3:
-            continue
-        sizes = upper_sizes(n, min_points)
-        log_n = np.log(sizes)
-        log_y = np.log([np.median(y[n == s]) for s in sizes])
-        for i in range(len(sizes)):
-            for j in range(i + 1, len(sizes)):
-                slopes.append((log_y[j] - log_y[i]) / (log_n[j] - log_n[i]))
-        k = len(sizes)
-        var_s += k * (k - 1) * (2 * k + 5) / 18.0
-        sizes_all += list(sizes)
-    if len(slopes) < 3:
-        return None
-    ordered = np.sort(slopes)
-    total = len(ordered)
-    c_alpha = stats.norm.ppf(0.975) * math.sqrt(var_s)
-    upper = min(int(round((total + c_alpha) / 2)), total - 1)
-    lower = max(int(round((total - c_alpha) / 2)) - 1, 0)
-    return PowerFit(float(np.median(ordered)), float(ordered[lower]), float(ordered[upper]), math.nan,
-                    total, float(min(sizes_all)), float(max(sizes_all)))

@@ -29,6 +29,8 @@ class Laws:
     causal_saving: float = 1.9  # chunked time(no mask) / time(causal)
     unscaled_std_grows: bool = True  # False: unscaled logit std stays ~1 (contradicts the chapter)
     noise: float = 0.02  # relative, log-normal
+    time_fixed_ms: float = 0.05  # a call's fixed cost (Python, dispatch)
+    mem_fixed_bytes: float = 2e6  # memory beyond the inputs that does not grow with n
 
 
 class Fabricator:
@@ -53,15 +55,15 @@ class Fabricator:
         pairs = n * (n + 1) / 2 if causal else n * n
         flops = 4.0 * batch * heads * pairs * d * (3.5 if mode == "fwd_bwd" else 1.0)
         exp_t = laws.time_exponent if backend != "chunked" else 2.0
-        time_ms = 0.05 + 2e-7 * batch * heads * d * n ** exp_t / self.speed * (1.3 if backend == "naive" else 1.0)
+        time_ms = laws.time_fixed_ms + 2e-7 * batch * heads * d * n ** exp_t / self.speed * (1.3 if backend == "naive" else 1.0)
         if causal:
             time_ms /= {"naive": 1.0, "sdpa": 1.15, "chunked": laws.causal_saving}.get(backend, 1.0)
         time_ms *= self._noise()
         itemsize = 8 if precision == "fp64" else (2 if precision in ("fp16", "bf16") else 4)
         if backend == "naive":
-            mem = 2e6 + 2.0 * batch * heads * itemsize * n ** laws.mem_exponent
+            mem = laws.mem_fixed_bytes + 2.0 * batch * heads * itemsize * n ** laws.mem_exponent
         else:
-            mem = 2e6 + 64.0 * batch * heads * itemsize * n * 8
+            mem = laws.mem_fixed_bytes + 64.0 * batch * heads * itemsize * n * 8
         mem *= self._noise()
         options = '{"scale_at": "query"}' if scale_at == "query" else "{}"
         row = Row(status=status, backend=backend, kernel=backend, backend_options=options, precision=precision,
@@ -126,11 +128,13 @@ class Fabricator:
                             self.point(backend=backend, seq_len=n, causal=causal, head_dim=d, scale=scale)
         return self
 
-    def quadratic_cost(self, sizes=(256, 512, 1024, 2048, 4096)) -> "Fabricator":
-        for backend in ("naive", "sdpa", "chunked"):
-            for n in sizes:
-                for causal in (False, True):
-                    self.point(backend=backend, seq_len=n, causal=causal)
+    def quadratic_cost(self, sizes=(256, 512, 1024, 2048, 4096), repeats: int = 1) -> "Fabricator":
+        """`repeats` passes (seeds), as the quick study times its cost grid twice."""
+        for seed in range(repeats):
+            for backend in ("naive", "sdpa", "chunked"):
+                for n in sizes:
+                    for causal in (False, True):
+                        self.point(backend=backend, seq_len=n, causal=causal, seed=seed)
         self.point(backend="naive", seq_len=65536, status="skipped_budget")
         self.point(backend="naive", seq_len=32768, status="oom")
         return self
