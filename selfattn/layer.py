@@ -95,7 +95,11 @@ class MultiHeadSelfAttention(nn.Module):
         return attention(q, k, v, backend=self.backend, causal=self.causal, scale=self.scale, **self.backend_options)
 
     def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
-        return self.w_o(self.merge_heads(self.attend(*self.project_qkv(x_BLD))))
+        # q, k, v stay referenced until W_O has run, as the memory model (measure/predict.py) counts them:
+        # freeing them before W_O would lower a layer point's peak below what its rows have always recorded.
+        q, k, v = self.project_qkv(x_BLD)
+        out_BHLD = self.attend(q, k, v)
+        return self.w_o(self.merge_heads(out_BHLD))
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, heads={self.heads}, kv_heads={self.kv_heads}, backend={self.backend!r}, "
