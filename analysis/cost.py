@@ -18,6 +18,7 @@ from scipy import stats
 import selfattn.backends as registry  # BACKEND_NAMES is a plain tuple: importing it does not import torch
 from analysis.claim import Evidence, claim
 from analysis.fit import PowerFit, fit_power_law
+from analysis.growth import line_growth
 from analysis.slices import fix_axes, self_attention
 
 FAILED_STATUSES = ("oom", "skipped_budget")
@@ -51,9 +52,9 @@ class Facet:
         return f"{self.precision} · {self.device_label}"
 
 
-# A back end run with its `compile` option on is a variant of its own ("naive+compile"): other code,
-# not the same kernel with another setting. Every table, figure and claim keys on this one name.
-COMPILED_SUFFIX = "+compile"
+# A back end run with its `compile` option on is a variant of its own ("naive+compile"); the suffix is the
+# registry's, so the runner's progress line spells it the same. Every table, figure and claim keys on it.
+COMPILED_SUFFIX = registry.COMPILED_SUFFIX
 
 
 def _options(text: str) -> dict | None:
@@ -187,7 +188,8 @@ def ideal_causal_ratio(n: np.ndarray | float) -> np.ndarray | float:
 
 
 def exponent_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """Fitted time and memory exponents per device, precision, back end and mask."""
+    """Fitted time and memory exponents per device, precision, back end and mask, with each line's cost model
+    (its n² share at the largest n, the interval, and whether the model follows the rows)."""
     records: dict[tuple, dict] = {}
     for metric, prefix in (("time_ms", "time"), (memory_metric(rows), "mem")):
         for facet in cost_facets(rows, metric):
@@ -203,12 +205,21 @@ def exponent_table(rows: pd.DataFrame) -> pd.DataFrame:
                 rec[f"{prefix}_sizes"] = (f"{fit.n_min:.0f}–{fit.n_max:.0f} ({fit.n_points})" if fit else "")
                 if prefix == "mem" and fit:
                     rec["mem_ratio_4k_128k"] = fit.ratio(4096, 131072)[0]
+                model = line_growth(facet.slice_rows, line.label, line.causal, metric).model
+                rec[f"{prefix}_n2_share"] = model.share if model else math.nan
+                rec[f"{prefix}_n2_share_low"] = model.share_low if model else math.nan
+                rec[f"{prefix}_n2_share_high"] = model.share_high if model else math.nan
+                rec[f"{prefix}_model_residual"] = model.residual if model else math.nan
+                rec[f"{prefix}_model_fits"] = bool(model and model.fits)
     columns = ["device", "precision", "backend", "causal", "time_exponent", "time_ci_low", "time_ci_high",
-               "time_sizes", "mem_exponent", "mem_ci_low", "mem_ci_high", "mem_sizes", "mem_ratio_4k_128k", "slice"]
+               "time_sizes", "time_n2_share", "time_n2_share_low", "time_n2_share_high", "time_model_residual",
+               "time_model_fits", "mem_exponent", "mem_ci_low", "mem_ci_high", "mem_sizes", "mem_ratio_4k_128k",
+               "mem_n2_share", "mem_n2_share_low", "mem_n2_share_high", "mem_model_residual", "mem_model_fits", "slice"]
     table = pd.DataFrame(list(records.values()))
     for col in columns:
         if col not in table:
-            table[col] = math.nan if col not in ("time_sizes", "mem_sizes", "slice") else ""
+            table[col] = ("" if col in ("time_sizes", "mem_sizes", "slice")
+                          else False if col.endswith("_fits") else math.nan)
     return table[columns].sort_values(["device", "precision", "backend", "causal"]).reset_index(drop=True)
 
 

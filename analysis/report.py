@@ -104,9 +104,14 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
         "one and a half octaves of the measured seq_len values or their upper half, whichever holds more, at least "
         "3); a slope "
         "of 2 is quadratic. The slice is the one in figures 1 and 2. Memory is the exact peak of bytes allocated "
-        "through torch's allocator during the call (peak_alloc_bytes; the process's RSS, peak_mem_bytes, for older "
-        "CSVs). Small sizes are left out because fixed costs (Python, kernel launches, thread buffers) dominate "
-        "there.", "",
+        "through torch's allocator during the call (peak_alloc_bytes). Small sizes are left out of b because fixed "
+        "costs (Python, kernel launches, thread buffers) dominate there.", "",
+        "A slope reaches 2 only where the n² term dominates, so the cost claims (rules 1-3) also read a cost model "
+        "of each line over every size: fixed + linear·n + quadratic·n² with non-negative terms (least squares on "
+        "relative residuals), and the n² term's share of the cost at the largest n with its 95% interval from a "
+        "residual bootstrap. \"model off\" marks a line the model does not follow (rms log residual above twice "
+        "the scatter between repeats, and above 3%): a cache cliff, or a straight log-log line that is not "
+        "fixed + linear + n².", "",
         _exponent_table(exponents), "",
         "## Figures", "",
     ]
@@ -214,10 +219,26 @@ def _exponent_table(table: pd.DataFrame) -> str:
                ("Time b [95% CI]", fits["time"]), ("n fitted (sizes)", table["time_sizes"].replace("", "—")),
                ("Memory b [95% CI]", fits["mem"]), ("n fitted (sizes)", table["mem_sizes"].replace("", "—")),
                ("Memory 4K→128K", table["mem_ratio_4k_128k"].map(lambda r: "—" if math.isnan(r) else f"×{r:,.0f}"))]
+    columns.insert(6, ("Time n² share [95% CI]", _share_cells(table, "time")))
+    columns.append(("Memory n² share [95% CI]", _share_cells(table, "mem")))
     # Two columns share a header ("n fitted (sizes)"), which a dict of columns cannot hold.
     frame = pd.DataFrame({i: list(values) for i, (_, values) in enumerate(columns)})
     frame.columns = [name for name, _ in columns]
     return _markdown(frame)
+
+
+def _share_cells(table: pd.DataFrame, prefix: str) -> list[str]:
+    """'81% [75, 97]' per line: the cost model's n² share at the largest n, or how far off a model that misses is."""
+    cells = []
+    for share, low, high, residual, fits in zip(table[f"{prefix}_n2_share"], table[f"{prefix}_n2_share_low"],
+                                                table[f"{prefix}_n2_share_high"], table[f"{prefix}_model_residual"],
+                                                table[f"{prefix}_model_fits"]):
+        if math.isnan(share):
+            cells.append("—")
+        else:
+            cells.append(f"{100 * share:.0f}% [{100 * low:.0f}, {100 * high:.0f}]"
+                         + ("" if fits else f" (model off {100 * residual:.0f}%)"))
+    return cells
 
 
 def _speedup_table(devices: pd.DataFrame) -> str:

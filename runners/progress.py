@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Mapping
 
+from selfattn.backends import COMPILED_SUFFIX
 from selfattn.point import AXES
 
 # The point's axes worth a `key=value` (back end first and precision last are always shown).
@@ -16,7 +17,7 @@ _SHOWN = frozenset(AXES) - {"backend", "precision"} | {"d_model"}
 
 def describe(row: Mapping[str, Any], keys: Iterable[str]) -> str:
     """`backend key=value ... precision` for the keys this job varies ("naive+compile" with compile=true)."""
-    backend = str(row.get("backend") or "?") + ("+compile" if _option(row, "compile") is True else "")
+    backend = str(row.get("backend") or "?") + (COMPILED_SUFFIX if _option(row, "compile") is True else "")
     parts = [backend]
     for key in keys:
         if key.startswith("backend."):

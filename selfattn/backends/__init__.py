@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 # The registry. Order is the order of tables, legends and colours everywhere.
 BACKEND_NAMES: tuple[str, ...] = ("naive", "sdpa", "chunked", "flex")
+# A back end run with its `compile` option on is a variant of its own ("naive+compile"): other code, not the
+# same kernel with another setting. The progress line and every table, figure and claim name it so.
+COMPILED_SUFFIX = "+compile"
 
 
 def get_backend(name: str) -> ModuleType:
