@@ -44,17 +44,55 @@ def test_what_a_compiled_back_end_cannot_run_is_an_unsupported_row():
     assert row.status == "unsupported" and "new shape to compile" in row.error
 
 
-def test_the_guard_counts_a_compilation_before_it_starts(monkeypatch):
+@pytest.fixture
+def nothing_compiled_yet(monkeypatch):
+    """This process has measured no compilation and compiled no key: the guard sees only the guess."""
     monkeypatch.setattr(compile_cache, "_compile_s", {})
     monkeypatch.setattr(compile_cache, "_compiled_keys", set())
-    monkeypatch.setitem(compile_cache.COMPILE_S_GUESS, "cpu", 50.0)
+
+
+@pytest.mark.parametrize("max_point_s", [60.0, 30.0])  # the default, and causal_mask's and gqa's
+def test_a_cold_compile_with_cuda_s_guess_is_guarded_apart_and_runs(monkeypatch, nothing_compiled_yet, max_point_s):
+    # The CUDA guess (60 s) on this CPU: added to the point's time it skipped every compiled point on CUDA.
+    monkeypatch.setitem(compile_cache.COMPILE_S_GUESS, "cpu", compile_cache.COMPILE_S_GUESS["cuda"])
+    budget = Budget(timing_s=0.05, accuracy_rows=8, measure_device_peak=False, max_point_s=max_point_s)
+    assert compile_cache.COMPILE_S_GUESS["cuda"] <= budget.max_compile_s  # the default lets a cold compile through
+    point = Point(backend="naive", backend_options={"compile": True}, seq_len=40, heads=5, head_dim=8)
+    assert compile_cache.predict_compile_s("naive", "cpu", "a key not compiled") == compile_cache.COMPILE_S_GUESS["cuda"]
+    row = measure_point(point, budget)
+    assert row.status == "ok", row.error
+    assert row.compile_s is not None and row.recompiled is not None
+
+
+def test_a_compile_predicted_beyond_max_compile_s_is_skipped_naming_the_key(monkeypatch, nothing_compiled_yet):
+    monkeypatch.setitem(compile_cache.COMPILE_S_GUESS, "cpu", 1e4)
     row = measure_point(Point(backend="naive", backend_options={"compile": True}, seq_len=40, heads=5, head_dim=8),
-                        Budget(timing_s=0.05, accuracy_rows=8, measure_device_peak=False, max_point_s=30.0))
-    assert row.status == "skipped_budget" and "predicted time" in row.error
+                        Budget(timing_s=0.05, accuracy_rows=8, measure_device_peak=False))
+    assert row.status == "skipped_budget"
+    assert "predicted compile time 10000.0 s exceeds budget.max_compile_s=120 s" in row.error
     assert row.compile_s is None  # nothing was compiled
     compile_cache.record_compile_s("naive", "cpu", "k", 2.0, True)
     assert compile_cache.predict_compile_s("naive", "cpu", "other") == 2.0  # measured beats the guess
     assert compile_cache.predict_compile_s("naive", "cpu", "k") == 0.0  # compiled already: reused
+
+
+def test_the_guard_keeps_compile_time_and_call_time_apart():
+    from selfattn.measure.budget import over_budget
+
+    point, budget = Point(backend="flex"), Budget()
+    assert over_budget(point, budget, 0, None, point_s=59.0, compile_s=119.0) is None  # each within its own limit
+    assert "max_point_s=60" in over_budget(point, budget, 0, None, point_s=61.0, compile_s=0.0)
+    assert "budget.max_compile_s=120" in over_budget(point, budget, 0, None, point_s=1.0, compile_s=121.0)
+    assert over_budget(point, Budget(max_compile_s=500.0), 0, None, point_s=1.0, compile_s=121.0) is None
+
+
+@pytest.mark.gpu
+def test_a_cold_flex_compile_on_cuda_is_measured_not_skipped(nothing_compiled_yet):
+    """On CUDA with the default budget, the 60 s guess must not skip the point: the compile is measured."""
+    row = measure_point(Point(backend="flex", device="cuda", precision="bf16", causal=True, seq_len=1024, heads=4,
+                              head_dim=64), Budget(timing_s=0.1, accuracy_rows=8))
+    assert row.status == "ok", row.error
+    assert row.compile_s is not None and row.recompiled is not None
 
 
 def test_a_process_full_of_graphs_drops_them_between_points_and_goes_on(monkeypatch):
