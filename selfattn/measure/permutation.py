@@ -2,26 +2,47 @@
 tokens permutes the outputs, attn(PQ, PK, PV) = P attn(Q, K, V), up to rounding. A causal mask
 ties each query's visible keys to its position, so there the identity breaks.
 
-The check runs the point's back end, options, precision, heads, head_dim and mask on a short
-self-attention sequence (at most PERM_TOKENS tokens: the property does not depend on n, and a
-full-size pair of calls would double the point's cost), with unit-std inputs so an fp16 point
-that overflows by design still checks the structure rather than its overflow.
+The check runs the point's back end, options, precision, heads, head_dim and causal flag (the
+other masks tie keys to positions too, so they are left out) on unit-std inputs, so an fp16
+point that overflows by design still checks the structure rather than its overflow. Its size:
+
+- Eager back ends: a short self-attention sequence, at most PERM_TOKENS tokens of one sequence
+  (the property does not depend on n, and a full-size pair of calls would double the point's cost).
+- Compiled back ends (`at_point_shape`): the point's own call, every dimension, memory layout
+  (scope=layer's heads are a transposed view of the projection) and grad mode as in the timed
+  calls, so the two calls run the code the point compiled. Dynamo specializes on all of these
+  (static shapes), so a 128-token check was a second compilation outside compile_s and the
+  guard, on CUDA another 10-40 s per shape. The point's mask arguments are replaced by ones
+  of the same kind that hide nothing (a window wider than the sequence, full key lengths, one
+  document), which keeps the compiled code's inputs of the same shapes while the check means
+  what it means for the eager back ends: causal or no mask. Two forward calls at the point's
+  size cost less than the point's own timed calls, and the guard counts them (measure/run.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from selfattn.api import attention
-from selfattn.inputs import make_qkv
+from selfattn.inputs import make_qkv, point_masks
+from selfattn.masks import Masks
 from selfattn.point import Point, parse_scale
 
 PERM_TOKENS = 128
 PERM_SEED_OFFSET = 3_000_017  # its own stream: the point's inputs and upstreams stay as they are
+POINT_SHAPE_CALLS = 2  # forward calls of the point's size the check makes at_point_shape (the guard counts them)
 
 
-def permutation_max_abs_diff(point: Point, dtype: torch.dtype, device: torch.device | str) -> float:
-    """max |attn(PQ, PK, PV) - P attn(Q, K, V)| for one seeded random permutation P of the tokens."""
+def permutation_max_abs_diff(point: Point, dtype: torch.dtype, device: torch.device | str, *,
+                             at_point_shape: bool = False) -> float:
+    """max |attn(PQ, PK, PV) - P attn(Q, K, V)| for one seeded random permutation P of the tokens.
+
+    at_point_shape: check at the point's own call shape, layout and grad mode (compiled back
+    ends: no second compilation), rather than on at most PERM_TOKENS tokens of one sequence."""
+    if at_point_shape:
+        return _at_point_shape(point, dtype, device)
     n = min(point.seq_len, PERM_TOKENS)
     seed = point.seed + PERM_SEED_OFFSET
     q, k, v = make_qkv(1, point.heads, n, n, point.head_dim, dtype=dtype, device=device, seed=seed)
@@ -36,3 +57,48 @@ def permutation_max_abs_diff(point: Point, dtype: torch.dtype, device: torch.dev
     permuted = run(q[:, :, perm], k[:, :, perm], v[:, :, perm])
     expected = run(q, k, v)[:, :, perm]
     return float((permuted.double() - expected.double()).abs().max())
+
+
+def _at_point_shape(point: Point, dtype: torch.dtype, device: torch.device | str) -> float:
+    """The check on the point's own call: its shapes, layout, grad mode and mask kinds (see the module doc)."""
+    layer = point.scope == "layer"
+    b, h, kv_heads, d = point.batch, point.heads, point.kv_heads_resolved, point.head_dim
+    q_len, seq_len = (point.seq_len if layer else point.q_len_resolved), point.seq_len
+    seed = point.seed + PERM_SEED_OFFSET
+    grad = point.mode == "fwd_bwd"
+    q, k, v = make_qkv(b, h, q_len, seq_len, d, dtype=dtype, device=device, seed=seed, kv_heads=kv_heads)
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    perm_q = torch.randperm(q_len, generator=generator).to(q.device)
+    # self-attention permutes queries and keys alike; with q_len != seq_len (no mask) each side has its own P
+    perm_k = perm_q if q_len == seq_len else torch.randperm(seq_len, generator=generator).to(q.device)
+    masks = None if layer else _neutral(point_masks(point, q.device), q_len, seq_len)  # a layer: causal only
+    mask_args = dict(causal=point.causal) if masks is None else dict(
+        causal=masks.causal, window=masks.window, key_lengths=masks.key_lengths, document_ids=masks.document_ids)
+    options = dict(point.backend_options)
+    scale = parse_scale(point.scale)
+
+    def as_called(t_BHLD: torch.Tensor) -> torch.Tensor:
+        """`t` laid out as the timed call gets it, requiring grad when that call does."""
+        if layer:  # split_heads: a (B, L, heads, d_k) projection seen as (B, heads, L, d_k)
+            t_BHLD = t_BHLD.transpose(1, 2).contiguous().transpose(1, 2)
+        return t_BHLD.detach().requires_grad_(grad)
+
+    def run(q_: torch.Tensor, k_: torch.Tensor, v_: torch.Tensor) -> torch.Tensor:
+        with torch.enable_grad() if grad else torch.no_grad():  # grad mode is part of what was compiled
+            out = attention(as_called(q_), as_called(k_), as_called(v_), backend=point.backend, scale=scale,
+                            **mask_args, **options)
+        return out.detach()
+
+    expected = run(q, k, v)[:, :, perm_q]
+    permuted = run(q[:, :, perm_q], k[:, :, perm_k], v[:, :, perm_k])
+    return float((permuted.double() - expected.double()).abs().max())
+
+
+def _neutral(masks: Masks, q_len: int, seq_len: int) -> Masks:
+    """Mask arguments of the same kinds and shapes as `masks` that hide nothing beyond causal."""
+    return replace(
+        masks,
+        window=None if masks.window is None else q_len + seq_len,  # wider than the sequence: hides no key
+        key_lengths=None if masks.key_lengths is None else torch.full_like(masks.key_lengths, seq_len),
+        document_ids=None if masks.document_ids is None else torch.zeros_like(masks.document_ids),  # one document
+    )

@@ -4,7 +4,8 @@ Order matters: validate -> resolve dtype and options -> predict and guard (nothi
 yet) -> build inputs -> the back end's one-time set-up (flex's block mask, timed apart) ->
 warm-up (its output feeds the accuracy check; for a compiled back end it compiles, timed apart
 as compile_s, and a second call gives the guard the compiled call's time) -> memory call -> timed
-calls -> accuracy and stability on the sampled queries. Failures become the row's status through
+calls -> accuracy and stability on the sampled queries -> the permutation check (a compiled back
+end's at the point's own shape, so it runs the code compiled for the point). Failures become the row's status through
 selfattn.measure.failures (oom, unsupported, invalid, error; memory released either way).
 """
 
@@ -25,7 +26,7 @@ from selfattn.measure.device import device_peak_gbps, device_peak_tflops, enviro
 from selfattn.measure.flops import mask_density, point_flops
 from selfattn.measure.traffic import bytes_moved
 from selfattn.measure.memory import alloc_peak_bytes, free_bytes, measure_peak, release_memory
-from selfattn.measure.permutation import permutation_max_abs_diff
+from selfattn.measure.permutation import POINT_SHAPE_CALLS, permutation_max_abs_diff
 from selfattn.measure.predict import (
     accuracy_bytes,
     after_warmup_s,
@@ -104,13 +105,13 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
         # A first compilation (0 when an earlier point compiled this shape) faces its own limit,
         # budget.max_compile_s, not max_point_s: see selfattn/measure/budget.py for why.
         compile_s = compile_cache.predict_compile_s(point.backend, device, _compile_key(point)) if compiling else 0.0
-        point_s = predict_point_s(point, peak, budget.timing_s, len(sampled_queries))
+        point_s = _predict_s(point, peak, budget, len(sampled_queries), compiling)
         reason = over_budget(point, budget, need, free, point_s, compile_s)
         only_time = over_budget(point, budget, need, free, 0.0, compile_s) is None  # memory and compile fit
         if reason is not None and only_time and budget.measure_device_peak:
             # Skipping on time rests on the measured peak: make sure it was not measured in a bad moment.
             peak = device_peak_tflops(device, dtype, remeasure=True)
-            point_s = predict_point_s(point, peak, budget.timing_s, len(sampled_queries))
+            point_s = _predict_s(point, peak, budget, len(sampled_queries), compiling)
             reason = over_budget(point, budget, need, free, point_s, compile_s)
         row.device_peak_tflops = peak if budget.measure_device_peak else None
         row.device_peak_gbps = device_peak_gbps(device) if budget.measure_device_peak else None
@@ -119,6 +120,13 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
             row.status, row.error = "skipped_budget", reason
             return
         _run(point, budget, device, dtype, sampled_queries, row, build, compiling)
+
+
+def _predict_s(point: Point, peak: float, budget: Budget, rows: int, compiling: bool) -> float:
+    """The point's predicted seconds, its compilation left out; a compiled back end's permutation
+    check runs at the point's size (measure/permutation.py), so its calls count too."""
+    perm_s = POINT_SHAPE_CALLS * predict_call_s(point, peak) if compiling else 0.0
+    return predict_point_s(point, peak, budget.timing_s, rows) + perm_s
 
 
 def _compile_key(point: Point) -> tuple:
@@ -169,12 +177,13 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
     # Second guard, on a measured call this time: the prediction can be far off (a slow dtype on
     # this CPU, a busy machine), and the memory call and every call of the timer (its own
     # estimate and warm-up, at least MIN_SAMPLES timed calls) still lie ahead.
-    remaining_s = after_warmup_s(device, call_s, budget.timing_s, point.precision)
+    perm_calls = POINT_SHAPE_CALLS if compiling else 0  # the permutation check's calls of this size
+    remaining_s = after_warmup_s(device, call_s, budget.timing_s, point.precision) + perm_calls * call_s
     if warmup_s + remaining_s > budget.max_point_s and 2 * warmup_s < budget.max_point_s:
         # A first call can carry one-time costs (lazy imports, library init): look again once.
         _, again_s = wall_call(workload.call, device)
         call_s = min(call_s, again_s)
-        remaining_s = after_warmup_s(device, call_s, budget.timing_s, point.precision)
+        remaining_s = after_warmup_s(device, call_s, budget.timing_s, point.precision) + perm_calls * call_s
         warmup_s += again_s
     if warmup_s + remaining_s > budget.max_point_s:
         row.status = "skipped_budget"
@@ -203,8 +212,27 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
 
     with _single_threaded_on_cpu(device):
         _accuracy_and_stability(point, workload, checked, sampled_queries, row)
-        row.perm_max_abs_diff = permutation_max_abs_diff(point, dtype, torch.device(device))
+        if not compiling:  # a few small ops on at most PERM_TOKENS tokens
+            row.perm_max_abs_diff = permutation_max_abs_diff(point, dtype, torch.device(device))
+    if compiling:  # at the point's own size and shape (every thread), so it runs the code compiled above
+        _compiled_permutation_check(point, dtype, device, row)
     row.status, row.error = "ok", ""
+
+
+def _compiled_permutation_check(point: Point, dtype: torch.dtype, device: str, row: Row) -> None:
+    """perm_max_abs_diff of a compiled back end, at the point's shape: it reuses the point's code.
+
+    Where it compiles all the same (chunked, whose compiled block variants follow the mask: a
+    window-masked block checked without the window is a whole block), the row says so and how long.
+    """
+    graphs_before, started = compile_cache.graphs_compiled(), time.perf_counter()
+    row.perm_max_abs_diff = permutation_max_abs_diff(point, dtype, torch.device(device), at_point_shape=True)
+    compiled_now = compile_cache.graphs_compiled() - graphs_before
+    if compiled_now:
+        notes = [row.note] if row.note else []
+        notes.append(f"the permutation check compiled {compiled_now} more graph(s) "
+                     f"({time.perf_counter() - started:.1f} s, outside compile_s)")
+        row.note = "; ".join(notes)
 
 
 def _precision_notes(point: Point, workload: Any, checked: Any, row: Row) -> None:

@@ -17,3 +17,92 @@ def test_without_a_mask_permuting_tokens_permutes_outputs(backend):
 def test_a_causal_mask_breaks_it(backend):
     point = Point(backend=backend, seq_len=256, heads=2, head_dim=32, causal=True, device="cpu")
     assert permutation_max_abs_diff(point, torch.float32, "cpu") > 0.1
+
+
+# --- compiled back ends: the check runs at the point's own shape, so it reuses the point's compiled code ---
+
+@pytest.mark.parametrize("extra, broken", [
+    ({}, False), ({"causal": True}, True),
+    ({"window": 8}, False),  # the window is replaced by one that hides nothing: no mask, as for eager back ends
+    ({"causal": True, "window": 8}, True),
+    ({"pad_frac": 0.25, "batch": 2}, False), ({"documents": 3, "batch": 2}, False),
+    ({"kv_heads": 1, "q_len": 7}, False),  # GQA, queries and keys each with their own permutation
+    ({"scope": "layer", "mode": "fwd_bwd", "causal": True}, True),
+], ids=["none", "causal", "window", "causal-window", "padding", "documents", "gqa-q7", "layer-fwd_bwd-causal"])
+def test_at_the_point_s_shape_the_check_means_the_same(extra, broken):
+    point = Point(backend="naive", seq_len=40, heads=2, head_dim=8, device="cpu", **extra)
+    diff = permutation_max_abs_diff(point, torch.float32, "cpu", at_point_shape=True)
+    assert diff > 0.1 if broken else diff < 1e-5
+
+
+FAST = dict(timing_s=0.05, accuracy_rows=8, measure_device_peak=False)
+
+
+def _graphs_in_the_check(monkeypatch):
+    """Patch measure_point's permutation check to record what it was asked and the graphs it compiled."""
+    from selfattn import compile as compile_cache
+    from selfattn.measure import run
+
+    seen = []
+
+    def counted(point, dtype, device, **kwargs):
+        before = compile_cache.graphs_compiled()
+        diff = permutation_max_abs_diff(point, dtype, device, **kwargs)
+        seen.append((kwargs, compile_cache.graphs_compiled() - before))
+        return diff
+
+    monkeypatch.setattr(run, "permutation_max_abs_diff", counted)
+    return seen
+
+
+@pytest.mark.parametrize("extra", [
+    dict(causal=True), dict(mode="fwd_bwd", window=8),  # grad mode as compiled; a window hiding nothing
+    dict(scope="layer", mode="fwd_bwd", causal=True),  # the layer's transposed heads, as compiled
+], ids=["fwd-causal", "fwd_bwd-window", "layer-fwd_bwd-causal"])
+def test_a_compiled_point_s_check_compiles_nothing_more(monkeypatch, extra):
+    from selfattn.measure import Budget, measure_point
+
+    seen = _graphs_in_the_check(monkeypatch)
+    point = Point(backend="naive", backend_options={"compile": True}, seq_len=160, heads=3, head_dim=8, **extra)
+    row = measure_point(point, Budget(**FAST))
+    assert row.status == "ok", row.error
+    assert row.compile_s is not None
+    assert seen == [({"at_point_shape": True}, 0)]  # a 128-token check compiled a second graph here
+    assert "permutation check compiled" not in row.note
+    assert (row.perm_max_abs_diff > 0.1) == bool(extra.get("causal"))
+
+
+@pytest.mark.slow  # flex's first compilation: 8-16 s on a 2-core CPU
+def test_a_flex_point_s_check_compiles_nothing_more(monkeypatch):
+    from selfattn.measure import Budget, measure_point
+
+    seen = _graphs_in_the_check(monkeypatch)
+    row = measure_point(Point(backend="flex", causal=True, window=16, seq_len=60, heads=3, head_dim=8), Budget(**FAST))
+    assert row.status == "ok", row.error
+    assert seen == [({"at_point_shape": True}, 0)]
+    assert row.perm_max_abs_diff > 0.1
+
+
+def test_a_check_that_compiles_all_the_same_says_so(monkeypatch):
+    from torch._dynamo.utils import counters
+
+    from selfattn.measure import Budget, measure_point, run
+
+    def compiling_check(point, dtype, device, **kwargs):
+        counters["stats"]["unique_graphs"] += 1  # as a check whose mask picks another compiled variant
+        return 0.0
+
+    monkeypatch.setattr(run, "permutation_max_abs_diff", compiling_check)
+    row = measure_point(Point(backend="naive", backend_options={"compile": True}, seq_len=44, heads=3, head_dim=8),
+                        Budget(**FAST))
+    assert row.status == "ok" and "the permutation check compiled 1 more graph(s)" in row.note
+
+
+def test_an_eager_point_s_check_is_the_short_one_as_before(monkeypatch):
+    from selfattn.measure import Budget, measure_point
+
+    seen = _graphs_in_the_check(monkeypatch)
+    point = Point(backend="naive", seq_len=300, heads=2, head_dim=8, batch=2, window=32)
+    row = measure_point(point, Budget(**FAST))
+    assert row.status == "ok" and seen == [({}, 0)]
+    assert row.perm_max_abs_diff == permutation_max_abs_diff(point, torch.float32, "cpu")  # 128 tokens, one sequence
