@@ -11,6 +11,7 @@ contract whenever q_len != seq_len, so in that case the mask is passed explicitl
 
 from __future__ import annotations
 
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -105,23 +106,49 @@ def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor,
                kernel: str = "auto", bool_mask: bool = False) -> str:
     """The kernel this call runs: a forced one is itself; with `auto`, torch's own choice for these
     inputs (torch._fused_sdp_choice, the function SDPA dispatches on), so two GPUs' "auto" rows say
-    whether they compared the same kernel. A lower-right causal mask on CUDA goes through torch's
-    CausalBias, which runs the fused kernel it names when it can; it is asked as for is_causal."""
+    whether they compared the same kernel. A lower-right causal mask (q_len != seq_len) goes through
+    torch's CausalBias, whose dispatch is not SDPA's: `_causal_bias_kernel` mirrors it."""
     if kernel != "auto":
         return kernel
     mask, is_causal, _ = _mask_arguments(q_BHMD, k_BKND, masks, bool_mask)
-    if mask is not None and not isinstance(mask, torch.Tensor):  # a CausalBias
-        if q_BHMD.device.type == "cuda":
-            mask, is_causal = None, True
-        else:  # on a CPU it is materialized into a boolean mask before the kernel is chosen
-            mask = masks.keep(q_BHMD.shape[2], k_BKND.shape[2], device=q_BHMD.device)[:, None]
-    gqa = {"enable_gqa": True} if k_BKND.shape[1] != q_BHMD.shape[1] else {}
+    gqa = k_BKND.shape[1] != q_BHMD.shape[1]
     try:
-        choice = torch._fused_sdp_choice(q_BHMD, k_BKND, v_BKND, attn_mask=mask, dropout_p=0.0, is_causal=is_causal,
-                                         scale=scale, **gqa)
-    except (AttributeError, RuntimeError, TypeError):  # a torch without it, or inputs it refuses to rank
+        if _is_causal_bias(mask):
+            return _causal_bias_kernel(q_BHMD, k_BKND, v_BKND, mask, scale, gqa)
+        return _fused_choice(q_BHMD, k_BKND, v_BKND, mask, is_causal, scale, gqa)
+    except (AttributeError, RuntimeError, TypeError, ValueError):  # a torch without them, or inputs it refuses
         return "unknown"
+
+
+def _is_causal_bias(mask: Any) -> bool:
+    """Whether `mask` is torch's CausalBias (a Tensor subclass, so isinstance(mask, Tensor) holds too)."""
+    bias = sys.modules.get("torch.nn.attention.bias")  # imported whenever one was made
+    return bias is not None and isinstance(mask, bias.CausalBias)
+
+
+def _fused_choice(q, k, v, mask, is_causal: bool, scale: float, gqa: bool) -> str:
+    extra = {"enable_gqa": True} if gqa else {}
+    choice = torch._fused_sdp_choice(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=is_causal, scale=scale, **extra)
     return _CHOICES.get(int(choice), "unknown")
+
+
+def _causal_bias_kernel(q, k, v, bias, scale: float, gqa: bool) -> str:
+    """The kernel torch.nn.attention.bias.CausalBias._dispatch runs for a lower-right, non-square
+    causal bias, decided as it decides: flash's kernel called directly when
+    `can_use_flash_attention` accepts the inputs asked WITHOUT a mask and with is_causal=False (so
+    flash's refusal of non-square is_causal never applies: flash's own causal is lower-right), else
+    efficient's kernel with a lower-right custom mask when `can_use_efficient_attention` accepts
+    them, else SDPA with the bias materialized as a boolean mask, which SDPA dispatches as any mask.
+    The decision functions are looked up in torch.nn.attention.bias, the names its dispatch calls.
+    A forced kernel (sdpa_kernel) disables the others inside those checks, as in the dispatch."""
+    from torch.nn.attention import bias as causal_bias
+
+    params = causal_bias.SDPAParams(q, k, v, None, 0.0, False, gqa)
+    if causal_bias.can_use_flash_attention(params):
+        return "flash"
+    if causal_bias.can_use_efficient_attention(params):
+        return "efficient"
+    return _fused_choice(q, k, v, bias._materialize(q.device), False, scale, gqa)
 
 
 def _forced(kernel: str, q, k, v, mask, is_causal: bool, scale: float, gqa: bool, masks: Masks) -> torch.Tensor:
