@@ -11,13 +11,32 @@ combine by intersection, so query i of sequence b sees exactly the keys lo[b, i]
 A row with lo > hi sees no key; every back end returns zeros there (as FlashAttention does).
 Describing masks as intervals makes block skipping, exact FLOP counts and the boolean mask one
 computation instead of one per back end.
+
+Decisions made in Python from the masks' values (whether some row sees no key, chunked's block
+plan, flex's cache key) read tensor values on the host: on a GPU each such read waits for every
+queued kernel, so inside a timed call it would time the queue's drain too. `Masks.decision` makes
+each of them once and keeps it: on the Masks (key_lengths and document_ids are values of one
+workload) or, for masks of flags alone (causal, window), in a small cache shared by every Masks
+with the same flags, decided on the CPU so that even the first decision waits for no GPU. The
+tensors themselves (intervals, boolean masks) are still computed inside each call, so a call
+allocates what it did.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar
 
 import torch
+
+T = TypeVar("T")
+# Decisions of masks without tensors, keyed on (causal, window, what, *args): small Python values,
+# enough of them for one generation loop's distinct (q_len, seq_len) steps, oldest dropped first.
+SHARED_DECISIONS = 4096
+_shared: OrderedDict[tuple, Any] = OrderedDict()
+_shared_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -28,6 +47,8 @@ class Masks:
     window: int | None = None
     key_lengths: torch.Tensor | None = None  # (batch,) int64
     document_ids: torch.Tensor | None = None  # (batch, seq_len)
+    # decisions kept for these tensors' values (see `decision`); not a mask argument
+    _decisions: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def only_causal(self) -> bool:
@@ -44,6 +65,56 @@ class Masks:
         """Bool (batch or 1, rows, keys): True where query i may see key j (the mask itself)."""
         lo, hi = self.intervals(q_len, seq_len, device)
         return keep_from_intervals(lo, hi, seq_len, rows=rows, keys=keys)
+
+    def decision(self, key: tuple, decide: Callable[[torch.device | str], T]) -> T:
+        """`decide(device)`, made once for these masks' values and kept: a Python value that a call
+        branches or loops on (a bool, a block plan, a digest), which reading tensors on the host
+        would otherwise make inside every call.
+
+        `key` names the decision and its arguments (shapes, chunk sizes). Masks with padding or
+        documents keep it on themselves, keyed also on their tensors' version counters (an in-place
+        change makes a fresh decision), and `decide` gets their device; masks of flags alone share
+        one cache across Masks objects and `decide` gets "cpu" (the flags decide it, wherever the
+        call runs). Callers must not mutate a decision they get back.
+        """
+        tensors = [t for t in (self.key_lengths, self.document_ids) if t is not None]
+        if not tensors:
+            shared_key = (self.causal, self.window, *key)
+            with _shared_lock:
+                if shared_key in _shared:
+                    _shared.move_to_end(shared_key)
+                    return _shared[shared_key]
+            value = decide("cpu")
+            with _shared_lock:
+                _shared[shared_key] = value
+                while len(_shared) > SHARED_DECISIONS:
+                    _shared.popitem(last=False)
+            return value
+        own_key = (*key, *(_version(t) for t in tensors))
+        if own_key not in self._decisions:
+            self._decisions[own_key] = decide(tensors[0].device)
+        return self._decisions[own_key]
+
+    def empty_rows(self, q_len: int, seq_len: int) -> bool:
+        """Whether some query row sees no key (lo > hi somewhere), decided once (`decision`)."""
+
+        def decide(device: torch.device | str) -> bool:
+            lo, hi = self.intervals(q_len, seq_len, device)
+            return bool((lo > hi).any())
+
+        return self.decision(("empty_rows", q_len, seq_len), decide)
+
+    def prepare(self, q_len: int, seq_len: int) -> None:
+        """Make the decisions every back end may ask of these masks, before any timed call."""
+        self.empty_rows(q_len, seq_len)
+
+
+def _version(t: torch.Tensor) -> int | None:
+    """The tensor's version counter (bumped by every in-place change); inference tensors have none."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
 
 
 def key_intervals(

@@ -11,7 +11,8 @@ passed through (1.0 for the unscaled ablation). A row that sees no key returns z
 Two costs are measured apart from the call (selfattn/measure/run.py): compiling (the first call,
 `compile_s`) and building the block mask (`prepare`, `block_mask_s`). A model builds a block mask
 once per batch and shares it across its layers, so calls reuse the one built for the same masks
-(a small cache keyed on the mask arguments' values).
+(a small cache keyed on the mask arguments' values; the digest of padding and document ids is
+made once per Masks, so a timed call reads no tensor on the host).
 
 What cannot run raises selfattn.Unsupported with the reason: inductor's CPU kernel takes fp32,
 fp16 and bf16 only and has no backward; a CPU needs a C++ compiler, CUDA needs triton.
@@ -128,8 +129,7 @@ _block_masks: OrderedDict[tuple, Any] = OrderedDict()
 
 def _block_mask(masks: Masks, batch: int, q_len: int, seq_len: int, device: torch.device, *, rebuild: bool = False):
     """The BlockMask of `masks`, built once per distinct mask arguments (and shape and device)."""
-    key = (masks.causal, masks.window, _digest(masks.key_lengths), _digest(masks.document_ids), batch, q_len,
-           seq_len, str(device))
+    key = (masks.causal, masks.window, *_digests(masks), batch, q_len, seq_len, str(device))
     if key in _block_masks and not rebuild:
         _block_masks.move_to_end(key)
         return _block_masks[key]
@@ -170,6 +170,14 @@ def _all_blocks(q_len: int, seq_len: int, device: torch.device):
 
 def _see_all(b, h, q_idx, kv_idx):
     return q_idx >= 0  # never evaluated: every block is whole
+
+
+def _digests(masks: Masks) -> tuple:
+    """The digests of the masks' padding and document ids, made once per masks (Masks.decision):
+    reading their values copies them to the host, which inside a timed call would wait on the GPU."""
+    if masks.key_lengths is None and masks.document_ids is None:
+        return None, None
+    return masks.decision(("flex_digest",), lambda device: (_digest(masks.key_lengths), _digest(masks.document_ids)))
 
 
 def _digest(t: torch.Tensor | None) -> tuple | None:

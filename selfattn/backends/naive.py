@@ -71,8 +71,9 @@ def attention(
     empty_rows = False
     if masks.causal or not masks.only_causal:
         lo_bM, hi_bM = masks.intervals(q_BHMD.shape[2], k_BKND.shape[2], device=q_BHMD.device)
-        # decided here, once, so the steps have no data-dependent branch for the compiler to break on
-        empty_rows = bool((lo_bM > hi_bM).any())
+        # decided outside the steps, so they have no data-dependent branch for the compiler to break on,
+        # and once per masks (Masks.decision), so a timed call does not wait on the GPU to read it
+        empty_rows = masks.empty_rows(q_BHMD.shape[2], k_BKND.shape[2])
     steps = compiled(_steps) if compile else _steps
     return steps(q_BHMD, k_BKND, v_BKND, lo_bM, hi_bM, scale, upcast_softmax, scale_at, empty_rows)
 

@@ -102,6 +102,30 @@ def test_intervals_describe_each_mask():
     assert seen_pairs(lo, hi, batch=3) == 3 * (1 + 2 + 1 + 2 + 3)
 
 
+def test_mask_decisions_are_made_once_and_follow_in_place_changes():
+    # causal, window 4, padding at 7 in sequence 1: its queries p >= 10 see only hidden keys
+    lengths = torch.tensor([32, 7])
+    masks = Masks(causal=True, window=4, key_lengths=lengths)
+    asked = []
+
+    def decide(device):
+        asked.append(str(device))
+        lo, hi = masks.intervals(32, 32, device)
+        return bool((lo > hi).any())
+
+    assert masks.decision(("rows", 32), decide) and masks.decision(("rows", 32), decide) and asked == ["cpu"]
+    assert masks.empty_rows(32, 32) and not masks.empty_rows(4, 4)  # keyed on its arguments
+    lengths.fill_(32)  # an in-place change: a fresh decision, not the stale one
+    assert not masks.decision(("rows", 32), decide) and len(asked) == 2 and not masks.empty_rows(32, 32)
+    # masks of flags alone share their decisions across Masks objects (selfattn.attention makes one a call)
+    shared = []
+    key = ("test_shared", id(shared))
+    assert Masks(causal=True).decision(key, lambda device: shared.append(device) or 7) == 7
+    assert Masks(causal=True).decision(key, lambda device: shared.append(device) or 8) == 7 and shared == ["cpu"]
+    assert Masks(causal=False).decision(key, lambda device: 9) == 9  # other flags: another decision
+    assert not Masks(causal=True, window=1).empty_rows(5, 5) and Masks(window=2).empty_rows(9, 3)  # q_len > seq_len
+
+
 @pytest.mark.parametrize("masks, density", [
     (Masks(causal=True, window=128), 128 / 1024),
     (Masks(key_lengths=torch.tensor([512])), 0.5),
