@@ -15,7 +15,10 @@ so the policy is one place:
   made `RESET_AFTER_GRAPHS` of them, before a point's first call, so a long sweep keeps compiling.
 - Compile time is the first call's; `record_compile_s` keeps what each back end's compilations
   took in this process, and `predict_compile_s` gives the budget guard an estimate before a point
-  compiles (`COMPILE_S_GUESS` until one has been measured).
+  compiles (`COMPILE_S_GUESS` until one has been measured). The guard holds it to its own limit,
+  `budget.max_compile_s`, never adding it to the point's time (`max_point_s`): a guess of 60 s
+  on CUDA added to a 60 s point limit skipped every compiled point, so no compile was ever
+  measured to replace the guess (selfattn/measure/budget.py).
 """
 
 from __future__ import annotations
