@@ -1,32 +1,320 @@
 """Small steps of scripts/gpu_check.sh that are easier in Python than in bash.
 
-    python scripts/gpu_check_helper.py merge OUT.csv SWEEP_DIR...   one CSV from several sweeps
+    python scripts/gpu_check_helper.py plan TOTAL_S RESERVE_S :: KIND NAME ARGS... :: ...   stage floors
+    python scripts/gpu_check_helper.py merge OUT.csv SWEEP_DIR...   one CSV from several sweeps (rebuilt first)
     python scripts/gpu_check_helper.py summary OUT.csv              rows per sweep and status
+    python scripts/gpu_check_helper.py errors OUT.tar.gz DIR        the jobs' error.txt files in one archive
     python scripts/gpu_check_helper.py fit OUT_DIR                  OUT_DIR as the device tool brings it back
 
-Only the standard library: it must run before (or without) the project's dependencies.
+Only the standard library at the top: it must run before (or without) the project's dependencies.
+`plan` composes the sweeps' configs with Hydra and `merge` rebuilds results.csv with runners.rows,
+each importing them when it runs (and saying so when they are missing).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 import shutil
+import subprocess
 import sys
 import tarfile
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # What the device tool brings back from its output folder: at most MAX_FILES files of at most
 # MAX_FILE_BYTES each (and no folder deeper than 2). `fit` makes OUT_DIR so; it keeps no folder.
 MAX_FILES = 8
 MAX_FILE_BYTES = 16 * 2**20
 # Which files go first when there are too many: the tables and the report matter most.
-KEEP_FIRST = ("results.csv", "summary.txt", "report.md", "report.tar.gz", "env.txt", "pytest.log", "sweep.log")
+KEEP_FIRST = ("results.csv", "summary.txt", "report.md", "report.tar.gz", "env.txt", "pytest.log", "sweep.log",
+              "errors.tar.gz")
+
+
+# --- the plan: every stage's floor, estimated from what it runs ------------------------------------
+#
+# Every stage is a fresh process. Its floor is START-UP + the sum of its points' (or tests') estimates,
+# so a limit never cuts off the rows a stage exists for. The estimates (seconds, one H200), and why:
+SWEEP_START_S = 10.0     # imports, CUDA start, Hydra, the device probes: 8-12 s before a first point
+PYTEST_START_S = 10.0    # pytest's start: torch, CUDA, collecting the selected files
+POINT_FIXED_S = 0.4      # a plain point beyond its timed calls: warm-up, memory call, float64 reference
+                         # on the sampled rows, stability, the row's files (0.05-0.2 s measured on CPU
+                         # at n = 256 per step; a GPU does each in well under 0.1 s)
+POINT_TIMING_FACTOR = 1.25  # the timer's calls: budget.timing_s, plus do_bench's estimate calls
+COMPILE_S = {"fwd": 20.0, "fwd_bwd": 40.0}  # a cold compile (flex, compile=true): 10-20 s forward,
+                                            # 20-40 s forward+backward; the high end, a cut row is the loss
+TEST_S = 1.0             # a CUDA test at small sizes (tests/gpu, tests/measure: 0.2-3 s each)
+COMPILED_TEST_S = 40.0   # a test of the compiled back ends ("compiled" or "flex" in its id, as the stage
+                         # selects them): a cold flex forward takes 10-20 s, forward+backward 20-40 s,
+                         # tests/backends' CUDA test compiles flex, naive and chunked both ways
+XDIST_START_S = 10.0     # pytest-xdist's workers (`-n N`): each starts torch and collects again, at once
+PARALLEL_COMPILES = 4    # cold compiles at once before they slow each other (16 cores: inductor's
+                         # compile workers share them): N workers make each compile N/4 times as long
+MIN_COMPILED_STAGE_S = 80.0  # a stage with a compiled point: cold compiles spread 2x, never less
+FIXED_S = {              # steps whose work does not depend on a grid
+    "env": (10.0, "nvidia-smi, Python/torch/triton versions (torch import, CUDA start)"),
+    "deps": (10.0, "pip install --no-index of the hydra-core, omegaconf, antlr4 wheels (3-5 s)"),
+    "plan": (12.0, "this plan: Hydra composes each sweep, pytest collects each test stage (at once)"),
+    "results": (6.0, "runners.rows rebuilds each sweep's results.csv from its row files, then the merge"),
+    "report": (25.0, "python -m analysis.report: claims and PNG figures from ~100 merged rows"),
+}
+PER_TEST_TIMEOUT_S = 30.0  # pytest-timeout per test; a stage of compiled tests gives each its whole floor
+                           # but its start-up. Always below the stage's limit: a hung test fails, and pytest
+                           # still prints its summary line
+SEP = "::"
+
+
+@dataclass
+class StagePlan:
+    name: str
+    kind: str                 # fixed | tests | sweep
+    estimate_s: float = 0.0
+    floor_s: int = 0
+    points: int | None = None  # sweep points or tests; None for a fixed step
+    why: str = ""
+    per_test_timeout_s: int | None = None
+    problem: str = ""         # why the stage cannot be planned (it is skipped)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _conf_dir() -> Path:
+    return ROOT / "conf"
+
+
+def _on_path() -> None:
+    """The checkout's packages importable, as gpu_check.sh's PYTHONPATH makes them."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+
+
+def sweep_points(args: list[str]) -> list[Any]:
+    """The ParsedJob of every job `python -m runners.sweep ARGS` would launch (Hydra's basic sweeper).
+
+    The experiment's `hydra.sweeper.params` and the command line's sweeps are split as the sweeper
+    splits them; each job's config is composed (once per choice of config groups, the other
+    overrides set on it) and parsed by runners.config.parse_job, as the job itself parses it.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    _on_path()
+    from runners import config
+
+    config.register_resolvers()
+    parser = OverridesParser.create()
+    # -m and hydra.* (the sweep folder) do not change a point
+    args = [a for a in args if a not in ("-m", "--multirun") and not a.lstrip("+~").startswith("hydra.")]
+    groups = {p.name for p in _conf_dir().iterdir() if p.is_dir()}
+    fixed = [a for a in args if not parser.parse_override(a).is_sweep_override()]
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(_conf_dir()), version_base="1.3"):
+            base = compose("config", overrides=fixed, return_hydra_config=True)
+            params = base.hydra.sweeper.get("params")
+            params = (OmegaConf.to_container(params, resolve=True) if params is not None else None) or {}
+            arguments = [f"{k}={v}" for k, v in params.items()] + args
+            jobs = [job for batch in BasicSweeper.split_arguments(parser.parse_overrides(arguments), None)
+                    for job in batch]
+            composed: dict[tuple[str, ...], Any] = {}
+            parsed = []
+            for job in jobs:
+                overrides = parser.parse_overrides(job)
+                chosen = tuple(o.input_line for o in overrides if o.get_key_element().lstrip("+~") in groups)
+                if chosen not in composed:
+                    composed[chosen] = compose("config", overrides=list(chosen))
+                cfg = composed[chosen].copy()
+                for o in overrides:
+                    if o.input_line not in chosen:
+                        OmegaConf.update(cfg, o.get_key_element().lstrip("+~"), o.value(), force_add=True)
+                parsed.append(config.parse_job(OmegaConf.to_container(cfg, resolve=True)))
+    finally:
+        GlobalHydra.instance().clear()
+    return parsed
+
+
+def plan_sweep(name: str, args: list[str]) -> StagePlan:
+    """A sweep stage's floor: start-up + per point (timed calls + fixed work, + a cold compile)."""
+    stage = StagePlan(name, "sweep")
+    try:
+        jobs = sweep_points(args)
+        from selfattn.backends import compiles
+    except Exception as exc:  # Hydra missing, a bad override: the stage cannot run either
+        stage.problem = f"cannot compose its config ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        return stage
+    plain, compiled, invalid = [], Counter(), 0
+    seconds = SWEEP_START_S
+    for job in jobs:
+        if job.point is None:
+            invalid += 1  # an invalid row: written at once
+            continue
+        point_s = POINT_FIXED_S + POINT_TIMING_FACTOR * job.budget.timing_s
+        plain.append(point_s)
+        seconds += point_s
+        if compiles(job.point.backend, dict(job.point.backend_options)):
+            compiled[job.point.mode] += 1
+            seconds += COMPILE_S[job.point.mode]
+    stage.points, stage.estimate_s = len(jobs), seconds
+    timing = sorted({f"{POINT_FIXED_S:g} + {POINT_TIMING_FACTOR:g} x timing_s {j.budget.timing_s:g}"
+                     for j in jobs if j.point is not None})
+    parts = [f"{SWEEP_START_S:g} s start", f"{len(plain)} points x {max(plain, default=0):.2f} s ({'; '.join(timing)})"]
+    parts += [f"{n} cold {mode} compiles x {COMPILE_S[mode]:g} s" for mode, n in sorted(compiled.items())]
+    if invalid:
+        parts.append(f"{invalid} invalid (no time)")
+    stage.why = " + ".join(parts)
+    stage.floor_s = math.ceil(seconds)
+    if compiled and stage.floor_s < MIN_COMPILED_STAGE_S:
+        stage.floor_s = int(MIN_COMPILED_STAGE_S)
+        stage.why += f"; raised to {MIN_COMPILED_STAGE_S:g} s, the least for a stage that compiles"
+    return stage
+
+
+def _collect(args: list[str]) -> subprocess.Popen:
+    """pytest collecting what `pytest ARGS` would run (without xdist's -n: one process lists the same)."""
+    args = [a for i, a in enumerate(args) if a not in ("-n", "--numprocesses") and not a.startswith("--numprocesses=")
+            and not (i > 0 and args[i - 1] in ("-n", "--numprocesses"))]
+    return subprocess.Popen([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                            cwd=_conf_dir().parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def is_compiled_test(node_id: str) -> bool:
+    """A test of the compiled back ends (torch.compile, flex): what `-k "compiled or flex"` selects."""
+    return "compiled" in node_id.lower() or "flex" in node_id.lower()
+
+
+def _workers(args: list[str]) -> int:
+    """pytest-xdist's `-n N` among the arguments (1 without it)."""
+    for i, arg in enumerate(args):
+        value = args[i + 1] if arg in ("-n", "--numprocesses") and i + 1 < len(args) else (
+            arg.split("=", 1)[1] if arg.startswith("--numprocesses=") else None)
+        if value is not None:
+            return int(value) if value.isdigit() else 1
+    return 1
+
+
+def plan_tests(name: str, args: list[str], collecting: subprocess.Popen) -> StagePlan:
+    """A pytest stage's floor: start-up + its collected tests (a compiled one at COMPILED_TEST_S)."""
+    stage = StagePlan(name, "tests")
+    try:
+        out, _ = collecting.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        collecting.kill()
+        out = ""
+    ids = [line.strip() for line in out.splitlines() if "::" in line and not line.startswith(("ERROR", "FAILED"))]
+    if not ids:
+        stage.problem = "pytest collected no test (" + (out.strip().splitlines() or ["no output"])[-1] + ")"
+        stage.estimate_s, stage.floor_s, stage.points = PYTEST_START_S, int(PYTEST_START_S), 0
+        stage.why = f"{PYTEST_START_S:g} s start, no test"
+        stage.per_test_timeout_s = int(PER_TEST_TIMEOUT_S)
+        return stage
+    heavy = [i for i in ids if is_compiled_test(i)]
+    workers = _workers(args)
+    stage.points = len(ids)
+    seconds = PYTEST_START_S + TEST_S * (len(ids) - len(heavy))
+    stage.why = f"{PYTEST_START_S:g} s start + {len(ids) - len(heavy)} tests x {TEST_S:g} s"
+    if heavy and workers > 1:  # xdist: the compiled tests in rounds of `workers` at once
+        rounds, slower = math.ceil(len(heavy) / workers), max(1.0, workers / PARALLEL_COMPILES)
+        seconds += XDIST_START_S + rounds * COMPILED_TEST_S * slower
+        stage.why += (f" + {XDIST_START_S:g} s for {workers} workers + {len(heavy)} compiled in {rounds} round(s)"
+                      f" x {COMPILED_TEST_S:g} s x {slower:g} ({workers} compiling at once)")
+    elif heavy:
+        seconds += COMPILED_TEST_S * len(heavy)
+        stage.why += f" + {len(heavy)} compiled x {COMPILED_TEST_S:g} s"
+    stage.estimate_s = seconds
+    stage.floor_s = math.ceil(seconds)
+    per_test = stage.floor_s - PYTEST_START_S - (XDIST_START_S if workers > 1 else 0) if heavy else PER_TEST_TIMEOUT_S
+    stage.per_test_timeout_s = int(max(5.0, min(per_test, stage.floor_s - PYTEST_START_S / 2)))
+    return stage
+
+
+def plan(total_s: int, reserve_s: int, specs: list[list[str]]) -> list[StagePlan]:
+    """Each stage's estimate and floor, in order (specs: [KIND, NAME, ARGS...] each)."""
+    collecting = {spec[1]: _collect(spec[2:]) for spec in specs if spec[0] == "tests"}  # at once, meanwhile compose
+    stages = []
+    for kind, name, *args in specs:
+        if kind == "fixed":
+            seconds, why = FIXED_S[name]
+            stages.append(StagePlan(name, kind, seconds, math.ceil(seconds), why=why))
+        elif kind == "tests":
+            stages.append(plan_tests(name, args, collecting[name]))
+        elif kind == "sweep":
+            stages.append(plan_sweep(name, args))
+        else:
+            raise ValueError(f"plan: unknown stage kind {kind!r} (fixed, tests, sweep)")
+    return stages
+
+
+def print_plan(stages: list[StagePlan], total_s: int, reserve_s: int) -> int:
+    """The plan as a table (lines starting with '#') and one `stage NAME FLOOR PER_TEST_TIMEOUT` line
+    per stage the script reads; a stage that cannot be planned reads `stage NAME 0 0 PROBLEM`."""
+    print(f"# plan: each stage's floor = its start-up + its points' (or tests') estimates; "
+          f"limits = shares of the time left by floor (total {total_s} s, {reserve_s} s kept for packing)")
+    print(f"# {'stage':18s} {'points':>6s} {'estimate':>8s} {'floor':>6s}  why")
+    for s in stages:
+        points = "-" if s.points is None else str(s.points)
+        why = s.why if not s.problem else f"skipped: {s.problem}"
+        if s.per_test_timeout_s:
+            why += f"; pytest --timeout={s.per_test_timeout_s} per test"
+        print(f"# {s.name:18s} {points:>6s} {s.estimate_s:7.0f}s {s.floor_s:5d}s  {why}")
+    need = sum(s.floor_s for s in stages) + reserve_s
+    fits = need <= total_s
+    print(f"# plan: {need} s of floors with the reserve, {'within' if fits else 'OVER'} the total {total_s} s"
+          + ("" if fits else f" by {need - total_s} s: every limit is cut to its share"))
+    for s in stages:
+        print(f"stage {s.name} {0 if s.problem else s.floor_s} {s.per_test_timeout_s or 0}"
+              + (f" {s.problem}" if s.problem else ""))
+    return 0
+
+
+def parse_plan_args(argv: list[str]) -> tuple[int, int, list[list[str]]]:
+    """TOTAL_S RESERVE_S :: KIND NAME ARGS... :: KIND NAME ARGS... (the :: between stages)."""
+    total_s, reserve_s, rest = int(argv[0]), int(argv[1]), argv[2:]
+    specs: list[list[str]] = []
+    for arg in rest:
+        if arg == SEP:
+            specs.append([])
+        elif not specs:
+            raise ValueError(f"plan: expected {SEP} before {arg!r}")
+        else:
+            specs[-1].append(arg)
+    if any(len(spec) < 2 for spec in specs):
+        raise ValueError("plan: every stage needs KIND NAME")
+    return total_s, reserve_s, specs
+
+
+def rebuild(sweep_dirs: list[Path]) -> None:
+    """Build each sweep's results.csv from its row files first (`python -m runners.rows DIR`): a sweep
+    cut off by its stage's timeout wrote its rows but not its CSV (the multirun's end never came)."""
+    folders = [d for d in sweep_dirs if d.is_dir()]
+    if not folders:
+        return
+    _on_path()
+    try:
+        from runners import rows
+    except ImportError as exc:
+        print(f"merge: cannot rebuild results.csv from row files ({exc}); merging what is there", file=sys.stderr)
+        return
+    for folder in folders:
+        for sweep in rows.sweep_folders(folder):
+            try:
+                path, kept = rows.rebuild_csv(sweep)  # type: ignore[misc]  (wait=True always builds)
+            except OSError as exc:
+                print(f"merge: {sweep}: could not rebuild results.csv ({exc}); using what is there", file=sys.stderr)
+                continue
+            print(f"merge: {path}: {len(kept)} rows, rebuilt from its row files")
 
 
 def merge(out_csv: Path, sweep_dirs: list[Path]) -> int:
-    """Concatenate each sweep's results.csv into out_csv (union of columns, first-seen order)."""
+    """Concatenate each sweep's results.csv (rebuilt from its row files) into out_csv (union of
+    columns, first-seen order)."""
+    rebuild(sweep_dirs)
     columns: list[str] = []
     rows: list[dict[str, str]] = []
     for sweep_dir in sweep_dirs:
@@ -73,6 +361,23 @@ def summary(csv_path: Path) -> int:
         others = ", ".join(f"{n} {s}" for s, n in counts.most_common() if s != "ok")
         print(f"    {backend:8s} {kernel:14s} {precision:5s} {counts['ok']}/{sum(counts.values())}"
               + (f" ({others})" if others else ""))
+    return 0
+
+
+ERROR_FILE = "error.txt"  # selfattn.measure.failures.ERROR_FILE: a failed job's traceback beside its row
+
+
+def errors(archive: Path, folder: Path) -> int:
+    """Every error.txt under `folder` into one .tar.gz (paths from `folder`: sweep/job/error.txt)."""
+    found = sorted(folder.rglob(ERROR_FILE)) if folder.is_dir() else []
+    if not found:
+        print(f"errors: no {ERROR_FILE} under {folder}")
+        return 0
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in found:
+            tar.add(path, arcname=str(path.relative_to(folder)))
+    print(f"errors: {len(found)} {ERROR_FILE} files -> {archive}")
     return 0
 
 
@@ -128,6 +433,11 @@ def fit(out_dir: Path, max_files: int = MAX_FILES, max_bytes: int = MAX_FILE_BYT
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) >= 3 and argv[0] == "plan":
+        total_s, reserve_s, specs = parse_plan_args(argv[1:])
+        return print_plan(plan(total_s, reserve_s, specs), total_s, reserve_s)
+    if len(argv) == 3 and argv[0] == "errors":
+        return errors(Path(argv[1]), Path(argv[2]))
     if len(argv) >= 3 and argv[0] == "merge":
         return merge(Path(argv[1]), [Path(p) for p in argv[2:]])
     if len(argv) == 2 and argv[0] == "summary":
