@@ -17,13 +17,13 @@ from typing import Any, Callable
 
 import torch
 
-from selfattn.api import attention
 from selfattn.decode import Generation, generate
 from selfattn.inputs import make_qkv, make_x, point_masks
 from selfattn.layer import MultiHeadSelfAttention
 from selfattn.masks import Masks
 from selfattn.point import Point, parse_scale
 from selfattn.reference import attention_reference
+from selfattn.validate import check_masks, check_qkv, resolve_scale
 
 UPSTREAM_SEED_OFFSET = 1_000_003  # the upstream gradient's seed differs from the inputs'
 STABILITY_SEED_OFFSET = 2_000_003  # and the stability loss's upstream from both
@@ -87,8 +87,7 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
     upstream = _randn((b, h, q_len, d), point.seed + UPSTREAM_SEED_OFFSET, dtype, device) if grad else None
     rows_dev = rows.to(device)
 
-    def forward() -> torch.Tensor:
-        return attention(q, k, v, backend=point.backend, scale=scale, **mask_args, **options)
+    forward, masks = _checked_attention(point.backend, q, k, v, scale=scale, options=options, **mask_args)
 
     if grad:
         sparse_upstream = _on_rows(upstream, rows_dev, 2)
@@ -133,6 +132,28 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
                     rows, masks, kernel_ran, prepare)
 
 
+def _checked_attention(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None,
+                       options: dict[str, Any], **mask_args: Any) -> tuple[Callable[[], torch.Tensor], Masks]:
+    """selfattn.attention(q, k, v, backend=..., scale=..., **mask_args, **options) as a call whose checks
+    are done here, once, and the checked Masks it passes. The timed calls run the back end alone:
+    checking padding and document ids reads their values on the host (on a GPU, a wait for the queue
+    in every call), and the back ends keep their Python-side decisions on the Masks they are given
+    (Masks.decision), so every call and `prepare` must share one."""
+    from selfattn.backends import get_backend, resolve_options
+
+    module = get_backend(backend)
+    check_qkv(q, k, v)  # what selfattn.attention does before it calls the back end
+    masks = check_masks(mask_args["causal"], mask_args["window"], mask_args["key_lengths"], mask_args["document_ids"],
+                        batch=q.shape[0], q_len=q.shape[2], seq_len=k.shape[2], device=q.device)
+    scale_value = resolve_scale(scale, q.shape[3])
+    resolved = resolve_options(backend, options, q.device, q.dtype)
+
+    def forward() -> torch.Tensor:
+        return module.attention(q, k, v, masks=masks, scale=scale_value, **resolved)
+
+    return forward, masks
+
+
 def _backend_hook(hook: str, point: Point, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, masks: Masks,
                   dtype: torch.dtype, absent: Any) -> Any:
     """The back end's optional `hook` on these inputs, or `absent` when it has none: `kernel_ran` (which
@@ -140,6 +161,8 @@ def _backend_hook(hook: str, point: Point, q: torch.Tensor, k: torch.Tensor, v: 
     from selfattn.backends import get_backend, resolve_options
 
     module = get_backend(point.backend)
+    if hook == "prepare":  # the masks' own decisions (rows that see no key), whichever back end asks them
+        masks.prepare(q.shape[2], k.shape[2])
     if not hasattr(module, hook):
         return absent
     options = resolve_options(point.backend, dict(point.backend_options), q.device, dtype)
