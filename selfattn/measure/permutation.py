@@ -7,7 +7,7 @@ other masks tie keys to positions too, so they are left out) on unit-std inputs,
 point that overflows by design still checks the structure rather than its overflow. Its size:
 
 - Eager back ends: a short self-attention sequence, at most PERM_TOKENS tokens of one sequence
-  (the property does not depend on n, and a full-size pair of calls would double the point's cost).
+  (the property does not depend on n, and so the check adds next to nothing to a large point).
 - Compiled back ends (`at_point_shape`): the point's own call, every dimension, memory layout
   (scope=layer's heads are a transposed view of the projection) and grad mode as in the timed
   calls, so the two calls run the code the point compiled. Dynamo specializes on all of these
@@ -15,8 +15,9 @@ point that overflows by design still checks the structure rather than its overfl
   guard, on CUDA another 10-40 s per shape. The point's mask arguments are replaced by ones
   of the same kind that hide nothing (a window wider than the sequence, full key lengths, one
   document), which keeps the compiled code's inputs of the same shapes while the check means
-  what it means for the eager back ends: causal or no mask. Two forward calls at the point's
-  size cost less than the point's own timed calls, and the guard counts them (measure/run.py).
+  what it means for the eager back ends: causal or no mask. Two forward calls of the point's
+  size are a fraction of what the point runs anyway (warm-up, memory call, at least
+  timing.MIN_SAMPLES timed calls); the guard counts their time and memory (measure/run.py).
 """
 
 from __future__ import annotations
@@ -57,6 +58,12 @@ def permutation_max_abs_diff(point: Point, dtype: torch.dtype, device: torch.dev
     permuted = run(q[:, :, perm], k[:, :, perm], v[:, :, perm])
     expected = run(q, k, v)[:, :, perm]
     return float((permuted.double() - expected.double()).abs().max())
+
+
+def point_shape_bytes(point: Point) -> int:
+    """Bytes the check holds at_point_shape beside the back end's own peak: Q, K, V and their
+    permuted copies, and the two outputs (a layer's q, k, v have the core's shapes)."""
+    return 2 * (point.out_bytes + point.kv_bytes) + 2 * point.out_bytes
 
 
 def _at_point_shape(point: Point, dtype: torch.dtype, device: torch.device | str) -> float:

@@ -26,7 +26,7 @@ from selfattn.measure.device import device_peak_gbps, device_peak_tflops, enviro
 from selfattn.measure.flops import mask_density, point_flops
 from selfattn.measure.traffic import bytes_moved
 from selfattn.measure.memory import alloc_peak_bytes, free_bytes, measure_peak, release_memory
-from selfattn.measure.permutation import POINT_SHAPE_CALLS, permutation_max_abs_diff
+from selfattn.measure.permutation import POINT_SHAPE_CALLS, permutation_max_abs_diff, point_shape_bytes
 from selfattn.measure.predict import (
     accuracy_bytes,
     after_warmup_s,
@@ -100,7 +100,11 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
         row.predicted_mem_bytes = predict_mem_bytes(point, options)
         peak = device_peak_tflops(device, dtype) if budget.measure_device_peak else nominal_peak_tflops(device, point.precision)
         sampled_queries = sample_rows(point.q_len_resolved, budget.accuracy_rows, point.seed)
-        need = input_bytes(point) + row.predicted_mem_bytes + accuracy_bytes(point, len(sampled_queries))
+        # the accuracy pass and, for a compiled back end, the permutation check at the point's size come one
+        # after the other, each beside the inputs and a call's peak
+        after_bytes = accuracy_bytes(point, len(sampled_queries))
+        need = input_bytes(point) + row.predicted_mem_bytes + (
+            max(after_bytes, point_shape_bytes(point)) if compiling else after_bytes)
         free = free_bytes(device)
         # A first compilation (0 when an earlier point compiled this shape) faces its own limit,
         # budget.max_compile_s, not max_point_s: see selfattn/measure/budget.py for why.

@@ -106,3 +106,11 @@ def test_an_eager_point_s_check_is_the_short_one_as_before(monkeypatch):
     row = measure_point(point, Budget(**FAST))
     assert row.status == "ok" and seen == [({}, 0)]
     assert row.perm_max_abs_diff == permutation_max_abs_diff(point, torch.float32, "cpu")  # 128 tokens, one sequence
+
+
+def test_the_guard_s_bytes_for_the_check_at_the_point_s_shape():
+    from selfattn.measure.permutation import point_shape_bytes
+
+    point = Point(backend="flex", batch=2, heads=4, kv_heads=2, seq_len=100, q_len=10, head_dim=8, precision="bf16")
+    q, kv = 2 * 4 * 10 * 8 * 2, 2 * 2 * 2 * 100 * 8 * 2  # Q; K and V
+    assert point_shape_bytes(point) == 2 * (q + kv) + 2 * q  # the inputs twice (permuted copies), two outputs
