@@ -114,3 +114,16 @@ def test_the_guard_s_bytes_for_the_check_at_the_point_s_shape():
     point = Point(backend="flex", batch=2, heads=4, kv_heads=2, seq_len=100, q_len=10, head_dim=8, precision="bf16")
     q, kv = 2 * 4 * 10 * 8 * 2, 2 * 2 * 2 * 100 * 8 * 2  # Q; K and V
     assert point_shape_bytes(point) == 2 * (q + kv) + 2 * q  # the inputs twice (permuted copies), two outputs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
+def test_a_cuda_flex_point_s_check_compiles_nothing_more(monkeypatch, mode):
+    from selfattn.measure import Budget, measure_point
+
+    seen = _graphs_in_the_check(monkeypatch)
+    point = Point(backend="flex", device="cuda", precision="bf16", mode=mode, causal=True, seq_len=1024, heads=4,
+                  head_dim=64)
+    row = measure_point(point, Budget(timing_s=0.1, accuracy_rows=8))
+    assert row.status == "ok", row.error
+    assert seen == [({"at_point_shape": True}, 0)] and row.perm_max_abs_diff > 0.1
