@@ -1,8 +1,20 @@
-"""Seeded inputs: the same seed gives the same values in every dtype and on every device.
+"""Seeded inputs: the same seed gives the same values in every dtype of a device family.
 
-Values are drawn in float64 on the CPU from a private torch.Generator, then cast and moved,
-so an fp16 point and an fp64 point of the same seed see the same numbers up to rounding and
-accuracy comparisons between precisions are fair. Nothing touches the global RNG.
+CPU points draw in float64 on the host from a private torch.Generator, then cast, so an fp16
+point and an fp64 point of the same seed see the same numbers up to rounding and accuracy
+comparisons between precisions are fair.
+
+GPU points draw on the device itself, from a seeded generator of that device, in float32, then
+cast. The choice, for cross-device comparability: a GPU point sees the same distribution as the
+CPU point of its seed, NOT the same values (torch's CUDA generator is another algorithm). What
+compares across devices (time, memory, error statistics over thousands of values) compares like
+for like; a comparison that needs identical inputs on two devices draws on the CPU
+(`make_qkv(..., device="cpu")`) and moves them. Drawing on the host would make a GPU point wait
+on one host thread (tens of millions of values a second, minutes for a long decode cache) and
+need a float64 copy of each tensor in host memory; on the device it takes milliseconds and
+needs at most one float32 tensor beside the inputs (`selfattn.measure.predict` counts both:
+`input_draw_s`, `input_draw_bytes`). Within one GPU every precision of a seed still sees the
+same values up to rounding (all drawn in float32). Nothing touches the global RNG.
 """
 
 from __future__ import annotations
@@ -16,13 +28,37 @@ from selfattn.point import Point
 from selfattn.validate import check_positive_int, check_seed
 
 
-def _draw(shape: tuple[int, ...], *, dtype, device, std: float, seed: int, generator: torch.Generator | None = None):
+# The dtype values are drawn in: float64 on the host (bit-identical to every earlier CPU sweep),
+# float32 on a device (fp16/bf16/fp32/fp64 points of a seed then share values up to rounding).
+HOST_DRAW_DTYPE = torch.float64
+DEVICE_DRAW_DTYPE = torch.float32
+
+
+def draws_on_host(device: torch.device | str) -> bool:
+    """Whether inputs for `device` are drawn on the host (the CPU) rather than on the device."""
+    return torch.device(device).type == "cpu"
+
+
+def generator_for(device: torch.device | str, seed: int) -> torch.Generator:
+    """A private generator for drawing `device`'s inputs: the host's for a CPU, the device's otherwise."""
+    where = torch.device("cpu") if draws_on_host(device) else torch.device(device)
+    return torch.Generator(device=where).manual_seed(check_seed(seed))
+
+
+def randn(shape: tuple[int, ...], *, dtype, device, std: float = 1.0, seed: int = 0,
+          generator: torch.Generator | None = None) -> torch.Tensor:
+    """N(0, std^2) values of `shape` in `dtype` on `device`, from `seed` (or `generator`, which
+    continues where its last draw stopped): drawn where the module docstring says."""
     if isinstance(std, bool) or not isinstance(std, (int, float)) or not math.isfinite(std) or std <= 0:
         raise ValueError(f"std: expected a positive finite number, got {std!r}")
     if generator is None:
-        generator = torch.Generator(device="cpu").manual_seed(check_seed(seed))
-    values = torch.randn(shape, generator=generator, dtype=torch.float64) * std
-    return values.to(device=device, dtype=dtype)
+        generator = generator_for(device, seed)
+    if draws_on_host(device):
+        values = torch.randn(shape, generator=generator, dtype=HOST_DRAW_DTYPE) * std
+        return values.to(device=device, dtype=dtype)
+    values = torch.randn(shape, generator=generator, dtype=DEVICE_DRAW_DTYPE, device=generator.device)
+    return values.mul_(std).to(dtype=dtype)  # in place: one float32 tensor at most beside the result
+
 
 
 def make_qkv(
@@ -49,10 +85,10 @@ def make_qkv(
         check_positive_int(name, value)
     if heads % kv_heads:
         raise ValueError(f"kv_heads: must divide heads={heads}, got {kv_heads}")
-    generator = torch.Generator(device="cpu").manual_seed(check_seed(seed))
-    q = _draw((batch, heads, q_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)
-    k = _draw((batch, kv_heads, seq_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)
-    v = _draw((batch, kv_heads, seq_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)
+    generator = generator_for(device, seed)  # one stream for q, then k, then v
+    q = randn((batch, heads, q_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)
+    k = randn((batch, kv_heads, seq_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)
+    v = randn((batch, kv_heads, seq_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)
     return tuple(t.requires_grad_(requires_grad) for t in (q, k, v))  # type: ignore[return-value]
 
 
@@ -70,7 +106,7 @@ def make_x(
     """The layer's input X (batch, seq_len, d_model), N(0, std^2)."""
     for name, value in (("batch", batch), ("seq_len", seq_len), ("d_model", d_model)):
         check_positive_int(name, value)
-    x = _draw((batch, seq_len, d_model), dtype=dtype, device=device, std=std, seed=seed)
+    x = randn((batch, seq_len, d_model), dtype=dtype, device=device, std=std, seed=seed)
     return x.requires_grad_(requires_grad)
 
 

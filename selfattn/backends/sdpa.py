@@ -75,8 +75,7 @@ def attention(
         out = _call(q_BHMD, k_BKND, v_BKND, mask, is_causal, scale, gqa)
     else:
         out = _forced(kernel, q_BHMD, k_BKND, v_BKND, mask, is_causal, scale, gqa, masks)
-    # whether some row sees no key: decided once per masks (Masks.decision), not read from `sees` on the host
-    if sees is not None and masks.empty_rows(q_BHMD.shape[2], k_BKND.shape[2]):
+    if sees is not None and not bool(sees.all()):
         out = out * sees[:, None]  # rows that see no key: zeros (their opened mask row was a stand-in)
     return out
 
@@ -178,14 +177,28 @@ def _call(q, k, v, mask, is_causal: bool, scale: float, gqa: bool) -> torch.Tens
     return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, **extra)
 
 
+def auto_runs_math(point: Point, device: str) -> bool:
+    """Whether `kernel=auto` falls to the math kernel on this device for every mask: on CUDA in fp64
+    (no fused kernel takes it), and with GQA (kv_heads < heads) in fp32/tf32: flash and cuDNN take
+    only fp16/bf16, and efficient, which takes fp32, has no GQA in this torch (SDPA's docstring:
+    "GQA ... works only for Flash_attention and math kernel on CUDA"; a lower-right causal bias
+    asks the same checks). The rows' `kernel` then reads "auto:math" (kernel_ran, torch's own
+    choice), and tests/gpu checks that this rule and torch agree."""
+    if device != "cuda":
+        return False  # CPU: flash for every dtype and for GQA
+    gqa = point.kv_heads_resolved != point.heads
+    return point.precision == "fp64" or (gqa and point.precision in ("fp32", "tf32"))
+
+
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
     """Fused kernels keep O(n) per head; the math kernel materializes like naive."""
     s = point.element_bytes
     b, h, d = point.batch, point.heads, point.head_dim
     q_len, seq_len = point.q_len_resolved, point.seq_len
+    kv = point.kv_heads_resolved
     scores, out, grads = point.score_elements, point.out_bytes, point.grad_bytes
     kernel = options.get("kernel", "auto")
-    math_kernel = kernel == "math" or (device == "cuda" and kernel == "auto" and point.precision == "fp64")
+    math_kernel = kernel == "math" or (kernel == "auto" and auto_runs_math(point, device))
     # A non-square causal mask goes to SDPA as torch's lower-right CausalBias: fused CUDA kernels
     # take it natively; elsewhere torch materializes it (bool, then an additive mask in the dtype).
     native_mask = device == "cuda" and not math_kernel
@@ -206,12 +219,18 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
         #        one is `mask` above (1 + s bytes per element);
         #   fwd_bwd: 3c bytes per score (12 B in fp32/fp16/bf16), out + grads, and in fp16/bf16 one
         #        more grads-sized buffer; the causal mask is freed before the peak.
+        # With GQA (measured the same way, kv_heads 2 and 1 of 4): the math kernel repeats the (upcast)
+        # K and V to every query head (repeat_interleave, 2 c bytes per element at H heads), and
+        # backward makes dK and dV at every head before summing them per K/V head.
         c = max(s, FP32_BYTES)
+        gqa = kv != h
         if point.mode == "fwd":
-            upcast = b * h * (2 * q_len + 2 * seq_len) * d * c if s < c else out
+            upcast = b * (2 * h * q_len + 2 * kv * seq_len) * d * c if s < c else out
+            repeat = 2 * b * h * seq_len * d * c if gqa else 0
             square_causal = point.causal and q_len == seq_len and not mask
-            return scores * (2 * c + 1) + upcast + (q_len * seq_len * c if square_causal else mask)
-        return scores * 3 * c + out + grads * (2 if s < c else 1) + mask
+            return scores * (2 * c + 1) + upcast + repeat + (q_len * seq_len * c if square_causal else mask)
+        grads_all_heads = grads + 2 * b * (h - kv) * seq_len * d * s
+        return scores * 3 * c + out + grads_all_heads * (2 if s < c else 1) + mask
     lse = b * h * q_len * FP32_BYTES
     if device == "cuda":
         scratch = 0  # flash/efficient keep their tiles in shared memory

@@ -118,12 +118,86 @@ def _default_options(point: Point, device: str) -> dict[str, Any]:
 
 
 def accuracy_bytes(point: Point, rows: int) -> int:
-    """Peak of the accuracy and stability pass: float64 and own-precision scores of the sampled rows,
-    with their gradients, plus float64 copies of the inputs."""
+    """Peak of the harness's own work outside the timed calls, which the guard adds to the inputs
+    and the call: the larger of drawing the inputs (`input_draw_bytes`) and the accuracy and
+    stability pass (they never overlap). The pass: float64 and own-precision scores of the sampled
+    rows, with their gradients, float64 copies of the inputs, and the larger of the reference's
+    full-size work and the stability pass's (`_full_size_pass_bytes`)."""
     s = point.element_bytes
-    sampled = point.batch * point.heads * min(rows, point.q_len_resolved) * point.seq_len
+    keys = point.seq_len + (point.new_tokens if point.scope == "generate" else 0)
+    sampled = point.batch * point.heads * min(rows, point.q_len_resolved) * keys
     copies = input_bytes(point) * (FP64_BYTES // s)
-    return sampled * (3 * FP64_BYTES + 3 * s) + copies
+    passes = sampled * (3 * FP64_BYTES + 3 * s) + copies + _full_size_pass_bytes(point, keys)
+    return max(passes, input_draw_bytes(point, rows))
+
+
+# The stability pass's statistics of dK (selfattn/measure/stability.py), per element of K: dK in
+# the point's precision, its float64 copy, the isfinite mask, the boolean index's int64 positions
+# (4 dimensions) and the gathered values. Measured on a CPU (B1 H8 N4096 D64 fp32): 54 B per element.
+GRAD_K_STATS_BYTES = FP64_BYTES + 1 + 4 * 8 + FP64_BYTES
+
+
+def _full_size_pass_bytes(point: Point, keys: int) -> int:
+    """What the accuracy and stability pass allocates at the size of K and V, the larger of:
+    the float64 reference's K and V repeated to every query head (`repeat_interleave` copies even
+    without GQA: 2 x 8 bytes x B*H*N*D, doubled by their gradients for fwd_bwd), or the stability
+    pass's dK statistics (GRAD_K_STATS_BYTES per K element), plus with GQA its own K and V repeated
+    to every head in the point's precision and the repeated K's gradient. The reference's are freed
+    before the stability pass runs. Measured on a CPU: B1 H8 N4096 D64, kv_heads 8 and 1, fwd and
+    fwd_bwd, fp32 and bf16, the model is 0-35% above the profiler's peak of each pass."""
+    s = point.element_bytes
+    expanded = point.batch * point.heads * keys * point.head_dim  # elements of one of K, V at every head
+    reference = 2 * expanded * FP64_BYTES * (2 if point.mode == "fwd_bwd" else 1)
+    if point.scope == "generate":  # no stability pass
+        return reference
+    k_elements = point.batch * point.kv_heads_resolved * keys * point.head_dim
+    stability = k_elements * (s + GRAD_K_STATS_BYTES)
+    if point.kv_heads_resolved != point.heads:
+        stability += 3 * expanded * s
+    return max(reference, stability)
+
+
+# Drawing the inputs (selfattn/inputs.py): a CPU point draws in float64 on one host thread (the
+# harness runs its own ops single-threaded), a GPU point on the device in float32. Optimistic rates
+# (the guard's habit): measured 1.3e7 values/s on the busy 2-core VM; an idle core does ~4e7. A
+# device draw writes 4 bytes per value at a few TB/s. The layer's weights are drawn on the host.
+HOST_DRAW_VALUES_PER_S = 4e7
+DEVICE_DRAW_VALUES_PER_S = 2e10
+
+
+def _drawn_tensors(point: Point, rows: int) -> list[int]:
+    """Element counts of the tensors a point draws from its seed on its device (not the weights)."""
+    b, h, d = point.batch, point.heads, point.head_dim
+    q_len, seq_len = point.q_len_resolved, point.seq_len
+    if point.scope in ("layer", "generate"):
+        x = b * seq_len * point.d_model
+        return [x, x] if point.scope == "layer" and point.mode == "fwd_bwd" else [x]
+    kv = b * point.kv_heads_resolved * seq_len * d
+    drawn = [b * h * q_len * d, kv, kv, b * h * min(rows, q_len) * d]  # q, k, v, the stability upstream
+    return drawn + ([b * h * q_len * d] if point.mode == "fwd_bwd" else [])  # the dense upstream
+
+
+def input_draw_s(point: Point, rows: int = 0) -> float:
+    """Predicted seconds to draw the point's inputs (and the layer's weights) from its seed."""
+    from selfattn.inputs import draws_on_host
+    from selfattn.measure.device import resolve_device
+
+    values = sum(_drawn_tensors(point, rows))
+    weights = point.projection_weights if point.scope in ("layer", "generate") else 0
+    if draws_on_host(resolve_device(point.device)):
+        return (values + weights) / HOST_DRAW_VALUES_PER_S
+    return values / DEVICE_DRAW_VALUES_PER_S + weights / HOST_DRAW_VALUES_PER_S
+
+
+def input_draw_bytes(point: Point, rows: int = 0) -> int:
+    """Bytes beside the inputs while they are drawn: the largest tensor in the draw's dtype (float64
+    on the host, float32 on a device) before it is cast, unless it already is the point's dtype."""
+    from selfattn.inputs import DEVICE_DRAW_DTYPE, HOST_DRAW_DTYPE, draws_on_host
+    from selfattn.measure.device import resolve_device
+
+    drawn = HOST_DRAW_DTYPE if draws_on_host(resolve_device(point.device)) else DEVICE_DRAW_DTYPE
+    draw_bytes = drawn.itemsize
+    return 0 if draw_bytes == point.element_bytes else max(_drawn_tensors(point, rows)) * draw_bytes
 
 
 def nominal_peak_tflops(device: str, precision: str) -> float:
@@ -150,11 +224,13 @@ def after_warmup_s(device: str, call_s: float, timing_s: float, precision: str =
 
 
 def predict_point_s(point: Point, peak_tflops: float, timing_s: float, rows: int) -> float:
-    """Predicted seconds of the whole point: its warm-up and memory calls, the timer's calls, accuracy pass."""
+    """Predicted seconds of the whole point: drawing its inputs, its warm-up and memory calls, the
+    timer's calls, the accuracy pass."""
     from selfattn.measure.device import resolve_device
 
     call_s = predict_call_s(point, peak_tflops)
     # The accuracy and stability pass: about two calls restricted to the `rows` sampled rows
     # (float64 reference, own-precision stability with its backward).
     accuracy_s = 2 * call_s * min(1.0, rows / point.q_len_resolved)
-    return call_s + after_warmup_s(resolve_device(point.device), call_s, timing_s, point.precision) + accuracy_s
+    after_s = after_warmup_s(resolve_device(point.device), call_s, timing_s, point.precision)
+    return input_draw_s(point, rows) + call_s + after_s + accuracy_s

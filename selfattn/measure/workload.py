@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 
 from selfattn.decode import Generation, generate
-from selfattn.inputs import make_qkv, make_x, point_masks
+from selfattn.inputs import make_qkv, make_x, point_masks, randn
 from selfattn.layer import MultiHeadSelfAttention
 from selfattn.masks import Masks
 from selfattn.point import Point, parse_scale
@@ -52,8 +52,8 @@ class Workload:
 
 
 def _randn(shape: tuple[int, ...], seed: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    generator = torch.Generator(device="cpu").manual_seed(seed)
-    return torch.randn(shape, generator=generator, dtype=torch.float64).to(device=device, dtype=dtype)
+    # drawn where the inputs are (selfattn/inputs.py): on the host for a CPU, on the device for a GPU
+    return randn(shape, dtype=dtype, device=device, seed=seed)
 
 
 def _on_rows(upstream: torch.Tensor, rows: torch.Tensor, row_dim: int) -> torch.Tensor:

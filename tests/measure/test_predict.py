@@ -7,7 +7,16 @@ import pytest
 
 from selfattn import Point
 from selfattn.measure import predict_mem_bytes
-from selfattn.measure.predict import after_warmup_s, input_bytes, predict_call_s, predict_point_s
+from selfattn.measure.predict import (
+    HOST_DRAW_VALUES_PER_S,
+    accuracy_bytes,
+    after_warmup_s,
+    input_bytes,
+    input_draw_bytes,
+    input_draw_s,
+    predict_call_s,
+    predict_point_s,
+)
 
 
 def _ratio(backend: str, **fields) -> float:
@@ -51,11 +60,29 @@ def test_inputs_and_time_predictions():
     call_s = predict_call_s(point, 1e-4)
     assert 0.01 < 3 * call_s < 1.0  # timing_s outlasts 3 calls; the calls still count
     timed = int(1.0 / call_s)
+    draw_s = input_draw_s(point, 32)  # q, k, v, the upstream and the stability upstream, on one host thread
+    assert draw_s == pytest.approx((2 * 4 * 300 * 8 + 2 * 4 * 100 * 8 + 2 * 4 * 32 * 8) / HOST_DRAW_VALUES_PER_S)
     assert predict_point_s(point, 1e-4, timing_s=1.0, rows=32) == pytest.approx(
-        (3 + 1 + timed) * call_s + 2 * call_s * 0.32)
+        draw_s + (3 + 1 + timed) * call_s + 2 * call_s * 0.32)
     slow_s = predict_call_s(point, 1e-6)  # a peak so low that 3 calls outlast timing_s
     assert 3 * slow_s > 1.0
-    assert predict_point_s(point, 1e-6, timing_s=1.0, rows=500) == pytest.approx((3 + 1 + 3 + 2) * slow_s)
+    assert predict_point_s(point, 1e-6, timing_s=1.0, rows=500) == pytest.approx(
+        input_draw_s(point, 500) + (3 + 1 + 3 + 2) * slow_s)
+
+
+def test_drawing_the_inputs_is_guarded_on_the_device_that_draws_them():
+    # The old decode grid's largest point: B8, 32 heads, a 256K cache. On a CPU, one host thread
+    # drawing float64 takes minutes, and a float64 tensor stands beside the inputs; a GPU point
+    # draws on its device in float32: well under a second, 4 bytes per value of the largest tensor.
+    big = dict(batch=8, heads=32, seq_len=262144, q_len=4, head_dim=64, precision="bf16")
+    k_values = 8 * 32 * 262144 * 64
+    host, device = Point(device="cpu", **big), Point(device="cuda", **big)
+    assert input_draw_s(host) > 60 and input_draw_s(device) < 1
+    assert input_draw_bytes(host) == 8 * k_values and input_draw_bytes(device) == 4 * k_values
+    assert input_draw_bytes(Point(device="cuda", **dict(big, precision="fp32"))) == 0  # drawn in place
+    assert predict_point_s(host, 1.0, timing_s=0.2, rows=8) > input_draw_s(host)  # the guard sees it
+    # the memory guard: the draw's float64 tensor counts when it is the harness's largest pass
+    assert accuracy_bytes(host, 8) >= input_draw_bytes(host)
 
 
 @pytest.fixture
@@ -107,10 +134,11 @@ def _allocated_peak(fn) -> int:
     return peak
 
 
+@pytest.mark.parametrize("kv_heads", [None, 1], ids=["mha", "gqa"])
 @pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
 @pytest.mark.parametrize("causal, q_len", [(False, None), (True, None), (False, 256)], ids=["full", "causal", "q256"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
-def test_sdpa_math_kernel_memory_model_matches_its_allocations(precision, causal, q_len, mode):
+def test_sdpa_math_kernel_memory_model_matches_its_allocations(precision, causal, q_len, mode, kv_heads):
     # The math kernel is the same ATen code on a CPU and a GPU, so its allocations measured here
     # are what a forced-math point allocates on a GPU: the budget guard must not be 2x low there.
     import torch
@@ -120,10 +148,10 @@ def test_sdpa_math_kernel_memory_model_matches_its_allocations(precision, causal
     from selfattn.precision import DTYPES
 
     point = Point(backend="sdpa", backend_options={"kernel": "math"}, precision=precision, device="cpu",
-                  batch=1, heads=2, seq_len=1024, q_len=q_len, head_dim=64, causal=causal, mode=mode)
+                  batch=1, heads=2, kv_heads=kv_heads, seq_len=1024, q_len=q_len, head_dim=64, causal=causal, mode=mode)
     grad = mode == "fwd_bwd"
     q, k, v = make_qkv(1, 2, point.q_len_resolved, 1024, 64, dtype=DTYPES[precision], device="cpu", seed=0,
-                       requires_grad=grad)
+                       requires_grad=grad, kv_heads=kv_heads)
     upstream = torch.randn(q.shape).to(q.dtype)
 
     def call():
@@ -134,9 +162,40 @@ def test_sdpa_math_kernel_memory_model_matches_its_allocations(precision, causal
     call()  # warm-up: lazily built kernels' buffers are not the call's
     measured = _allocated_peak(call)
     predicted = predict_mem_bytes(point)
-    # bytes per score: fp32 fwd 9, fp16/bf16 fwd 9 (+ fp32 copies of q, k, v, out), fwd_bwd 12
+    # bytes per score: fp32 fwd 9, fp16/bf16 fwd 9 (+ fp32 copies of q, k, v, out), fwd_bwd 12;
+    # with GQA K and V repeated to every head (and, for fwd_bwd, dK and dV at every head)
     assert measured / point.score_elements > (8.9 if mode == "fwd" else 11.9)
     assert predicted == pytest.approx(measured, rel=0.03), f"measured {measured} B, predicted {predicted} B"
+
+
+def _sdpa_cuda_bytes(seq_len: int, **fields) -> int:
+    # A CUDA point's model needs no GPU: predictions are made before anything is allocated.
+    return predict_mem_bytes(Point(backend="sdpa", device="cuda", batch=1, heads=8, seq_len=seq_len, head_dim=64,
+                                   causal=True, **fields))
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+def test_sdpa_auto_with_gqa_in_fp32_on_cuda_is_modelled_as_the_math_kernel(precision, mode):
+    gqa = dict(kv_heads=2, precision=precision, mode=mode)
+    forced = _sdpa_cuda_bytes(4096, backend_options={"kernel": "math"}, **gqa)
+    assert _sdpa_cuda_bytes(4096, **gqa) == forced  # B*H*n^2 scores and K/V repeated, as the math kernel does
+    assert _sdpa_cuda_bytes(8192, **gqa) / _sdpa_cuda_bytes(4096, **gqa) == pytest.approx(4, rel=0.02)
+    # the negative controls: without GQA (efficient takes fp32) and in bf16 (flash takes GQA) it stays fused
+    for other in (dict(gqa, kv_heads=None), dict(gqa, precision="bf16")):
+        assert _sdpa_cuda_bytes(8192, **other) / _sdpa_cuda_bytes(4096, **other) < 2.2
+        assert _sdpa_cuda_bytes(4096, **other) < forced / 10
+
+
+def test_sdpa_auto_runs_math_only_where_no_fused_cuda_kernel_takes_the_point():
+    from selfattn.backends.sdpa import auto_runs_math
+
+    def runs_math(device="cuda", **fields):
+        return auto_runs_math(Point(backend="sdpa", heads=8, **fields), device)
+
+    assert runs_math(precision="fp64") and runs_math(precision="fp32", kv_heads=1) and runs_math(precision="tf32", kv_heads=4)
+    assert not runs_math(precision="fp32") and not runs_math(precision="bf16", kv_heads=1)
+    assert not runs_math(precision="fp16", kv_heads=2) and not runs_math(device="cpu", precision="fp32", kv_heads=1)
 
 
 @pytest.mark.parametrize("heads, seq_len, causal, documents", [(4, 1024, True, None), (8, 1024, False, None),
@@ -163,3 +222,34 @@ def test_flex_memory_model_matches_its_allocations(heads, seq_len, causal, docum
     assert predict_mem_bytes(point) == pytest.approx(measured, rel=0.1), f"measured {measured} B"
     if causal:  # the build's n^2 bytes, not the call, set the prediction
         assert build > alloc_peak_bytes(call)
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
+@pytest.mark.parametrize("kv_heads", [8, 1], ids=["mha", "mqa"])
+def test_accuracy_pass_model_covers_the_reference_and_stability_peaks(kv_heads, mode):
+    # The float64 reference repeats K and V to every query head (repeat_interleave copies even at
+    # one K/V head per query head), and the stability pass's dK statistics are ~54 B per K element:
+    # on a GPU decode point those, not the sampled rows, are the accuracy pass's peak.
+    import torch
+
+    from selfattn.measure.accuracy import sample_rows
+    from selfattn.measure.predict import _full_size_pass_bytes
+    from selfattn.measure.stability import stability
+    from selfattn.measure.workload import build
+
+    point = Point(backend="sdpa", device="cpu", batch=1, heads=8, kv_heads=kv_heads, seq_len=2048, q_len=4,
+                  head_dim=64, causal=True, mode=mode)
+    rows = sample_rows(4, 8, 0)
+    workload = build(point, torch.float32, torch.device("cpu"), rows)
+
+    def stability_pass():
+        q_rows, k, v, sampled = workload.stability_inputs()
+        return stability(q_rows, k, v, sampled, q_len=4, masks=workload.masks, scale=point.scale_value,
+                         upstream_BHrD=workload.upstream_rows)
+
+    workload.reference(), stability_pass()  # warm-up
+    measured = max(_allocated_peak(workload.reference), _allocated_peak(stability_pass))
+    predicted = accuracy_bytes(point, len(rows))
+    assert measured <= predicted < 1.6 * measured
+    # the negative control: without the full-size terms the model is far below what runs
+    assert predicted - _full_size_pass_bytes(point, point.seq_len) < 0.5 * measured
