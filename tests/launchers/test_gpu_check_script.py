@@ -1,34 +1,80 @@
-"""scripts/gpu_check.sh: its dry run works on any machine and shows the whole check; bad arguments fail early.
+"""scripts/gpu_check.sh: its dry run works on any machine and shows the whole check and its plan; bad
+arguments fail early; the helper's steps (plan, merge, errors, fit) work on what a real run leaves.
 
-The real run needs a GPU (docs/gpu.md); on CPU the dry run is what CI can check: every stage
-is there, with the sizes and overrides the issue asks for, and nothing is run or written.
+The real run needs a GPU (docs/gpu.md); on CPU the dry run is what CI can check: every stage is
+there, with the sizes and overrides the issue asks for, each stage's floor estimated from its composed
+grid or its collected tests, and no stage is run, nothing written.
 """
 
 from __future__ import annotations
 
+import csv
+import importlib.util
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+HELPER = ROOT / "scripts" / "gpu_check_helper.py"
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+def _run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-def test_dry_run_prints_every_stage_and_runs_nothing(tmp_path: Path) -> None:
-    out_dir = tmp_path / "out"
-    done = _run(str(out_dir), "--wheels", str(tmp_path / "wheels"), "--pack", "--dry-run")
-    assert done.returncode == 0, done.stderr
+def _helper():
+    """scripts/gpu_check_helper.py as a module (it is a script, not a package)."""
+    spec = importlib.util.spec_from_file_location("gpu_check_helper", HELPER)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpu_check_helper", module)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return sys.modules["gpu_check_helper"]
+
+
+STAGES = ["env", "deps", "plan", "tests_gpu", "tests_compiled", "quadratic_cost", "sdpa_kernels",
+          "scaling_stability", "flex", "compile_option", "results", "report"]
+RESERVE_S = 10
+DEFAULT_TOTAL_S = 480  # one 10-minute call of the device tool, with room for a second in 15 minutes
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory) -> tuple[Path, Path, subprocess.CompletedProcess]:
+    """One dry run with --pack (it composes every sweep and collects every test stage: tens of seconds
+    on a busy 2-core CPU), shared by the tests that read it."""
+    tmp = tmp_path_factory.mktemp("dry")
+    out_dir, wheels = tmp / "out", tmp / "wheels"
+    done = _run(str(out_dir), "--wheels", str(wheels), "--pack", "--dry-run", timeout=300)
+    assert done.returncode == 0, done.stderr + done.stdout
+    return out_dir, wheels, done
+
+
+def _plan(text: str) -> dict[str, dict[str, str]]:
+    """The plan's table: stage -> points, estimate, floor, why (the `# NAME POINTS ESTs FLOORs WHY` lines)."""
+    rows = {}
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[0] == "#" and parts[1] in STAGES and parts[3].endswith("s"):
+            rows[parts[1]] = dict(points=parts[2], estimate=parts[3], floor=parts[4], why=parts[5])
+    return rows
+
+
+def _limits(text: str) -> dict[str, int]:
+    """Stage name -> its limit, from the dry run's `# stage limits: NAME Ns ...` line."""
+    line = next(line for line in text.splitlines() if line.startswith("# stage limits: "))
+    words = line.removeprefix("# stage limits: ").split(";")[0].split()
+    return {name: int(limit.rstrip("s")) for name, limit in zip(words[::2], words[1::2])}
+
+
+def test_dry_run_prints_the_plan_and_every_stage_and_writes_nothing(dry_run) -> None:
+    out_dir, wheels, done = dry_run
     text = done.stdout
     assert not out_dir.exists(), "a dry run must write nothing"
     commands = [line for line in text.splitlines() if line.startswith("+ ")]
-    assert any("pip install -q --no-index --no-deps --target" in c and str(tmp_path / "wheels") in c for c in commands)
-    assert any("-m pytest -m gpu tests" in c and str(out_dir / "pytest.log") in c for c in commands)
+    assert any("pip install -q --no-index --no-deps --target" in c and str(wheels) in c for c in commands)
     sweeps = [c for c in commands if "-m runners.sweep" in c]
     assert len(sweeps) == 5
     assert all("device=cuda" in c and "report=false" in c and "budget.max_point_s=" in c for c in sweeps)
@@ -40,32 +86,136 @@ def test_dry_run_prints_every_stage_and_runs_nothing(tmp_path: Path) -> None:
     assert "backend=flex" in joined and "backend=naive,chunked backend.compile=true" in joined  # compiled back ends
     assert any("-m analysis.report" in c and str(out_dir / "results.csv") in c for c in commands)
     assert any("report.tar.gz" in c for c in commands)
-    # every stage runs under a limit computed from the time left; with each stage using all of
-    # its limit the whole still fits the total (6 minutes on an H200, the wheels' install included)
-    limits = _limits(commands)
-    assert len(limits) == 9 and all(limit >= 5 for limit in limits.values())
-    assert sum(limits.values()) + 15 <= 330 and "total 330s" in text
-    assert f"deps {limits['deps']}s tests {limits['tests']}s" in text  # the computed limits are printed
+    assert any("gpu_check_helper.py errors" in c and str(out_dir / "errors.tar.gz") in c for c in commands)
     assert any("gpu_check_helper.py fit" in c and str(out_dir) in c for c in commands)
+    # the plan: every stage, its points counted from the composed configs and collected tests
+    plan = _plan(text)
+    assert list(plan) == STAGES
+    assert plan["quadratic_cost"]["points"] == "30" and plan["sdpa_kernels"]["points"] == "20"
+    assert plan["flex"]["points"] == "2" and plan["compile_option"]["points"] == "2"
+    assert int(plan["tests_gpu"]["points"]) > 0 and int(plan["tests_compiled"]["points"]) > 0
+    assert "cold fwd_bwd compiles x 40 s" in plan["flex"]["why"] and "cold fwd compiles" in plan["compile_option"]["why"]
+    assert "skipped" not in " ".join(row["why"] for row in plan.values())
+    assert f"within the total {DEFAULT_TOTAL_S} s" in text
 
 
-def _limits(commands: list[str]) -> dict[str, int]:
-    """Stage name -> the limit its `+ timeout N` line shows (the stages in their order)."""
-    names = ["deps", "tests", "quadratic_cost", "sdpa_kernels", "scaling_stability", "flex", "compile_option",
-             "results", "report"]
-    timed = [int(c.split()[2]) for c in commands if c.startswith("+ timeout ")]
-    return dict(zip(names[len(names) - len(timed):], timed))
+def test_stage_floors_fit_their_grids_and_the_limits_fit_one_call(dry_run) -> None:
+    text = dry_run[2].stdout
+    plan, limits = _plan(text), _limits(text)
+    assert list(limits) == STAGES
+    floors = {name: int(row["floor"].rstrip("s")) for name, row in plan.items()}
+    estimates = {name: int(row["estimate"].rstrip("s")) for name, row in plan.items()}
+    assert all(floors[name] >= estimates[name] for name in STAGES)  # a floor is never below its estimate
+    assert floors["flex"] >= 80 and floors["compile_option"] >= 80  # cold compiles: 10-20 s fwd, 20-40 s fwd+bwd
+    # the floors fit the default total, so every stage's limit is at least its floor
+    assert sum(floors.values()) + RESERVE_S <= DEFAULT_TOTAL_S
+    assert all(limits[name] >= floors[name] for name in STAGES)
+    assert limits["flex"] >= 80 and limits["compile_option"] >= 80
+    assert sum(limits.values()) + RESERVE_S <= DEFAULT_TOTAL_S and f"total {DEFAULT_TOTAL_S}s" in text
 
 
-@pytest.mark.parametrize("total_s", [120, 330, 600])
-def test_stage_limits_are_computed_from_the_time_left(tmp_path: Path, total_s: int) -> None:
-    done = _run(str(tmp_path / "out"), "--wheels", str(tmp_path / "wheels"), "--total-s", str(total_s), "--dry-run")
+def test_the_gpu_tests_run_first_and_every_test_has_a_timeout_below_its_stage(dry_run) -> None:
+    text = dry_run[2].stdout
+    limits = _limits(text)
+    tests = [line for line in text.splitlines() if line.startswith("+ timeout ") and "-m pytest" in line]
+    assert len(tests) == 2
+    first, compiled = tests
+    assert first.index("tests/gpu") < first.index("tests/measure") < first.index("tests/backends")
+    assert "-k not compiled and not flex" in first.replace("\\", "")
+    assert "-k (compiled or flex) and not fp16 and not fp32 tests " in compiled.replace("\\", "")
+    for line, name in ((first, "tests_gpu"), (compiled, "tests_compiled")):
+        stage_limit = int(line.split()[2])
+        per_test = int(line.split("--timeout=")[1].split()[0])
+        assert stage_limit == limits[name] and 0 < per_test < stage_limit
+    assert "-n 6" in compiled  # the compiled tests side by side (pytest-xdist on the GPU image)
+
+
+def test_the_plan_composes_each_sweep_and_parses_its_points() -> None:
+    helper = _helper()
+    common = ["device=cuda", "report=false", "budget.max_point_s=120", "wandb.mode=disabled"]
+    jobs = helper.sweep_points(["-m", "name=flex_check", "backend=flex", "mode=fwd,fwd_bwd", "causal=true",
+                                "seq_len=4096", "precision=bf16", "budget.timing_s=0.1", *common,
+                                "hydra.sweep.dir=/nowhere/flex"])
+    assert [(j.point.backend, j.point.mode, j.point.causal, j.point.seq_len, j.point.precision) for j in jobs] == [
+        ("flex", "fwd", True, 4096, "bf16"), ("flex", "fwd_bwd", True, 4096, "bf16")]
+    assert all(j.point.device == "cuda" and j.budget.timing_s == 0.1 for j in jobs)
+    # an experiment's own sweep, the command line's values winning over it, at the GPU's sizes
+    jobs = helper.sweep_points(["experiment=scaling_stability", "head_dim=16,1024", "input_std=1.0", *common])
+    assert len(jobs) == 2 * 2 * 4  # head_dim x scale x the GPU's four precisions
+    assert {j.point.seq_len for j in jobs} == {4096} and {j.point.head_dim for j in jobs} == {16, 1024}
+    assert {j.point.precision for j in jobs} == {"fp32", "tf32", "bf16", "fp16"}
+    stage = helper.plan_sweep("flex", ["name=flex_check", "backend=flex", "mode=fwd,fwd_bwd", *common])
+    assert stage.points == 2 and stage.floor_s >= helper.MIN_COMPILED_STAGE_S and not stage.problem
+    assert stage.estimate_s >= helper.SWEEP_START_S + helper.COMPILE_S["fwd"] + helper.COMPILE_S["fwd_bwd"]
+    bad = helper.plan_sweep("typo", ["experiment=no_such_study"])
+    assert bad.problem.startswith("cannot compose its config") and bad.floor_s == 0
+
+
+def test_a_plan_over_the_total_says_so(capsys) -> None:
+    helper = _helper()
+    stages = [helper.StagePlan("flex", "sweep", 70.0, 80, 2, "why"), helper.StagePlan("report", "fixed", 25.0, 25)]
+    helper.print_plan(stages, 100, 10)
+    out = capsys.readouterr().out
+    assert "115 s of floors with the reserve, OVER the total 100 s by 15 s" in out
+    assert "stage flex 80 0" in out.splitlines() and "stage report 25 0" in out.splitlines()
+
+
+def _row(point_id: str, status: str = "ok") -> dict:
+    return {"status": status, "point_id": point_id, "backend": "naive", "seq_len": 128, "sweep_id": "cut",
+            "timestamp": "2026-12-01T00:00:00Z"}
+
+
+def test_merge_rebuilds_the_csv_of_a_sweep_cut_off_by_its_limit(tmp_path: Path) -> None:
+    """A sweep killed after its results.csv was last built (or before it ever was) still gives every row."""
+    sys.path.insert(0, str(ROOT))
+    from runners import row_store
+
+    cut, whole = tmp_path / "cut", tmp_path / "whole"
+    for folder in (cut, whole):
+        folder.mkdir()
+        (folder / "sweep.json").write_text("{}")
+    for i in range(3):  # three finished jobs; the CSV was built after the first only
+        path = row_store.write_row(cut / str(i), _row(f"p{i}"))
+        row_store.index_row(cut, path, _row(f"p{i}"))
+        if i == 0:
+            (cut / "results.csv").write_text("status,point_id\nok,p0\n")
+    (cut / "3").mkdir()  # a job killed mid-point: no row
+    path = row_store.write_row(whole / "0", _row("q0", "error"))
+    row_store.index_row(whole, path, _row("q0", "error"))  # never built at all
+    out_csv = tmp_path / "out" / "results.csv"
+    done = subprocess.run([sys.executable, str(HELPER), "merge", str(out_csv), str(cut), str(whole), str(tmp_path / "gone")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    limits = _limits([line for line in done.stdout.splitlines() if line.startswith("+ ")])
-    assert len(limits) == 9
-    # shares of what is left: never more than the total, and nothing wasted beyond rounding
-    assert total_s - 15 - len(limits) <= sum(limits.values()) <= total_s - 15
-    assert limits["tests"] > limits["quadratic_cost"] > limits["sdpa_kernels"] > limits["results"]
+    with open(out_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["point_id"] for r in rows) == ["p0", "p1", "p2", "q0"]
+    assert "rebuilt from its row files" in done.stdout and "merge: 4 rows" in done.stdout
+
+
+def test_error_tracebacks_are_packed_into_one_file(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    for sweep, job in (("flex", "0"), ("compile_option", "1")):
+        (work / sweep / job).mkdir(parents=True)
+        (work / sweep / job / "error.txt").write_text(f"Traceback: {sweep} {job}\n")
+    (work / "flex" / "1").mkdir()
+    (work / "flex" / "1" / "row.json").write_text("{}")
+    archive = tmp_path / "out" / "errors.tar.gz"
+    done = subprocess.run([sys.executable, str(HELPER), "errors", str(archive), str(work)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(archive) as tar:
+        assert sorted(tar.getnames()) == ["compile_option/1/error.txt", "flex/0/error.txt"]
+        assert tar.extractfile("flex/0/error.txt").read() == b"Traceback: flex 0\n"  # type: ignore[union-attr]
+    # the eighth file: fit keeps it beside the seven others
+    out = archive.parent
+    for name in ("env.txt", "pytest.log", "sweep.log", "results.csv", "summary.txt", "report.md", "report.tar.gz"):
+        (out / name).write_text(name)
+    assert subprocess.run([sys.executable, str(HELPER), "fit", str(out)], capture_output=True, timeout=60).returncode == 0
+    assert len(list(out.iterdir())) == 8 and archive.is_file()
+    # no traceback: no archive, and nothing fails
+    empty = subprocess.run([sys.executable, str(HELPER), "errors", str(tmp_path / "none.tar.gz"), str(tmp_path / "nowhere")],
+                           capture_output=True, text=True, timeout=60)
+    assert empty.returncode == 0 and "no error.txt" in empty.stdout and not (tmp_path / "none.tar.gz").exists()
 
 
 def test_fit_leaves_what_the_device_tool_brings_back(tmp_path: Path) -> None:
