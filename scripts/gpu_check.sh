@@ -108,7 +108,10 @@ limit_for() {
   used=$( ((DRY)) && echo "$SIM_USED" || echo "$SECONDS" )
   left=$((TOTAL_S - used - FINAL_RESERVE_S))
   ((left > 0)) || left=0
-  echo $((left * ${WEIGHT[$name]:-0} / after))
+  local share=$((left * ${WEIGHT[$name]:-0} / after))
+  # a small stage (results) squeezed below MIN_STAGE_S by a short total still runs while time is left
+  ((share >= MIN_STAGE_S || left < MIN_STAGE_S)) || share=$MIN_STAGE_S
+  echo $share
 }
 
 # stage NAME LOG CMD...: run CMD under its computed limit, output to the terminal and appended
@@ -278,7 +281,7 @@ if ((DRY)); then
   PLAN_TEXT=$("$PY" "$HELPER" plan "$TOTAL_S" "$FINAL_RESERVE_S" "${PLAN_ARGS[@]}" 2>&1) || plan_rc=$?
   SIM_USED=$((SIM_USED + FIXED_LIMIT[plan]))
 else
-  PLAN_TEXT=$(timeout --kill-after=5 "${FIXED_LIMIT[plan]}" "$PY" "$HELPER" plan "$TOTAL_S" "$FINAL_RESERVE_S" \
+  PLAN_TEXT=$(GPU_CHECK_COLLECT_S=$((FIXED_LIMIT[plan] - 3)) timeout --kill-after=5 "${FIXED_LIMIT[plan]}" "$PY" "$HELPER" plan "$TOTAL_S" "$FINAL_RESERVE_S" \
               "${PLAN_ARGS[@]}" 2>&1) || plan_rc=$?
 fi
 printf '%s\n' "$PLAN_TEXT" | grep '^#' || true
@@ -358,7 +361,7 @@ fi
     IFS='|' read -r name status secs limit <<<"$entry"
     printf '  %-18s %-40s %4ss of %4ss\n' "$name" "$status" "$secs" "$limit"
   done
-  say "tests: $(grep -E '(passed|failed|error|skipped|deselected|no tests ran)' "$OUT/pytest.log" 2>/dev/null | tail -2 | tr '\n' ' ' || echo 'no pytest log')"
+  say "tests: $(grep -E '(passed|failed|errors?|skipped|deselected|no tests ran).* in [0-9.]+s( \(.*\))?( =+)?$' "$OUT/pytest.log" 2>/dev/null | tr '\n' ';' || echo 'no pytest result line')"
   "$PY" "$HELPER" summary "$OUT/results.csv" 2>&1 || true
   say "files: $(cd "$OUT" && ls -p | tr '\n' ' ')"
   say "sweep folders: $WORK"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -50,6 +51,7 @@ TEST_S = 1.0             # a CUDA test at small sizes (tests/gpu, tests/measure:
 COMPILED_TEST_S = 40.0   # a test of the compiled back ends ("compiled" or "flex" in its id, as the stage
                          # selects them): a cold flex forward takes 10-20 s, forward+backward 20-40 s,
                          # tests/backends' CUDA test compiles flex, naive and chunked both ways
+UNCOLLECTED_TESTS_S = 60.0  # a test stage whose collection did not finish in time (the plan's limit)
 XDIST_START_S = 10.0     # pytest-xdist's workers (`-n N`): each starts torch and collects again, at once
 PARALLEL_COMPILES = 4    # cold compiles at once before they slow each other (16 cores: inductor's
                          # compile workers share them): N workers make each compile N/4 times as long
@@ -57,7 +59,7 @@ MIN_COMPILED_STAGE_S = 80.0  # a stage with a compiled point: cold compiles spre
 FIXED_S = {              # steps whose work does not depend on a grid
     "env": (10.0, "nvidia-smi, Python/torch/triton versions (torch import, CUDA start)"),
     "deps": (10.0, "pip install --no-index of the hydra-core, omegaconf, antlr4 wheels (3-5 s)"),
-    "plan": (12.0, "this plan: Hydra composes each sweep, pytest collects each test stage (at once)"),
+    "plan": (15.0, "this plan: Hydra composes each sweep, pytest collects each test stage (at once)"),
     "results": (6.0, "runners.rows rebuilds each sweep's results.csv from its row files, then the merge"),
     "report": (25.0, "python -m analysis.report: claims and PNG figures from ~100 merged rows"),
 }
@@ -202,11 +204,17 @@ def _workers(args: list[str]) -> int:
 def plan_tests(name: str, args: list[str], collecting: subprocess.Popen) -> StagePlan:
     """A pytest stage's floor: start-up + its collected tests (a compiled one at COMPILED_TEST_S)."""
     stage = StagePlan(name, "tests")
+    wait_s = float(os.environ.get("GPU_CHECK_COLLECT_S", "300"))  # gpu_check.sh: a little under the plan's limit
     try:
-        out, _ = collecting.communicate(timeout=120)
+        out, _ = collecting.communicate(timeout=wait_s)
     except subprocess.TimeoutExpired:
         collecting.kill()
-        out = ""
+        collecting.communicate()
+        stage.points, stage.estimate_s = None, PYTEST_START_S + UNCOLLECTED_TESTS_S
+        stage.floor_s = math.ceil(stage.estimate_s)
+        stage.per_test_timeout_s = int(UNCOLLECTED_TESTS_S)  # unknown tests: any may need the whole stage
+        stage.why = f"pytest did not list its tests within {wait_s:g} s: {PYTEST_START_S:g} s start + {UNCOLLECTED_TESTS_S:g} s assumed"
+        return stage
     ids = [line.strip() for line in out.splitlines() if "::" in line and not line.startswith(("ERROR", "FAILED"))]
     if not ids:
         stage.problem = "pytest collected no test (" + (out.strip().splitlines() or ["no output"])[-1] + ")"
