@@ -47,7 +47,9 @@ POINT_FIXED_S = 0.4      # a plain point beyond its timed calls: warm-up, memory
 POINT_TIMING_FACTOR = 1.25  # the timer's calls: budget.timing_s, plus do_bench's estimate calls
 COMPILE_S = {"fwd": 20.0, "fwd_bwd": 40.0}  # a cold compile (flex, compile=true): 10-20 s forward,
                                             # 20-40 s forward+backward; the high end, a cut row is the loss
-TEST_S = 1.0             # a CUDA test at small sizes (tests/gpu, tests/measure: 0.2-3 s each)
+TEST_S = 0.6             # a CUDA test at small sizes, on average: most take 0.1-0.5 s (a host-sync count,
+                         # a forced kernel, a memory peak), a few 2-10 s (do_bench agreement, the OOM
+                         # test's fresh process)
 COMPILED_TEST_S = 40.0   # a test of the compiled back ends ("compiled" or "flex" in its id, as the stage
                          # selects them): a cold flex forward takes 10-20 s, forward+backward 20-40 s,
                          # tests/backends' CUDA test compiles flex, naive and chunked both ways
