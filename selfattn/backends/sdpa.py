@@ -75,7 +75,8 @@ def attention(
         out = _call(q_BHMD, k_BKND, v_BKND, mask, is_causal, scale, gqa)
     else:
         out = _forced(kernel, q_BHMD, k_BKND, v_BKND, mask, is_causal, scale, gqa, masks)
-    if sees is not None and not bool(sees.all()):
+    # whether some row sees no key: decided once per masks (Masks.decision), not read from `sees` on the host
+    if sees is not None and masks.empty_rows(q_BHMD.shape[2], k_BKND.shape[2]):
         out = out * sees[:, None]  # rows that see no key: zeros (their opened mask row was a stand-in)
     return out
 
