@@ -17,8 +17,9 @@ and optionally
     compiles(resolved_options) -> bool  whether the call runs torch.compile'd code (its first call
                                        compiles: timed apart as compile_s, see selfattn/compile.py)
     prepare(q, k, v, *, masks, scale, **resolved_options) -> dict[str, float]
-                                       one-time set-up the calls reuse (flex: its block mask), timed
-                                       apart; the keys are row columns ("block_mask_s")
+                                       one-time set-up the calls reuse (flex: its block mask; chunked:
+                                       its block plan, so a timed call reads no tensor on the host),
+                                       timed apart; the keys are row columns ("block_mask_s"), or none
 Inputs reaching `attention` are already validated (selfattn.attention does that).
 
 The names are plain data so that the sweep axes and the analysis (which never loads torch)
