@@ -93,13 +93,20 @@ def read_csv(path: Path) -> tuple[pd.DataFrame | None, list[str]]:
         problems.append(f"{path}: column 'schema_version': {int(newer.sum())} rows of schema "
                         f"{int(df.loc[newer, 'schema_version'].max())} are newer than this reader's {SCHEMA_VERSION}; rows skipped")
         keep &= ~newer
+    # An invalid row is a config the runner refused, its values kept as typed (`seq_len=0`, `seq_len=abc`):
+    # a bad value is what it records, not a problem of the file, so it is never warned about. Such a row
+    # stays (the report counts it) when its axes read as numbers (seq_len 0); one whose axis is text
+    # (seq_len abc: NaN here) is left out quietly, so every column keeps its type (seq_len stays integer).
+    refused = df["status"] == "invalid"
+    unreadable = refused & df[["causal", "seq_len", "head_dim", "heads"]].isna().any(axis=1)
+    keep &= ~unreadable
     checks = {
         "schema_version": df["schema_version"].isna(),
         "status": ~df["status"].isin(STATUSES),
         "causal": df["causal"].isna(),
-        "seq_len": df["seq_len"].isna() | (df["seq_len"] < 1),
-        "head_dim": df["head_dim"].isna() | (df["head_dim"] < 1),
-        "heads": df["heads"].isna() | (df["heads"] < 1),
+        "seq_len": (df["seq_len"].isna() | (df["seq_len"] < 1)) & ~refused,
+        "head_dim": (df["head_dim"].isna() | (df["head_dim"] < 1)) & ~refused,
+        "heads": (df["heads"].isna() | (df["heads"] < 1)) & ~refused,
     }
     for col, bad in checks.items():
         bad = bad & keep
@@ -108,9 +115,14 @@ def read_csv(path: Path) -> tuple[pd.DataFrame | None, list[str]]:
             problems.append(f"{path}: column {col!r}: {int(bad.sum())} rows with invalid value "
                             f"{example!r}; rows skipped")
             keep &= ~bad
+    dropped = not keep.all()
     df = df[keep].copy()
     if df.empty:
         return None, problems + [f"{path}: no usable rows; file skipped"]
+    if dropped:  # a skipped row's text or empty cell made its columns float: the kept rows' text decides
+        for col in NUMERIC_COLUMNS:
+            if col in raw.columns and df[col].dtype == float and not df[col].isna().any():
+                df[col] = pd.to_numeric(raw.loc[df.index, col], errors="coerce")
     df["causal"] = df["causal"].astype(bool)
     df["source_file"] = str(path)
     return df, problems
@@ -192,6 +204,9 @@ def _derive(rows: pd.DataFrame) -> pd.DataFrame:
 def _keep_best(rows: pd.DataFrame) -> pd.DataFrame:
     key_cols = list(POINT_AXES + DEVICE_ID)
     key = rows[key_cols].apply(lambda column: column.map(str)).agg("|".join, axis=1)  # NaN reads "nan"
+    # Two refused configs may differ only in text a number column reads as NaN: their id (a hash of
+    # every value as typed) tells them apart.
+    key = key.where(rows["status"] != "invalid", key + "|" + rows["point_id"])
     # The runner's rule (selfattn.results.rank): ok beats failed, then newest; among equals the
     # later file/row wins.
     ok, newest = zip(*(rank(r) for r in rows[["status", "timestamp"]].to_dict("records"))) if len(rows) else ((), ())

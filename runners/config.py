@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 from selfattn.backends import BACKEND_NAMES, check_options, get_backend
-from selfattn.fields import check_fields, check_value, defaults, field_types, spec, unknown_key
+from selfattn.fields import check_fields, defaults, field_types, spec, unknown_key
 from selfattn.measure.budget import Budget
 from selfattn.point import AXES, DEVICES, Point, axis_default
 from selfattn.results import Row
@@ -156,11 +156,15 @@ def _point(values: Mapping[str, Any], d_model: int | None) -> Point:
 
 
 def typed_columns(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The point's columns from raw config values: each value its field accepts, else text or empty.
+    """The point's columns from raw config values, each kept as it was typed.
 
-    A refused row keeps every value as it was typed, as far as its column can hold it.
+    A refused row must show which point was refused: `seq_len=0` stays 0 and `seq_len=abc` stays
+    "abc" (in row.json, results.csv and the progress line), even where the column is numeric; so a
+    failed row's point columns may hold any scalar, and only a value no cell holds (a list, a
+    mapping) becomes its JSON text. The analysis reads such text in an invalid row as missing
+    (analysis/load.py). A key left unset is empty.
     """
-    hints, row_types = field_types(Point), field_types(Row)
+    row_types = field_types(Row)
     columns: dict[str, Any] = {}
     for f in fields(Point):
         value = values.get(f.name)
@@ -171,16 +175,19 @@ def typed_columns(values: Mapping[str, Any]) -> dict[str, Any]:
             options = {k: v for k, v in backend.items() if k != "name"} if isinstance(backend, Mapping) else {}
             columns[f.name] = json.dumps(options, sort_keys=True, default=str)
             continue
-        text_column = row_types[f.name] is str
-        try:
-            check_value(f.name, value, f, hints[f.name])
-        except ValueError:  # a value its column cannot hold as typed: text keeps it, numbers stay empty
-            columns[f.name] = str(value) if text_column and value is not None else None
-            continue
-        columns[f.name] = str(value) if text_column and value is not None else value
-    d_model = values.get("d_model")
-    columns["d_model"] = d_model if isinstance(d_model, int) and not isinstance(d_model, bool) else None
+        if row_types[f.name] is str:
+            columns[f.name] = None if value is None else str(value)
+        else:
+            columns[f.name] = _as_typed(value)
+    columns["d_model"] = _as_typed(values.get("d_model"))
     return columns
+
+
+def _as_typed(value: Any) -> Any:
+    """A raw value as a cell holds it: a scalar itself, anything else its JSON text."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def resolve_device(device: str) -> str:

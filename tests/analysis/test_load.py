@@ -67,6 +67,35 @@ def test_invalid_status_rows_are_dropped_with_the_column_named(tmp_path, good_cs
     assert len(loaded.rows) == len(df) - 1
 
 
+def test_refused_rows_with_values_as_typed_load_without_a_warning(tmp_path, good_csv, capsys):
+    """The runner keeps a refused config's values as typed (seq_len 0, seq_len abc): the CSV holds them,
+    loading warns of nothing, keeps the refused row whose values read as numbers (the report counts it),
+    leaves out the one with text in a number column, and reads the measured rows exactly as before."""
+    df = pd.read_csv(good_csv, dtype=str, keep_default_na=False)
+    refused = [df.iloc[0].to_dict() | {"status": "invalid", "seq_len": typed, "causal": causal, "time_ms": "",
+                                        "point_id": f"raw-{i}", "error": "seq_len: expected an integer >= 1"}
+               for i, (typed, causal) in enumerate([("0", "false"), ("abc", "false"), ("64", "maybe")])]
+    path = tmp_path / "results.csv"
+    pd.concat([df, pd.DataFrame(refused)], ignore_index=True).to_csv(path, index=False)
+    assert ",abc," in path.read_text()
+    loaded = load([path])
+    assert capsys.readouterr().err == "" and not loaded.problems
+    invalid = loaded.rows[loaded.rows["status"] == "invalid"]
+    assert invalid["seq_len"].tolist() == [0] and loaded.duplicates_dropped == 0
+    alone = load([good_csv], warn=False).rows.drop(columns="source_file")
+    pd.testing.assert_frame_equal(loaded.rows[loaded.rows["status"] != "invalid"].reset_index(drop=True)
+                                  .drop(columns="source_file"), alone)  # the measured rows read as before, types too
+
+
+def test_a_measured_row_with_a_bad_seq_len_is_still_skipped_with_its_column_named(tmp_path, good_csv, capsys):
+    df = pd.read_csv(good_csv, dtype=str, keep_default_na=False)
+    df.loc[0, "seq_len"] = "abc"
+    path = tmp_path / "results.csv"
+    df.to_csv(path, index=False)
+    loaded = load([path])
+    assert "'seq_len'" in capsys.readouterr().err and len(loaded.rows) == len(df) - 1
+
+
 def test_same_point_on_same_device_keeps_the_newest_row(tmp_path, fabricate):
     old = fabricate().quadratic_cost(sizes=(256, 512)).frame()
     new = old.copy()

@@ -178,6 +178,31 @@ def test_two_bad_configs_never_share_an_id():
     assert len(ids) == 2 and all(i.startswith("raw-") for i in ids)
 
 
+@pytest.mark.parametrize("change, column, kept", [
+    ({"seq_len": 0}, "seq_len", 0),
+    ({"seq_len": "abc"}, "seq_len", "abc"),  # a number column holds the text as typed
+    ({"heads": 2.5}, "heads", 2.5),
+    ({"causal": "maybe"}, "causal", "maybe"),
+    ({"input_std": -1.0}, "input_std", -1.0),
+    ({"heads": [1, 2]}, "heads", "[1, 2]"),  # no cell holds a list: its JSON text
+    ({"d_model": "big"}, "d_model", "big"),
+    ({"precision": {"name": "fp8"}}, "precision", "fp8"),
+])
+def test_a_refused_point_keeps_every_value_as_typed(change, column, kept):
+    parsed = config.parse_job({**BASE, **change})
+    assert parsed.point is None and parsed.problem and parsed.point_id.startswith("raw-")
+    columns = parsed.columns
+    assert columns[column] == kept and type(columns[column]) is type(kept)
+    assert columns["backend"] == "naive" and columns["head_dim"] == 16  # the other values too
+
+
+def test_a_valid_point_keeps_its_columns_and_id():
+    parsed = config.parse_job(BASE)
+    assert parsed.point is not None and parsed.columns == parsed.point.columns()
+    assert parsed.point_id == "0b841a20354aadae"  # the id this point had before refused rows kept their values
+    assert parsed.typed_columns["seq_len"] == 64 and parsed.typed_columns["causal"] is False
+
+
 def test_conf_mirrors_the_dataclasses_that_own_each_key():
     """conf/config.yaml and conf/backend/*.yaml hold exactly the keys the code reads, with its defaults."""
     from dataclasses import fields

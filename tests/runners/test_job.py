@@ -60,6 +60,22 @@ def test_invalid_point_in_a_sweep_is_a_row_and_in_a_single_run_an_error(tmp_path
         job.run_job({**BASE, "seq_len": 0}, ctx(tmp_path / "single", multirun=False))
 
 
+@pytest.mark.parametrize("typed, cell", [(0, "0"), ("abc", "abc")], ids=["zero", "text"])
+def test_a_refused_row_shows_the_value_as_typed_in_its_file_csv_and_progress_line(tmp_path, fake_measure, capsys,
+                                                                                   typed, cell):
+    import csv
+
+    row = job.run_job({**BASE, "seq_len": typed}, ctx(tmp_path))
+    assert row["status"] == "invalid" and row["seq_len"] == typed
+    assert json.loads((tmp_path / "0" / "row.json").read_text())["seq_len"] == typed
+    with open(tmp_path / "results.csv", newline="") as f:
+        (written,) = list(csv.DictReader(f))
+    assert written["seq_len"] == cell and written["status"] == "invalid" and written["head_dim"] == "16"
+    assert f"naive seq_len={cell} fp32 -> invalid: seq_len: expected an integer >= 1" in capsys.readouterr().out
+    job.run_job({**BASE, "seq_len": typed}, ctx(tmp_path, num=1))  # resume: known by its id, shown as typed
+    assert f"naive seq_len={cell} fp32 -> skipped" in capsys.readouterr().out
+
+
 def test_a_bad_wandb_setting_stops_a_single_run_but_not_a_sweep(tmp_path, fake_measure, monkeypatch, capsys):
     from runners.wandb_log import SINK
 

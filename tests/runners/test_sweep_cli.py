@@ -41,6 +41,17 @@ def test_tiny_multirun_writes_every_row_once_with_invalid_points_as_rows(tmp_pat
     assert "[12/12] " in out.stdout and "results: 12 rows (6 ok, 6 invalid)" in out.stdout
 
 
+def test_a_refused_point_shows_its_values_as_typed_in_the_csv_and_progress_line(tmp_path):
+    """The issue's command: `-m backend=naive seq_len=0,128` (plus a value of the wrong type)."""
+    out = run_sweep("-m", "backend=naive", "seq_len=0,abc,16", "experiment=smoke", f"hydra.sweep.dir={tmp_path}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    table = {r["seq_len"]: r for r in read_csv(tmp_path / "results.csv")}
+    assert {n: r["status"] for n, r in table.items()} == {"0": "invalid", "abc": "invalid", "16": "ok"}
+    assert "naive seq_len=0 fp32 -> invalid: seq_len: expected an integer >= 1, got 0" in out.stdout
+    assert "naive seq_len=abc fp32 -> invalid: seq_len: expected an integer >= 1, got 'abc'" in out.stdout
+    assert "analysis:" not in out.stderr  # loading the refused rows for the report warns of nothing
+
+
 def test_single_run_with_a_bad_value_exits_nonzero_with_one_line(tmp_path):
     out = run_sweep("seq_len=0", "experiment=smoke", f"hydra.run.dir={tmp_path}")
     assert out.returncode == 2
