@@ -101,7 +101,12 @@ class SweepCallback(Callback):
         sweep_dir = Path(str(config.hydra.sweep.dir))
         if not sweep_dir.exists():
             return
-        csv_path, all_rows = rows.rebuild_csv(sweep_dir)  # type: ignore[misc]  (waits: always builds)
+        try:
+            csv_path, all_rows = rows.rebuild_csv(sweep_dir)  # type: ignore[misc]  (waits: always builds)
+        except OSError as exc:  # a full disk: the row files are intact, the CSV is built from them later
+            print(f"results: {row_store.write_failure(exc)}; the row files are intact: "
+                  f"`python -m runners.rows {sweep_dir}` builds it once there is room", file=sys.stderr, flush=True)
+            return
         columns = list(dict.fromkeys([*COLUMNS, *(k for r in all_rows for k in r)]))
         wandb_conf = OmegaConf.to_container(config.wandb, resolve=True) if "wandb" in config else {}
         SINK.log_table(wandb_conf, all_rows, columns, group=sweep_id(config, sweep_dir), out_dir=sweep_dir)

@@ -9,6 +9,7 @@ bookkeeping before it is written.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -28,6 +29,10 @@ _last_row_written: float | None = None
 
 class InvalidPoint(ValueError):
     """A single run asked for a value that is never valid (the message is one line)."""
+
+
+class RowNotWritten(OSError):
+    """A single run measured its point but could not write its row (a full disk, no permission)."""
 
 
 @dataclass
@@ -96,11 +101,25 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     _last_row_written = time.perf_counter()
     row.job_wall_s = _last_row_written - start
     written = row.to_dict()
-    rows.record_row(ctx.sweep_dir, ctx.job_dir, written)  # row file, index entry; results.csv while the sweep is small
+    try:
+        rows.record_row(ctx.sweep_dir, ctx.job_dir, written)  # row file, index entry; results.csv while the sweep is small
+    except OSError as exc:  # a full disk, a folder made read-only: one line, and the sweep goes on
+        # Every file is replaced whole (row_store.atomic_write_text), so nothing partial is left and
+        # earlier rows stay; a point without its row file is simply measured again by the rerun.
+        why = row_store.write_failure(exc)
+        if not ctx.multirun:
+            raise RowNotWritten(f"{why}; the point was measured but not recorded") from exc
+        print(progress.line(index, ctx.total, progress.describe(written, varying), written,
+                            note=f"not recorded: {why}; once there is room, the same command measures "
+                                 "the points left without a row"), file=sys.stderr, flush=True)
+        return written
     if row.status == "error":  # the full traceback, which the one-line `error` column cannot hold
         from selfattn.measure.failures import write_traceback
 
-        write_traceback(ctx.job_dir)
+        try:
+            write_traceback(ctx.job_dir)
+        except OSError as exc:  # the row is recorded; only the traceback beside it is lost
+            print(f"warning: traceback not kept: {row_store.write_failure(exc)}", file=sys.stderr)
     SINK.log_point(parsed.wandb, written, group=ctx.sweep_id or ctx.sweep_dir.name, out_dir=ctx.sweep_dir)
 
     eta = progress.eta_s(ctx.started_unix, index or 0, ctx.total)

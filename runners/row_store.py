@@ -48,7 +48,10 @@ def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
     loses nothing either way (its written pages are the kernel's).
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:  # a read-only or full folder: name the file we meant, not a temporary name
+        raise _naming(exc, path) from exc
     try:
         # mkstemp creates the file 0600; a sweep folder shared on a cluster must stay readable
         # by colleagues, so give it the permissions a plain open() would (0666 less the umask).
@@ -59,9 +62,25 @@ def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
             if durable:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
+        # A full disk (ENOSPC at write, flush or fsync) or a lost permission: no partial file stays
+        # behind, and the file already there (an earlier row, results.csv) is untouched.
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _naming(exc, path) from exc
         raise
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """The same error (same errno, same subclass: PermissionError, ...) naming `path`."""
+    return OSError(exc.errno, exc.strerror or str(exc), str(path)) if exc.errno else exc
+
+
+def write_failure(exc: OSError) -> str:
+    """One line on a write that failed: `could not write PATH: No space left on device (ENOSPC)`."""
+    code = errno.errorcode.get(exc.errno or 0)
+    what = exc.strerror or str(exc)
+    return f"could not write {exc.filename or '?'}: {what}{f' ({code})' if code else ''}"
 
 
 def load_json(path: Path) -> dict[str, Any] | None:

@@ -58,7 +58,10 @@ def record_row(sweep_dir: Path, job_dir: Path, row: Mapping[str, Any]) -> Path:
         return path
     row_store.index_row(sweep_dir, path, row)
     if _live(sweep_dir):
-        rebuild_csv(sweep_dir, wait=False)  # another job is building it: that build or the last one has our row
+        try:
+            rebuild_csv(sweep_dir, wait=False)  # another job is building it: that build or the last one has our row
+        except OSError:
+            pass  # the row and its index entry are recorded; the sweep's end (or `python -m runners.rows`) builds the CSV
     return path
 
 

@@ -48,6 +48,9 @@ def main(cfg: DictConfig) -> None:
     except job.InvalidPoint as exc:  # a single run with a bad value: one line, exit status 2
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except job.RowNotWritten as exc:  # a full disk or no permission: one line, exit status 1
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
