@@ -7,10 +7,23 @@ import types
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from runner_helpers import load_fake  # noqa: E402
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+@pytest.fixture(scope="module")
+def composer():
+    """compose(overrides) of the real conf/ (Hydra's compose API, once per test module)."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        yield lambda overrides: compose("config", overrides=overrides, return_hydra_config=True)
+    GlobalHydra.instance().clear()
 
 
 @pytest.fixture

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from runners import config
@@ -17,14 +15,6 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 STUDIES = [name for name in EXPERIMENTS if name != "smoke"]  # smoke is one point, not a sweep
 config.register_resolvers()
-
-
-@pytest.fixture(scope="module")
-def composer():
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        yield lambda overrides: compose("config", overrides=overrides, return_hydra_config=True)
-    GlobalHydra.instance().clear()
 
 
 def task_dict(cfg):

@@ -12,8 +12,6 @@ import re
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from runners import config
 from runners.callbacks import count_jobs
@@ -43,14 +41,6 @@ def test_the_comment_parser_reads_both_devices_and_ignores_other_numbers():
     assert quoted_counts(text) == {"cpu": [30], "cuda": [48]}
     assert quoted_counts("# Duration: 2-core CPU 11 min (132 jobs); one H200: (the same 132 jobs)\n") == {
         "cpu": [132], "cuda": [132]}
-
-
-@pytest.fixture(scope="module")
-def composer():
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        yield lambda overrides: compose("config", overrides=overrides, return_hydra_config=True)
-    GlobalHydra.instance().clear()
 
 
 @pytest.mark.parametrize("name", STUDIES)

@@ -10,8 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from runners import config
@@ -33,14 +31,6 @@ H200_BF16_FLOPS = 400e12  # well under its dense bf16 peak: an estimate of what 
 H200_BYTES_PER_S = 3e12  # likewise under its 4.8 TB/s
 JOB_OVERHEAD_S = 1.5  # a multirun job's own cost: Hydra, the row, the device probes' share
 ROWS = 8  # decode.yaml's budget.accuracy_rows
-
-
-@pytest.fixture(scope="module")
-def composer():
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        yield lambda overrides: compose("config", overrides=overrides, return_hydra_config=True)
-    GlobalHydra.instance().clear()
 
 
 def _task(cfg) -> dict:
