@@ -124,6 +124,8 @@ def judge_growth(n: np.ndarray, y: np.ndarray, *, reduce: str = "median") -> Gro
     needs = model.n_for_share(DECIDING_SHARE) if model and model.fits else math.nan
     if model and not model.fits:
         reason = "the model does not follow the rows and b is not plainly in the band"
+    elif model and model.share_high < DOMINANT_SHARE:
+        reason = f"the n² term is present but under {DOMINANT_SHARE:.0%} of the cost at n={model.n_max:.0f}"
     elif model:
         reason = f"the n² term's share at n={model.n_max:.0f} spans {DOMINANT_SHARE:.0%}"
     else:
