@@ -7,6 +7,7 @@ number in the report is the number in the figure. The layer's claim sits beside 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from scipy import stats
 import selfattn.backends as registry  # BACKEND_NAMES is a plain tuple: importing it does not import torch
 from analysis.claim import Evidence, claim
 from analysis.fit import PowerFit, fit_power_law
-from analysis.growth import line_growth
+from analysis.growth import Growth, judge_growth
 from analysis.slices import fix_axes, self_attention
 
 FAILED_STATUSES = ("oom", "skipped_budget")
@@ -34,6 +35,15 @@ class Line:
     causal: bool
     points: pd.DataFrame  # seq_len, value, low, high (medians over seeds; low/high: p20/p80 for time)
     fit: PowerFit | None
+    repeats: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)  # seq_len, value: every ok row
+    metric: str = "time_ms"
+
+    @functools.cached_property
+    def growth(self) -> Growth:
+        """Quadratic, linear or not decided (analysis.growth), judged once from every repeat of the line: time
+        keeps each size's fastest repeat, as `points` does; other metrics the median."""
+        return judge_growth(self.repeats["seq_len"].to_numpy(dtype=float), self.repeats["value"].to_numpy(dtype=float),
+                            reduce="min" if self.metric == "time_ms" else "median")
 
 
 @dataclass
@@ -125,7 +135,8 @@ def cost_facets(rows: pd.DataFrame, metric: str) -> list[Facet]:
         for (label, causal), group in ok.groupby(["label", "causal"], sort=True):
             points = _points(group, metric)
             fit = fit_power_law(points["seq_len"].to_numpy(), points["value"].to_numpy())
-            lines.append(Line(label, group["variant"].iloc[0], bool(causal), points, fit))
+            repeats = group[["seq_len", metric]].rename(columns={metric: "value"})
+            lines.append(Line(label, group["variant"].iloc[0], bool(causal), points, fit, repeats, metric))
         if not any(len(line.points) >= 2 for line in lines):
             continue
         failed = part[part["status"].isin(FAILED_STATUSES)]
@@ -205,7 +216,7 @@ def exponent_table(rows: pd.DataFrame) -> pd.DataFrame:
                 rec[f"{prefix}_sizes"] = (f"{fit.n_min:.0f}–{fit.n_max:.0f} ({fit.n_points})" if fit else "")
                 if prefix == "mem" and fit:
                     rec["mem_ratio_4k_128k"] = fit.ratio(4096, 131072)[0]
-                model = line_growth(facet.slice_rows, line.label, line.causal, metric).model
+                model = line.growth.model
                 rec[f"{prefix}_n2_share"] = model.share if model else math.nan
                 rec[f"{prefix}_n2_share_low"] = model.share_low if model else math.nan
                 rec[f"{prefix}_n2_share_high"] = model.share_high if model else math.nan

@@ -14,7 +14,7 @@ from analysis.cost import Facet, causal_ratios, cost_facets, memory_metric
 from analysis.fit import upper_sizes
 from analysis.growth import (
     DECIDING_SHARE, DOMINANT_SHARE, LINEAR, MAX_CI_HALF_WIDTH, MIN_FIT_SIZES, NEGLIGIBLE_SHARE, QUADRATIC,
-    QUADRATIC_BAND, SUB_QUADRATIC, UNDECIDED, Growth, line_growth,
+    QUADRATIC_BAND, SUB_QUADRATIC, UNDECIDED, Growth,
 )
 
 __all__ = ["LINEAR_MAX", "MAX_CI_HALF_WIDTH", "MIN_FIT_SIZES", "QUADRATIC_BAND"]  # compiled.py's fit rule reads them
@@ -52,14 +52,14 @@ def _memory_facets(rows: pd.DataFrame):
     return cost_facets(rows, memory_metric(rows))
 
 
-def _growths(facets: list[Facet], metric: str, backend: str | None = None):
+def _growths(facets: list[Facet], backend: str | None = None):
     """(facet, line, growth) for every no-mask line (of `backend`, when given) fitted over enough sizes."""
     for facet in facets:
         for line in facet.lines:
             if line.causal or (backend and line.backend != backend) or not line.fit:
                 continue
             if line.fit.n_points >= MIN_FIT_SIZES:
-                yield facet, line, line_growth(facet.slice_rows, line.label, False, metric)
+                yield facet, line, line.growth
 
 
 def _undecided(where: str, growth: Growth) -> str:
@@ -81,8 +81,7 @@ def _memory_ratio(growth: Growth) -> str:
        experiment=EXPERIMENT)
 def memory_quadratic(rows: pd.DataFrame) -> Evidence:
     passes, undecided, parts = [], [], []
-    metric = memory_metric(rows)
-    for facet, _line, growth in _growths(_memory_facets(rows), metric, "naive"):
+    for facet, _line, growth in _growths(_memory_facets(rows), "naive"):
         parts.append(f"{facet.title}: {growth.text()}; {_memory_ratio(growth)}")
         if growth.kind == UNDECIDED:
             undecided.append(_undecided(facet.title, growth))
@@ -98,8 +97,7 @@ def memory_quadratic(rows: pd.DataFrame) -> Evidence:
        experiment=EXPERIMENT)
 def chunked_linear(rows: pd.DataFrame) -> Evidence:
     passes, undecided, parts = [], [], []
-    metric = memory_metric(rows)
-    for facet, line, growth in _growths(_memory_facets(rows), metric, "chunked"):
+    for facet, line, growth in _growths(_memory_facets(rows), "chunked"):
         parts.append(f"{facet.title}: {growth.text()}")
         fit = growth.fit
         low = growth.kind == LINEAR or ((fit.ci_high - fit.ci_low) / 2 <= MAX_CI_HALF_WIDTH
@@ -120,7 +118,7 @@ def compute_quadratic(rows: pd.DataFrame) -> Evidence:
     passes, undecided, parts = [], [], []
     for facet in _time_facets(rows):
         kinds, waiting = [], []
-        for _facet, line, growth in _growths([facet], "time_ms"):
+        for _facet, line, growth in _growths([facet]):
             parts.append(f"{facet.title} {line.label}: {growth.text()}")
             if growth.kind == UNDECIDED:
                 waiting.append(f"{line.label} {growth.need_text()}")

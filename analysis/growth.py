@@ -132,12 +132,3 @@ def judge_growth(n: np.ndarray, y: np.ndarray, *, reduce: str = "median") -> Gro
         reason = "too few sizes for the model"
     return growth(UNDECIDED, reason, needs if needs > (model.n_max if model else 0) else math.nan)
 
-
-def line_growth(slice_rows, label: str, causal: bool, metric: str) -> Growth:
-    """judge_growth for one line of a cost facet (analysis.cost: its `slice_rows`), every repeat included.
-
-    Time keeps each size's fastest repeat, as the cost lines do; memory the median."""
-    part = slice_rows[(slice_rows["label"] == label) & (slice_rows["causal"].astype(bool) == causal)
-                      & (slice_rows["status"] == "ok")]
-    return judge_growth(part["seq_len"].to_numpy(dtype=float), part[metric].to_numpy(dtype=float),
-                        reduce="min" if metric == "time_ms" else "median")

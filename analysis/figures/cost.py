@@ -14,7 +14,6 @@ from analysis.figures.common import (
     mark_failed, mask_handle, save, set_log2_ticks, suptitle, tidy_log_axis,
 )
 from analysis.figures.style import backend_palette, precision_order
-from analysis.growth import line_growth
 
 EXPERIMENT = "quadratic_cost (or the default sweep)"
 
@@ -55,7 +54,7 @@ MODEL_STYLE = {"linewidth": 0.8, "alpha": 0.75, "zorder": 2}
 QUADRATIC_TERM_DASHES = (0, (5, 1.5, 1, 1.5, 1, 1.5))  # dash-dot-dot: not a mask's dashes, not the prediction's dots
 
 
-def _draw_models(ax, facet: Facet, palette: dict[str, str], metric: str) -> dict[str, str]:
+def _draw_models(ax, facet: Facet, palette: dict[str, str]) -> dict[str, str]:
     """Each no-mask line's fitted cost model (thin) and its n² term alone (dash-dot-dot), over the measured
     sizes: where the two part, fixed and per-row costs still hold the slope below 2. Returns the
     legend text per line label (its n² share at the largest n, or how far a model that does not follow
@@ -64,7 +63,7 @@ def _draw_models(ax, facet: Facet, palette: dict[str, str], metric: str) -> dict
     for line in facet.lines:
         if line.causal:
             continue
-        model = line_growth(facet.slice_rows, line.label, False, metric).model
+        model = line.growth.model
         if model is None:
             continue
         if not model.fits:  # a curve that misses the rows explains nothing: say so, draw none
@@ -113,7 +112,7 @@ def time_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         values = pd.concat([l.points for l in facet.lines])
         first = values[values["seq_len"] == values["seq_len"].min()]["value"]
         guide_lines(ax, values["seq_len"].min(), values["seq_len"].max(), float(first.min()) / 2.5)
-        shares = _draw_models(ax, facet, palette, "time_ms")
+        shares = _draw_models(ax, facet, palette)
         failed = mark_failed(ax, facet.failed, None, _row_color(palette)) + _model_handles(any(t.startswith("n²") for t in shares.values()))
         set_log2_ticks(ax, pd.concat([values["seq_len"], facet.failed["seq_len"]]))
         ax.set_xlabel("sequence length n (tokens)")
@@ -165,7 +164,7 @@ def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         values = pd.concat([l.points for l in facet.lines])
         first = values[values["seq_len"] == values["seq_len"].min()]["value"]
         guide_lines(ax, values["seq_len"].min(), values["seq_len"].max(), float(first.min()) / 2.5)
-        shares = _draw_models(ax, facet, palette, metric)
+        shares = _draw_models(ax, facet, palette)
         handles = mark_failed(ax, facet.failed, "predicted_mem_bytes", _row_color(palette)) + _model_handles(any(t.startswith("n²") for t in shares.values()))
         ceiling = facet.device_mem_bytes
         top = max(values["value"].max(), facet.failed["predicted_mem_bytes"].max() if len(facet.failed) else 0)
