@@ -93,6 +93,11 @@ class SweepCallback(Callback):
         row_store.atomic_write_text(sweep_dir / rows.SWEEP_META, json.dumps(meta))
         rows.ensure_index(sweep_dir)  # once here: a resumed folder's rows are read once, not by every job
         print(f"sweep {sweep_id(config, sweep_dir)}: {total or '?'} jobs -> {sweep_dir}", flush=True)
+        if "SlurmLauncher" in str(config.hydra.launcher.get("_target_", "")):
+            from runners.slurm_status import follow_jobs_without_sacct
+
+            if note := follow_jobs_without_sacct():  # a cluster without accounting storage: one line, not one per poll
+                print(note, flush=True)
         if sharing > 1:
             print(f"warning: {sharing} jobs share the device at once: their timings interfere; trust "
                   "accuracy/stability columns, and see jobs_sharing_device in each row", file=sys.stderr)

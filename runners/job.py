@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from runners import config, progress, row_store, rows
+from runners.scheduler_signals import StoppedByScheduler, stops_from_scheduler
 from runners.config import ParsedJob
 from runners.wandb_log import SINK
 from selfattn.results import Row
@@ -93,7 +94,14 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
         _last_row_written = time.perf_counter()
         return stub
 
-    row = measure(parsed)
+    try:
+        with stops_from_scheduler():
+            row = measure(parsed)
+    except StoppedByScheduler as stop:  # a SLURM time limit: no row, so the rerun measures the point
+        print(progress.line(index, ctx.total, progress.describe(parsed.columns, varying), {"status": "stopped"},
+                            note=f"stopped by the scheduler ({stop}); no row: the same command measures it"),
+              file=sys.stderr, flush=True)
+        raise stop.original from None  # submitit records that the job did not complete
     if row.status == "invalid" and not ctx.multirun:
         raise InvalidPoint(row.error or "invalid point")  # e.g. a back end option it rejects
     row.point_id, row.sweep_id, row.jobs_sharing_device = parsed.point_id, ctx.sweep_id, ctx.jobs_sharing_device
