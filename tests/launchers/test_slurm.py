@@ -28,6 +28,7 @@ INSTALLED = all(shutil.which(cmd, path=SBIN_PATH) for cmd in ("slurmctld", "slur
 
 pytestmark = [
     pytest.mark.slurm,
+    pytest.mark.slow,  # end to end through subprocesses and a scheduler: out of the quick loop
     pytest.mark.skipif(not INSTALLED, reason="SLURM not installed (apt-get install -y slurmctld slurmd munge)"),
     pytest.mark.skipif(os.geteuid() != 0, reason="a local SLURM cluster needs root (slurmd)"),
 ]
