@@ -25,6 +25,8 @@ PRECISIONS: tuple[str, ...] = tuple(ELEMENT_BYTES)
 FP32_BYTES = 4
 FP64_BYTES = 8
 DEVICES = ("auto", "cpu", "cuda")
+# The recurrent baselines (selfattn/recurrent.py): scope -> gates of its cell (torch.nn.LSTM, nn.GRU).
+RNN_GATES: dict[str, int] = {"lstm": 4, "gru": 3}
 
 
 def parse_scale(value: Any) -> float | None:
@@ -83,9 +85,10 @@ class Point:
     scale: Any = spec("auto", parse=_check_scale,
                       help="auto (1/sqrt(head_dim)) | none (1.0, the unscaled ablation) | a positive number")
     mode: str = spec("fwd", choices=("fwd", "fwd_bwd"), help="forward only, or forward and backward")
-    scope: str = spec("core", choices=("core", "layer", "generate"),
+    scope: str = spec("core", choices=("core", "layer", "generate", *RNN_GATES),
                       help="core (Q, K, V given) | layer (X with Q/K/V/O projections) | "
-                           "generate (new_tokens tokens after a seq_len-token prompt, selfattn/decode.py)")
+                           "generate (new_tokens tokens after a seq_len-token prompt, selfattn/decode.py) | "
+                           "lstm, gru (one torch.nn.LSTM / nn.GRU layer over X, hidden size d_model: the recurrent baselines)")
     new_tokens: int = spec(16, ge=1, help="scope=generate: tokens generated after the prompt (T)")
     kv_cache: bool = spec(True, help="scope=generate: keep K and V of past tokens (true) or recompute the prefix every step")
     input_std: float = spec(1.0, gt=0, help="standard deviation of the random inputs")
@@ -143,6 +146,13 @@ class Point:
         return 2 * self.d_model * self.d_model + 2 * self.d_model * self.kv_heads_resolved * self.head_dim
 
     @property
+    def recurrent_weights(self) -> int:
+        """Elements of scope=lstm/gru's one layer, hidden size d_model: W_ih and W_hh (gates x d_model
+        x d_model each) and their two biases (gates x d_model each)."""
+        gates = RNN_GATES[self.scope]
+        return 2 * gates * self.d_model * (self.d_model + 1)
+
+    @property
     def step_contexts(self) -> range:
         """scope=generate: each step's context length (the step at position p attends to p + 1 tokens)."""
         return range(self.seq_len + 1, self.seq_len + self.new_tokens + 1)
@@ -183,6 +193,15 @@ class Point:
             for name, plain in (("window", None), ("pad_frac", 0.0), ("documents", None)):
                 if getattr(self, name) != plain:
                     raise ValueError(f"{name}: scope=layer supports the causal mask only, got {getattr(self, name)!r}")
+
+        if self.scope in RNN_GATES:  # no attention in it: an attention-only axis would name a second id for one measurement
+            for name in ATTENTION_ONLY:
+                value = getattr(self, name)
+                plain = (value in (None, self.heads) if name == "kv_heads" else
+                         value in (None, self.seq_len) if name == "q_len" else value == axis_default(name))
+                if not plain:
+                    raise ValueError(f"{name}: scope={self.scope} is a recurrent layer with no attention, so {name} "
+                                     f"must stay {axis_default(name)!r}, got {value!r}")
 
     def with_device(self, device: str) -> Point:
         return self if self.device == device else replace(self, device=device)
@@ -226,6 +245,10 @@ FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Point))
 # The fields point ids have hashed since they began (a historical record, not a list to extend).
 _ALWAYS_IN_ID = frozenset({"backend", "backend_options", "precision", "device", "batch", "heads", "q_len",
                            "seq_len", "head_dim", "causal", "scale", "mode", "scope", "input_std", "seed"})
+# Axes only attention has: scope=lstm/gru refuses them away from their defaults (kv_heads: or = heads,
+# q_len: or = seq_len). heads x head_dim still sets d_model, the recurrence's hidden size.
+ATTENTION_ONLY = ("backend", "backend_options", "kv_heads", "q_len", "causal", "window", "pad_frac", "documents",
+                  "scale")
 # The flat sweep axes: every field but the back end's options (those are `backend.<option>`).
 AXES: tuple[str, ...] = tuple(name for name in FIELD_NAMES if name != "backend_options")
 # Columns a row spends on its point: the fields plus what they imply (d_model, the scale's factor).

@@ -97,6 +97,11 @@ class Row:
     grad_nonfinite_frac: float | None = None
     # max |attn(PQ, PK, PV) - P attn(Q, K, V)| over a random token permutation P (0 without a mask)
     perm_max_abs_diff: float | None = None
+    # path length (scope=layer, lstm, gru; selfattn/measure/path_length.py): ||d y_{n-1} / d x_{n-1-k}|| in
+    # float64 at init, averaged over seeded draws: a JSON list of [k, norm] for k = 0, 1, 2, 4, ..., n-1,
+    # and the norm at k = n-1 over the norm at k = 1
+    grad_by_distance: str = ""
+    grad_far_near_ratio: float | None = None
     # harness cost: seconds spent in warm-up + timed calls, and the whole job's wall time
     measure_s: float | None = None
     job_wall_s: float | None = None

@@ -8,14 +8,15 @@ still multiplies with its (shared) K and V. Softmax, scaling and
 masking are not counted. A back end that computes masked scores anyway (naive does) still
 gets credit only for the unmasked ones, so its `tflops` shows the waste. scope=layer adds its
 four projections; scope=generate sums its T steps (selfattn/decode.py: projections of the
-tokens a step projects, its attention, W_O of the last token).
+tokens a step projects, its attention, W_O of the last token). scope=lstm/gru counts its recurrence
+(`recurrent_flops`).
 """
 
 from __future__ import annotations
 
 from selfattn.inputs import point_masks
 from selfattn.masks import seen_pairs
-from selfattn.point import Point
+from selfattn.point import RNN_GATES, Point
 
 # Backward recomputes/uses 2.5x the forward matmuls (dQ, dK, dV, dP and, for fused kernels, the
 # recomputed S), so forward + backward counts 1 + 2.5 = 3.5x forward, as FlashAttention counts it.
@@ -67,6 +68,8 @@ def point_flops(point: Point) -> float:
     """FLOPs of one timed call of `point` (forward, or forward + backward): 4 * H * D per seen pair."""
     if point.scope == "generate":
         return generate_flops(point)
+    if point.scope in RNN_GATES:
+        return recurrent_flops(point)
     core = 4.0 * point.heads * point.head_dim * point_pairs(point)
     if point.mode == "fwd_bwd":
         core *= FWD_BWD_FACTOR
@@ -92,3 +95,15 @@ def generate_flops(point: Point) -> float:
         total += 4.0 * point.batch * point.heads * dim * pairs
         total += qkv_per_token * projected + out_proj
     return total
+
+
+def recurrent_flops(point: Point) -> float:
+    """FLOPs of scope=lstm/gru: every step multiplies its input and the previous hidden state by the
+    gates' weights, x_t W_ih^T (gates*d_model x d_model) and h_{t-1} W_hh^T (the same size), 2 FLOPs per
+    weight, batch and step: 4 * gates * d_model^2 * B * n. As with attention's softmax, the biases and
+    the gates' element-wise work (sigmoid, tanh, products; GRU's reset gate on h W_hh) are not counted.
+    (The first step's h_0 is zero but still multiplied, so it counts.) fwd_bwd: a matmul's backward is
+    two of its size (LINEAR_FWD_BWD_FACTOR)."""
+    gates = RNN_GATES[point.scope]
+    forward = 2.0 * point.batch * point.seq_len * gates * point.d_model * (2 * point.d_model)
+    return forward * (LINEAR_FWD_BWD_FACTOR if point.mode == "fwd_bwd" else 1.0)

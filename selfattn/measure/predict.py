@@ -16,13 +16,16 @@ from dataclasses import replace
 from typing import Any
 
 from selfattn.measure.flops import point_flops
-from selfattn.point import ELEMENT_BYTES, FP64_BYTES, Point
+from selfattn.point import ELEMENT_BYTES, FP64_BYTES, RNN_GATES, Point
 
 # The time guard divides FLOPs by the measured matmul peak times the back end's EFFICIENCY (in
 # its module). Optimistic on purpose: a skipped point that would have fit is a lost measurement;
 # a point that runs 2x longer than predicted is only slow. A prediction that is still far off is
 # caught by the second guard in run.py, on the measured warm-up call. Compare `predicted_time_ms`
 # with `time_ms` in any results.csv to see how far off these are on a given device.
+# scope=lstm/gru: n serial steps of (batch x d_model) @ (d_model x gates*d_model) reach ~1-5% of the
+# peak on a CPU (measured); 0.1 keeps the guard optimistic, as it is for the back ends.
+RECURRENT_EFFICIENCY = 0.1
 DEFAULT_EFFICIENCY = 0.5  # a back end without a module (never runs; only its row is predicted)
 # Without a measured peak (Budget.measure_device_peak=False): nominal TFLOP/s by element size,
 # deliberately low for a CPU (fp16/bf16 matmuls are slow on CPUs without AMX).
@@ -45,8 +48,9 @@ def input_bytes(point: Point) -> int:
     s = point.element_bytes
     b, h, d = point.batch, point.heads, point.head_dim
     q_len, seq_len = point.q_len_resolved, point.seq_len
-    if point.scope == "layer":
-        total = (b * seq_len * point.d_model + point.projection_weights) * s
+    if point.scope == "layer" or point.scope in RNN_GATES:
+        weights = point.projection_weights if point.scope == "layer" else point.recurrent_weights
+        total = (b * seq_len * point.d_model + weights) * s
         upstream = b * seq_len * point.d_model * s
     else:
         total = b * h * q_len * d * s + point.kv_bytes  # Q, and K and V per K/V head
@@ -66,6 +70,26 @@ def _layer_bytes(point: Point) -> int:
     return 8 * act + 4 * act_kv + point.projection_weights * s
 
 
+# scope=lstm/gru: peak bytes of one call in units of B x n x d_model elements (the output's size), plus
+# copies of the weights, per (scope, mode). Forward: the input projection of every step at once (gates
+# units), the stacked outputs and a batch-first copy; fwd_bwd adds every step's gates and states kept for
+# backward, dX and the weights' gradients. Measured on a CPU (torch 2.x, fp32, n 256-1024, d_model 64-256,
+# batch 1-4, the allocator's peak): LSTM fwd 7-13 units (oneDNN's workspace and weight copies; the fixed
+# part shrinks with batch and n), fwd_bwd 23-30; GRU fwd 5, fwd_bwd 11-12.5. CUDA (cuDNN) is not measured yet.
+RECURRENT_UNITS = {("lstm", "fwd"): (8, 2), ("lstm", "fwd_bwd"): (25, 2),
+                   ("gru", "fwd"): (5, 0), ("gru", "fwd_bwd"): (11.5, 1)}
+
+
+def recurrent_mem_bytes(point: Point, element_bytes: int | None = None, batch: int | None = None,
+                        mode: str | None = None) -> int:
+    """Predicted peak bytes of one scope=lstm/gru call beyond its inputs (RECURRENT_UNITS); element_bytes,
+    batch and mode default to the point's (the float64 reference and the path-length pass use their own)."""
+    s = point.element_bytes if element_bytes is None else element_bytes
+    b = point.batch if batch is None else batch
+    units, weight_copies = RECURRENT_UNITS[(point.scope, mode or point.mode)]
+    return int((units * b * point.seq_len * point.d_model + weight_copies * point.recurrent_weights) * s)
+
+
 def predict_mem_bytes(point: Point, options: dict[str, Any] | None = None) -> int:
     """Predicted peak bytes of one call of `point` beyond its inputs (see the module docstring).
 
@@ -74,6 +98,8 @@ def predict_mem_bytes(point: Point, options: dict[str, Any] | None = None) -> in
     """
     from selfattn.measure.device import resolve_device
 
+    if point.scope in RNN_GATES:  # no attention back end runs
+        return recurrent_mem_bytes(point)
     device = resolve_device(point.device)
     if options is None:
         options = _default_options(point, device)
@@ -124,11 +150,29 @@ def accuracy_bytes(point: Point, rows: int) -> int:
     rows, with their gradients, float64 copies of the inputs, and the larger of the reference's
     full-size work and the stability pass's (`_full_size_pass_bytes`)."""
     s = point.element_bytes
+    if point.scope in RNN_GATES:  # a float64 copy of X and the whole recurrence, then the path-length pass
+        reference = recurrent_mem_bytes(point, FP64_BYTES) + input_bytes(point) * (FP64_BYTES // s)
+        return max(reference, path_length_bytes(point), input_draw_bytes(point, rows))
     keys = point.seq_len + (point.new_tokens if point.scope == "generate" else 0)
     sampled = point.batch * point.heads * min(rows, point.q_len_resolved) * keys
     copies = input_bytes(point) * (FP64_BYTES // s)
     passes = sampled * (3 * FP64_BYTES + 3 * s) + copies + _full_size_pass_bytes(point, keys)
-    return max(passes, input_draw_bytes(point, rows))
+    return max(passes, input_draw_bytes(point, rows), path_length_bytes(point))
+
+
+def path_length_bytes(point: Point) -> int:
+    """The path-length pass (selfattn/measure/path_length.py), float64 at PATH_DRAWS sequences: X and
+    its gradient and, for the layer, K and V and their gradients (one query: its scores are small);
+    for a recurrence its fwd_bwd activations. 0 for the scopes it does not run on."""
+    from selfattn.measure.path_length import PATH_DRAWS, PATH_SCOPES
+
+    if point.scope not in PATH_SCOPES:
+        return 0
+    x = PATH_DRAWS * point.seq_len * point.d_model * FP64_BYTES
+    if point.scope in RNN_GATES:
+        return 2 * x + recurrent_mem_bytes(point, FP64_BYTES, PATH_DRAWS, "fwd_bwd")
+    kv = PATH_DRAWS * point.seq_len * point.kv_heads_resolved * point.head_dim * FP64_BYTES
+    return 2 * x + 4 * kv
 
 
 # The stability pass's statistics of dK (selfattn/measure/stability.py), per element of K: dK in
@@ -169,9 +213,9 @@ def _drawn_tensors(point: Point, rows: int) -> list[int]:
     """Element counts of the tensors a point draws from its seed on its device (not the weights)."""
     b, h, d = point.batch, point.heads, point.head_dim
     q_len, seq_len = point.q_len_resolved, point.seq_len
-    if point.scope in ("layer", "generate"):
+    if point.scope in ("layer", "generate", *RNN_GATES):
         x = b * seq_len * point.d_model
-        return [x, x] if point.scope == "layer" and point.mode == "fwd_bwd" else [x]
+        return [x, x] if point.scope != "generate" and point.mode == "fwd_bwd" else [x]
     kv = b * point.kv_heads_resolved * seq_len * d
     drawn = [b * h * q_len * d, kv, kv, b * h * min(rows, q_len) * d]  # q, k, v, the stability upstream
     return drawn + ([b * h * q_len * d] if point.mode == "fwd_bwd" else [])  # the dense upstream
@@ -183,7 +227,8 @@ def input_draw_s(point: Point, rows: int = 0) -> float:
     from selfattn.measure.device import resolve_device
 
     values = sum(_drawn_tensors(point, rows))
-    weights = point.projection_weights if point.scope in ("layer", "generate") else 0
+    weights = (point.projection_weights if point.scope in ("layer", "generate") else
+               point.recurrent_weights if point.scope in RNN_GATES else 0)
     if draws_on_host(resolve_device(point.device)):
         return (values + weights) / HOST_DRAW_VALUES_PER_S
     return values / DEVICE_DRAW_VALUES_PER_S + weights / HOST_DRAW_VALUES_PER_S
@@ -210,7 +255,10 @@ def predict_call_s(point: Point, peak_tflops: float) -> float:
     """Predicted seconds of one call: FLOPs over the peak times the back end's efficiency."""
     from selfattn.backends import BACKEND_NAMES, get_backend
 
-    efficiency = get_backend(point.backend).EFFICIENCY if point.backend in BACKEND_NAMES else DEFAULT_EFFICIENCY
+    if point.scope in RNN_GATES:
+        efficiency = RECURRENT_EFFICIENCY
+    else:
+        efficiency = get_backend(point.backend).EFFICIENCY if point.backend in BACKEND_NAMES else DEFAULT_EFFICIENCY
     return point_flops(point) / (max(peak_tflops, 1e-6) * 1e12 * efficiency)
 
 

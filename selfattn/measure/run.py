@@ -26,6 +26,7 @@ from selfattn.measure.device import device_peak_gbps, device_peak_tflops, enviro
 from selfattn.measure.flops import mask_density, point_flops
 from selfattn.measure.traffic import bytes_moved
 from selfattn.measure.memory import alloc_peak_bytes, free_bytes, measure_peak, release_memory
+from selfattn.measure.path_length import PATH_SCOPES, far_near_ratio, input_sensitivity, sensitivity_json
 from selfattn.measure.permutation import POINT_SHAPE_CALLS, permutation_max_abs_diff, point_shape_bytes
 from selfattn.measure.predict import (
     accuracy_bytes,
@@ -38,7 +39,7 @@ from selfattn.measure.predict import (
 )
 from selfattn.measure.stability import stability
 from selfattn.measure.timing import time_call, wall_call
-from selfattn.point import Point
+from selfattn.point import RNN_GATES, Point
 from selfattn.results import Row
 
 def measure_point(point: Point, budget: Budget | None = None) -> Row:
@@ -89,7 +90,8 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
     point = point.with_device(device)
     with precision_context(point.precision, device) as dtype:
         options = resolve_options(point.backend, dict(point.backend_options), device, dtype)
-        row.kernel = kernel_label(point.backend, dict(point.backend_options), device=device, dtype=dtype)
+        row.kernel = (f"torch.nn.{point.scope.upper()}" if point.scope in RNN_GATES else
+                      kernel_label(point.backend, dict(point.backend_options), device=device, dtype=dtype))
         compiling = compiles(point.backend, options)
         if compiling and point.scope == "generate":
             raise Unsupported("scope=generate with a compiled back end: every step's cache length is a new shape to "
@@ -216,8 +218,11 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
 
     with _single_threaded_on_cpu(device):
         _accuracy_and_stability(point, workload, checked, sampled_queries, row)
-        if not compiling:  # a few small ops on at most PERM_TOKENS tokens
+        if not compiling and point.scope not in RNN_GATES:  # a few small ops on at most PERM_TOKENS tokens
             row.perm_max_abs_diff = permutation_max_abs_diff(point, dtype, torch.device(device))
+        if point.scope in PATH_SCOPES:  # float64, at the point's n and d_model (measure/path_length.py)
+            sensitivity = input_sensitivity(point, torch.device(device))
+            row.grad_by_distance, row.grad_far_near_ratio = sensitivity_json(sensitivity), far_near_ratio(sensitivity)
     if compiling:  # at the point's own size and shape (every thread), so it runs the code compiled above
         _compiled_permutation_check(point, dtype, device, row)
     row.status, row.error = "ok", ""

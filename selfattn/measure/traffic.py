@@ -9,14 +9,15 @@ bytes_moved gives each row its arithmetic intensity, its place on the roofline.
 scope=core reads Q, K and V (K and V once per K/V head, so GQA divides them) and writes O;
 fwd_bwd also reads dO and writes dQ, dK, dV. scope=layer reads X and the four projections'
 weights (W_K and W_V per K/V head) and writes the output; fwd_bwd also reads the upstream and
-writes dX and the weights' gradients. scope=generate sums its steps (`generate_bytes`).
+writes dX and the weights' gradients; scope=lstm/gru the same with its own weights (each read once:
+a kernel that re-reads W_hh every step moves more). scope=generate sums its steps (`generate_bytes`).
 
 Pure Python (no torch).
 """
 
 from __future__ import annotations
 
-from selfattn.point import Point
+from selfattn.point import RNN_GATES, Point
 
 
 def bytes_moved(point: Point) -> int:
@@ -24,9 +25,9 @@ def bytes_moved(point: Point) -> int:
     s = point.element_bytes
     if point.scope == "generate":
         return generate_bytes(point)
-    if point.scope == "layer":
+    if point.scope == "layer" or point.scope in RNN_GATES:
         activations = point.batch * point.seq_len * point.d_model * s  # X, and the output as big
-        weights = point.projection_weights * s
+        weights = (point.projection_weights if point.scope == "layer" else point.recurrent_weights) * s
         total = 2 * activations + weights
         if point.mode == "fwd_bwd":
             total += 2 * activations + weights  # read the upstream, write dX; write the weights' grads

@@ -21,7 +21,8 @@ from selfattn.decode import Generation, generate
 from selfattn.inputs import make_qkv, make_x, point_masks, randn
 from selfattn.layer import MultiHeadSelfAttention
 from selfattn.masks import Masks
-from selfattn.point import Point, parse_scale
+from selfattn.point import RNN_GATES, Point, parse_scale
+from selfattn.recurrent import Recurrent
 from selfattn.reference import attention_reference
 from selfattn.validate import check_masks, check_qkv, resolve_scale
 
@@ -70,6 +71,8 @@ def build(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Te
         return _build_layer(point, dtype, device, rows)
     if point.scope == "generate":
         return _build_generate(point, dtype, device, rows)
+    if point.scope in RNN_GATES:
+        return _build_recurrent(point, dtype, device, rows)
     return _build_core(point, dtype, device, rows)
 
 
@@ -282,3 +285,44 @@ def _build_generate(point: Point, dtype: torch.dtype, device: torch.device, rows
 
     upstream = torch.zeros(point.batch, point.heads, 1, point.head_dim, dtype=dtype, device=device)
     return Workload(run.run, check_call, reference, None, upstream, rows, Masks(causal=True))
+
+
+def _build_recurrent(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor) -> Workload:
+    """scope=lstm/gru (selfattn/recurrent.py) on the layer's X, with the layer's fwd_bwd and its float64
+    reference: a float64 copy of the same module on the same X, every step (a recurrence has no row
+    to compute alone). No attention inside: no stability metrics (`stability_inputs` None)."""
+    b, seq_len, d_model = point.batch, point.seq_len, point.d_model
+    grad = point.mode == "fwd_bwd"
+    rnn = Recurrent(point.scope, d_model, seed=point.seed).to(device=device, dtype=dtype).requires_grad_(grad)
+    x = make_x(b, seq_len, d_model, dtype=dtype, device=device, std=point.input_std, seed=point.seed, requires_grad=grad)
+    upstream = _randn((b, seq_len, d_model), point.seed + UPSTREAM_SEED_OFFSET, dtype, device) if grad else None
+    rows_dev = rows.to(device)
+    params = list(rnn.parameters())
+
+    def call() -> Any:
+        if not grad:
+            with torch.no_grad():
+                return rnn(x)
+        out = rnn(x)
+        return out, torch.autograd.grad(out, [x, *params], upstream)
+
+    def check_call() -> Result:
+        if not grad:
+            return Result(call()[:, rows_dev], None)
+        out = rnn(x)
+        grads = torch.autograd.grad(out, [x, *params], _on_rows(upstream, rows_dev, 1))
+        return Result(out.detach()[:, rows_dev], list(grads))
+
+    def reference() -> Result:
+        rnn64 = copy.deepcopy(rnn).to(torch.float64).requires_grad_(grad)
+        x64 = x.detach().to(torch.float64).requires_grad_(grad)
+        with torch.enable_grad() if grad else torch.no_grad():
+            out = rnn64(x64)[:, rows_dev]
+            if not grad:
+                return Result(out, None)
+            loss = (out * upstream[:, rows_dev].to(torch.float64)).sum()
+            grads = torch.autograd.grad(loss, [x64, *rnn64.parameters()])
+        return Result(out.detach(), list(grads))
+
+    upstream_rows = torch.zeros(b, 1, 1, 1, dtype=dtype, device=device)  # no stability pass reads it
+    return Workload(call, check_call, reference, None, upstream_rows, rows, Masks())
