@@ -247,7 +247,8 @@ _ALWAYS_IN_ID = frozenset({"backend", "backend_options", "precision", "device", 
                            "seq_len", "head_dim", "causal", "scale", "mode", "scope", "input_std", "seed"})
 # Axes only attention has: scope=lstm/gru refuses them away from their defaults (kv_heads: or = heads,
 # q_len: or = seq_len). heads x head_dim still sets d_model, the recurrence's hidden size.
-ATTENTION_ONLY = ("backend", "backend_options", "kv_heads", "q_len", "causal", "window", "pad_frac", "documents",
+# (The back end's options are checked against their defaults where those are known: measure/run.py.)
+ATTENTION_ONLY = ("backend", "kv_heads", "q_len", "causal", "window", "pad_frac", "documents",
                   "scale")
 # The flat sweep axes: every field but the back end's options (those are `backend.<option>`).
 AXES: tuple[str, ...] = tuple(name for name in FIELD_NAMES if name != "backend_options")

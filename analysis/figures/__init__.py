@@ -13,6 +13,7 @@ from analysis.figures.heads import heads_at_fixed_width
 from analysis.figures.masks import gqa_vs_kv_heads, masks_vs_density
 from analysis.figures.layer import layer_share
 from analysis.figures.overflow import low_precision_overflow
+from analysis.figures.recurrence import sensitivity_vs_distance
 from analysis.figures.stability import scaling_stability
 
 FIGURES = (
@@ -33,6 +34,7 @@ FIGURES = (
     generation,  # 15
     compiled_time_memory,  # 16
     compile_cost,  # 17
+    sensitivity_vs_distance,  # 18
 )
 
 __all__ = ["FIGURES", "Context", "Made", "Skipped"]

@@ -94,3 +94,11 @@ def precision_dashes(precisions: Iterable[str]) -> dict[str, tuple | str]:
 
 def device_palette(devices: Iterable[str]) -> dict[str, str]:
     return {d: DEVICE_COLORS[i % len(DEVICE_COLORS)] for i, d in enumerate(sorted(set(devices)))}
+
+
+# scope=layer (attention) and the recurrent baselines (figure 18): attention in the colour sdpa has, the RNNs apart.
+SCOPE_COLORS = {"layer": "#0072B2", "lstm": "#D55E00", "gru": "#CC79A7"}
+
+
+def scope_palette(scopes: Iterable[str]) -> dict[str, str]:
+    return {s: SCOPE_COLORS.get(s, OTHER) for s in set(scopes)}

@@ -7,11 +7,13 @@ not depend on k (beyond k = 0: the token itself also enters through its own quer
 gradient larger for a reason that has nothing to do with path length; it is drawn, never compared).
 
 Measured in float64 (an LSTM's far gradient is ~1e-14 at n = 64 and underflows float32 soon after)
-at the point's n and d_model with its seeded weights: PATH_DRAWS draws of X (N(0, input_std^2)), each
+at the point's n and d_model with its seeded weights: ATTENTION_DRAWS or RECURRENT_DRAWS draws of X (N(0, input_std^2)), each
 with its own random unit direction u of the output, batched into one forward and one backward of
 u . y_{n-1}; the norm over d_model of the gradient at each distance, averaged over the draws.
-scope=layer runs its one needed query (the last; bottom-right aligned, it sees every key, causal or
-not) through the float64 reference attention (selfattn/reference.py) on the layer's own weights.
+scope=layer computes only the output it needs, the last query's (`last_query_output`), on the layer's
+own weights. Attention's sensitivity to one token follows that token's random softmax weight (logits
+of std ~1 at init), so its average takes many draws (ATTENTION_DRAWS; cheap: O(n d_model heads) each);
+a recurrence's decay is many orders of magnitude and its draws cost a whole recurrence (RECURRENT_DRAWS).
 """
 
 from __future__ import annotations
@@ -25,11 +27,15 @@ from selfattn.inputs import randn
 from selfattn.layer import MultiHeadSelfAttention
 from selfattn.point import RNN_GATES, Point, parse_scale
 from selfattn.recurrent import Recurrent
-from selfattn.reference import attention_reference
 
-PATH_DRAWS = 8  # measured: attention's ratio over 12 seeds at n 64-1024 lies in 0.3-3.7 with 8 draws (0.3-4.6 with 4)
+ATTENTION_DRAWS = 16  # measured: the ratio over 64 seeded points at n 64-1024, d_model 128-256: 0.45-2.4
+RECURRENT_DRAWS = 4
 PATH_SEED_OFFSET = 4_000_037  # its own stream: the point's inputs and upstreams stay as they are
 PATH_SCOPES = ("layer", *RNN_GATES)
+
+
+def path_draws(scope: str) -> int:
+    return RECURRENT_DRAWS if scope in RNN_GATES else ATTENTION_DRAWS
 
 
 def path_distances(n: int) -> list[int]:
@@ -47,10 +53,10 @@ def input_sensitivity(point: Point, device: torch.device | str) -> list[tuple[in
     """[(distance k, mean over draws of ||d (u . y_{n-1}) / d x_{n-1-k}||)] for k in path_distances(n)."""
     if point.scope not in PATH_SCOPES:
         raise ValueError(f"scope: the path-length measurement needs one of {', '.join(PATH_SCOPES)}, got {point.scope!r}")
-    n, d_model = point.seq_len, point.d_model
+    n, d_model, draws = point.seq_len, point.d_model, path_draws(point.scope)
     seed = point.seed + PATH_SEED_OFFSET
-    x = randn((PATH_DRAWS, n, d_model), dtype=torch.float64, device=device, std=point.input_std, seed=seed)
-    u = randn((PATH_DRAWS, d_model), dtype=torch.float64, device=device, seed=seed + 1)
+    x = randn((draws, n, d_model), dtype=torch.float64, device=device, std=point.input_std, seed=seed)
+    u = randn((draws, d_model), dtype=torch.float64, device=device, seed=seed + 1)
     u = u / u.norm(dim=-1, keepdim=True)
     x.requires_grad_(True)
     with torch.enable_grad():
@@ -70,11 +76,26 @@ def _last_output(point: Point, x: torch.Tensor, device: torch.device | str) -> t
     layer = MultiHeadSelfAttention(point.d_model, point.heads, kv_heads=point.kv_heads_resolved)
     if point.seed != 0:
         layer.reset_parameters(seed=point.seed)
-    layer = layer.to(device=device, dtype=torch.float64)
-    split = layer.split_heads
-    q, k, v = split(layer.w_q(x[:, -1:])), split(layer.w_k(x)), split(layer.w_v(x))
-    out = attention_reference(q, k, v, causal=point.causal, scale=parse_scale(point.scale))  # one query: the last
-    return layer.w_o(layer.merge_heads(out))[:, 0]
+    return last_query_output(layer.to(device=device, dtype=torch.float64), x, parse_scale(point.scale))
+
+
+def last_query_output(layer: MultiHeadSelfAttention, x_BLD: torch.Tensor, scale: float | None) -> torch.Tensor:
+    """The layer's output at the last position, (B, d_model), with the products reassociated so nothing
+    of size n x d_model^2 is formed: head h's logits are X (W_K,h^T q_h) and its value sum W_V,h (a_h^T X),
+    O(n d_model heads) instead of projecting every key and value. The same function (tests compare it with
+    the layer's forward), so autograd's gradient is the layer's. The last query, bottom-right aligned, sees
+    every key with the causal mask or without it."""
+    b, _, d_model = x_BLD.shape
+    heads, kv_heads, dim = layer.heads, layer.kv_heads, layer.head_dim
+    group = heads // kv_heads  # query head h reads K/V head h // group
+    w_k_HKM = layer.w_k.weight.view(kv_heads, dim, d_model).repeat_interleave(group, dim=0)
+    w_v_HKM = layer.w_v.weight.view(kv_heads, dim, d_model).repeat_interleave(group, dim=0)
+    q_BHK = layer.w_q(x_BLD[:, -1]).view(b, heads, dim)
+    key_dir_BHM = torch.einsum("bhk,hkm->bhm", q_BHK, w_k_HKM) * (1.0 / math.sqrt(dim) if scale is None else scale)
+    weights_BHL = torch.softmax(torch.einsum("blm,bhm->bhl", x_BLD, key_dir_BHM), dim=-1)
+    mixed_BHM = torch.einsum("bhl,blm->bhm", weights_BHL, x_BLD)
+    out_BHK = torch.einsum("hkm,bhm->bhk", w_v_HKM, mixed_BHM)
+    return layer.w_o(out_BHK.reshape(b, heads * dim))
 
 
 def far_near_ratio(sensitivity: list[tuple[int, float]]) -> float | None:

@@ -161,18 +161,18 @@ def accuracy_bytes(point: Point, rows: int) -> int:
 
 
 def path_length_bytes(point: Point) -> int:
-    """The path-length pass (selfattn/measure/path_length.py), float64 at PATH_DRAWS sequences: X and
-    its gradient and, for the layer, K and V and their gradients (one query: its scores are small);
-    for a recurrence its fwd_bwd activations. 0 for the scopes it does not run on."""
-    from selfattn.measure.path_length import PATH_DRAWS, PATH_SCOPES
+    """The path-length pass (selfattn/measure/path_length.py), float64 at its draws' batch: X and its
+    gradient, and for a recurrence its fwd_bwd activations (the layer's last query adds only (heads x n)
+    weights and their gradient). 0 for the scopes it does not run on."""
+    from selfattn.measure.path_length import PATH_SCOPES, path_draws
 
     if point.scope not in PATH_SCOPES:
         return 0
-    x = PATH_DRAWS * point.seq_len * point.d_model * FP64_BYTES
+    draws = path_draws(point.scope)
+    x = draws * point.seq_len * point.d_model * FP64_BYTES
     if point.scope in RNN_GATES:
-        return 2 * x + recurrent_mem_bytes(point, FP64_BYTES, PATH_DRAWS, "fwd_bwd")
-    kv = PATH_DRAWS * point.seq_len * point.kv_heads_resolved * point.head_dim * FP64_BYTES
-    return 2 * x + 4 * kv
+        return 2 * x + recurrent_mem_bytes(point, FP64_BYTES, draws, "fwd_bwd")
+    return 2 * x + 4 * draws * point.heads * point.seq_len * FP64_BYTES
 
 
 # The stability pass's statistics of dK (selfattn/measure/stability.py), per element of K: dK in

@@ -88,6 +88,8 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
     if device == "cuda" and not torch.cuda.is_available():
         raise Unsupported("device cuda: no CUDA device is available to this process")
     point = point.with_device(device)
+    if point.scope in RNN_GATES:
+        _check_no_options(point)
     with precision_context(point.precision, device) as dtype:
         options = resolve_options(point.backend, dict(point.backend_options), device, dtype)
         row.kernel = (f"torch.nn.{point.scope.upper()}" if point.scope in RNN_GATES else
@@ -126,6 +128,18 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
             row.status, row.error = "skipped_budget", reason
             return
         _run(point, budget, device, dtype, sampled_queries, row, build, compiling)
+
+
+def _check_no_options(point: Point) -> None:
+    """A recurrent scope runs no attention back end: its options must stay at their defaults."""
+    from selfattn.backends import get_backend
+    from selfattn.fields import defaults
+
+    options = defaults(get_backend(point.backend).Options)
+    for name, value in point.backend_options.items():
+        if name not in options or options[name] != value:
+            raise ValueError(f"backend.{name}: scope={point.scope} is a recurrent layer with no attention back end, "
+                             f"so the back end's options must stay at their defaults, got {value!r}")
 
 
 def _predict_s(point: Point, peak: float, budget: Budget, rows: int, compiling: bool) -> float:
