@@ -31,8 +31,8 @@ from selfattn.inputs import make_document_ids, make_qkv
 
 N = 64
 SMALL_D_K, LARGE_D_K, MASK_D_K = 16, 512, 64
-WINDOW = 16
-PADDED_LENGTH = 40  # keys 40..63 are right padding
+WINDOW_FRACTION = 0.25  # a causal window of n/4 keys
+PADDED_FRACTION = 0.375  # the last 3/8 of the keys are right padding (24 of 64)
 DOCUMENTS = 4
 
 
@@ -46,7 +46,8 @@ class Panel:
 
 
 def panels(n: int = N, seed: int = 0) -> list[Panel]:
-    documents = make_document_ids(1, n, DOCUMENTS, seed=seed)
+    documents = make_document_ids(1, n, min(DOCUMENTS, n), seed=seed)
+    window, length = max(1, round(n * WINDOW_FRACTION)), max(1, round(n * (1 - PADDED_FRACTION)))
     return [
         Panel("scale", f"d_k={SMALL_D_K}, scaled 1/√d_k", SMALL_D_K),
         Panel("scale", f"d_k={SMALL_D_K}, unscaled", SMALL_D_K, scaled=False),
@@ -54,9 +55,8 @@ def panels(n: int = N, seed: int = 0) -> list[Panel]:
         Panel("scale", f"d_k={LARGE_D_K}, unscaled", LARGE_D_K, scaled=False),
         Panel("mask", "no mask", MASK_D_K),
         Panel("mask", "causal", MASK_D_K, masks=(("causal", True),)),
-        Panel("mask", f"causal, window {WINDOW}", MASK_D_K, masks=(("causal", True), ("window", WINDOW))),
-        Panel("mask", f"padding: {n - PADDED_LENGTH} of {n} keys", MASK_D_K,
-              masks=(("key_lengths", torch.tensor([PADDED_LENGTH])),)),
+        Panel("mask", f"causal, window {window}", MASK_D_K, masks=(("causal", True), ("window", window))),
+        Panel("mask", f"padding: {n - length} of {n} keys", MASK_D_K, masks=(("key_lengths", torch.tensor([length])),)),
         Panel("mask", f"{DOCUMENTS} packed documents", MASK_D_K, masks=(("document_ids", documents),)),
     ]
 

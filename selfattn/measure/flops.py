@@ -103,7 +103,8 @@ def recurrent_flops(point: Point) -> float:
     weight, batch and step: 4 * gates * d_model^2 * B * n. As with attention's softmax, the biases and
     the gates' element-wise work (sigmoid, tanh, products; GRU's reset gate on h W_hh) are not counted.
     (The first step's h_0 is zero but still multiplied, so it counts.) fwd_bwd: a matmul's backward is
-    two of its size (LINEAR_FWD_BWD_FACTOR)."""
+    two of its size (LINEAR_FWD_BWD_FACTOR), less the gradient of h_0 (a constant: nothing asks for it)."""
     gates = RNN_GATES[point.scope]
-    forward = 2.0 * point.batch * point.seq_len * gates * point.d_model * (2 * point.d_model)
-    return forward * (LINEAR_FWD_BWD_FACTOR if point.mode == "fwd_bwd" else 1.0)
+    step = 2.0 * point.batch * gates * point.d_model * point.d_model  # one of the two products of one step
+    forward = 2 * step * point.seq_len
+    return LINEAR_FWD_BWD_FACTOR * forward - step if point.mode == "fwd_bwd" else forward
