@@ -127,6 +127,11 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
         if reason is not None:
             row.status, row.error = "skipped_budget", reason
             return
+        if point.scope in RNN_GATES:  # a recurrence on a CPU: its timed calls on one thread too (see below)
+            with _single_threaded_on_cpu(device):
+                row.num_threads = torch.get_num_threads()
+                _run(point, budget, device, dtype, sampled_queries, row, build, compiling)
+            return
         _run(point, budget, device, dtype, sampled_queries, row, build, compiling)
 
 
@@ -153,6 +158,14 @@ def _compile_key(point: Point) -> tuple:
     """What decides whether a point reuses compiled code: every axis but the seed and the inputs' std."""
     return tuple((name, repr(value)) for name, value in sorted(point.columns().items())
                  if name not in ("seed", "input_std"))
+
+
+# scope=lstm/gru on a CPU runs its timed calls on one thread as well (the row's num_threads says 1): its n
+# serial steps are each a small (batch x d_model) product that intra-op threads cannot share without a
+# barrier per step, each waiting for a scheduler slice on a shared machine. Measured on the loaded 2-core
+# VM (n = 512, d_model = 128, forward): LSTM 9-17 ms on one thread, 1.8-2.4 s on two; GRU 44-47 ms and
+# 0.46-0.58 s. So one thread is the recurrence's best here, as every thread is attention's: the achieved
+# FLOP/s of the two compare what each gets out of the machine (the chapter's "hard to parallelise").
 
 
 @contextmanager

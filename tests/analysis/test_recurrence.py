@@ -99,6 +99,19 @@ def test_an_rnn_as_fast_as_attention_does_not_hold(tmp_path):  # negative contro
     assert verdicts(tmp_path, study_rows(rnn_tflops=0.04))["rnn_flops_below"].verdict == FAILS
 
 
+def test_the_flops_claim_is_judged_at_the_largest_matched_n(tmp_path):
+    rows = study_rows()
+    for row in rows:  # the smallest calls are fixed costs: an RNN as fast there does not decide it
+        if row["scope"] == "lstm" and row["seq_len"] == 32:
+            row["tflops"] = 0.05
+    found = verdicts(tmp_path, rows)["rnn_flops_below"]
+    assert found.verdict == HOLDS and "n=32 1.00" in found.evidence
+    for row in rows:
+        if row["scope"] == "lstm" and row["seq_len"] == 512:
+            row["tflops"] = 0.05
+    assert verdicts(tmp_path, rows)["rnn_flops_below"].verdict == FAILS
+
+
 def test_the_flops_claim_compares_only_matched_points(tmp_path):
     rows = [r for r in study_rows() if not (r["scope"] == "layer" and r["seq_len"] == 512)]
     rows.append(_row("lstm", 2048, 0.5, 1.0))  # no layer at n=2048: not compared
