@@ -24,7 +24,7 @@ def task_dict(cfg):
 
 def test_the_issue_lists_every_experiment():
     assert set(EXPERIMENTS) == {"quick", "quadratic_cost", "scaling_stability", "causal_mask", "heads",
-                                "precision_accuracy", "cross_gpu", "masks", "gqa", "decode", "compiled", "smoke"}
+                                "precision_accuracy", "cross_gpu", "masks", "gqa", "decode", "compiled", "rnn_vs_attention", "smoke"}
 
 
 @pytest.mark.parametrize("name", STUDIES)
@@ -37,7 +37,7 @@ def test_experiment_composes_and_its_first_and_last_points_are_valid(composer, n
     params = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=True)
     assert params, "an experiment sweeps something"
     total = count_jobs(cfg)
-    assert 8 <= total <= 200, total  # small enough to finish in minutes on its device family
+    assert 8 <= total <= 240, total  # small enough to finish in minutes on its device family
     # the first and the last job of the product, composed the way Hydra composes them
     firsts = [f"{k}={str(v).split(',')[0]}" for k, v in params.items()]
     lasts = [f"{k}={str(v).split(',')[-1]}" for k, v in params.items()]
@@ -83,7 +83,8 @@ def test_quick_is_the_union_of_its_grids(composer):
     points = config.grid_points(cfg.grids)
     cost, stability_grid = 2 * 3 * 2 * 9, 4 * 2  # two passes x back ends x masks x sizes; head_dim x scale
     overflow, scale_on_q, heads, layer = 2 * 2 * 2 * 5, 2 * 5, 3 * 4, 2 * 2 * 5
-    assert count_jobs(cfg) == len(points) == cost + stability_grid + overflow + scale_on_q + heads + layer
+    recurrence = 2 * 2 + 2  # lstm, gru x two sizes; the layer at the same two
+    assert count_jobs(cfg) == len(points) == cost + stability_grid + overflow + scale_on_q + heads + layer + recurrence
     flat = task_dict(cfg)
     built = {point_of({**flat, "grid_point": i}).point_id() for i in range(len(points))}
     assert len(built) == len(points)  # no grid repeats another's point
@@ -92,8 +93,11 @@ def test_quick_is_the_union_of_its_grids(composer):
     on_q = point_of({**flat, "grid_point": cost + stability_grid + overflow})
     assert (on_q.backend, dict(on_q.backend_options)["scale_at"], on_q.precision, on_q.scale) == (
         "naive", "query", "fp16", "auto")
-    layer_point = point_of({**flat, "grid_point": len(points) - 1})
+    layer_point = point_of({**flat, "grid_point": len(points) - recurrence - 1})
     assert (layer_point.backend, layer_point.scope, layer_point.batch, layer_point.seed) == ("sdpa", "layer", 4, 1)
+    rnn, last = (point_of({**flat, "grid_point": i}) for i in (len(points) - recurrence, len(points) - 1))
+    assert (rnn.scope, rnn.backend, rnn.d_model, last.scope, last.backend, last.d_model) == (
+        "lstm", "naive", 128, "layer", "sdpa", 128)
 
 
 def test_help_lists_groups_and_experiments():
