@@ -66,22 +66,24 @@ def _label(scope: str, device: str, d_model) -> str:
     return f"{device} {scope} d_model={number_text(d_model)}"
 
 
-def _falls(ratios: list[float]) -> tuple[bool | None, int | None]:
-    """Whether each larger n's ratio is below the previous one (a 0, float64's underflow, is below any
-    positive ratio); None with the first n whose ratio and its predecessor's are both 0 (cannot tell)."""
-    for i in range(1, len(ratios)):
-        before, now = ratios[i - 1], ratios[i]
+def _falls(ratios: list[float]) -> bool | None:
+    """Whether the ratio is lower at each larger n where float64 can tell: a 0 (float64's underflow) is below
+    any positive ratio, and two zeros are not compared; None when no pair could be compared (all zeros)."""
+    compared = False
+    for before, now in zip(ratios, ratios[1:]):
         if before == 0 and now == 0:
-            return None, i
+            continue
         if not now < before:
-            return False, None
-    return True, None
+            return False
+        compared = True
+    return True if compared else None
 
 
 @claim("rnn_path_decays", "An RNN's sensitivity to a token decays with its distance: the gradient of the last "
        "output w.r.t. the farthest token is a vanishing fraction of that w.r.t. the previous one, and falls with n",
        rule=f"per LSTM/GRU and d_model: grad_far_near_ratio (distance n-1 over distance 1, float64, at init) "
-            f"< {RNN_MAX_RATIO:g} at every n, and lower at each larger n (0, an underflow, counts as lower)",
+            f"< {RNN_MAX_RATIO:g} at every n, and lower at each larger n where float64 can tell (0, its underflow, is "
+            f"below any positive ratio; two zeros are not compared)",
        experiment=EXPERIMENT, study=RECURRENCE)
 def rnn_path_decays(rows: pd.DataFrame) -> Evidence | None:
     paths = path_rows(rows)
@@ -101,10 +103,9 @@ def rnn_path_decays(rows: pd.DataFrame) -> Evidence | None:
             else:
                 undecided.append(f"{label}: falling with n needs two or more n")
             continue
-        falls, tied = _falls(ratios)
+        falls = _falls(ratios)
         if falls is None and small:
-            undecided.append(f"{label}: the ratio underflowed float64 to 0 from n={number_text(ns[tied - 1])}; "
-                             "falling needs smaller n")
+            undecided.append(f"{label}: the ratio underflowed float64 to 0 at every n; falling needs smaller n")
             continue
         passes.append(small and bool(falls))
     return Evidence("; ".join(parts), tuple(passes), tuple(undecided))

@@ -85,6 +85,18 @@ def test_underflow_to_zero_at_every_n_is_not_decided(tmp_path):
     assert verdict.startswith(NOT_DECIDED) and "underflowed" in verdict
 
 
+def test_underflow_after_a_measured_ratio_is_falling_and_two_zeros_are_not_compared(tmp_path):
+    rows = study_rows(sizes=(32, 128, 512, 2048))
+    for row in rows:
+        if row["scope"] != "layer" and row["seq_len"] >= 512:
+            row["grad_far_near_ratio"] = 0.0
+    assert verdicts(tmp_path, rows)["rnn_path_decays"].verdict == HOLDS
+    for row in rows:  # a measured ratio after an underflow: it rose
+        if row["scope"] == "lstm" and row["seq_len"] == 2048:
+            row["grad_far_near_ratio"] = 1e-30
+    assert verdicts(tmp_path, rows)["rnn_path_decays"].verdict == FAILS
+
+
 def test_attention_that_decays_with_distance_does_not_hold(tmp_path):  # negative control
     assert verdicts(tmp_path, study_rows(layer_decay=0.9))["attention_path_flat"].verdict == FAILS
 
