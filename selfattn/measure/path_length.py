@@ -64,8 +64,16 @@ def input_sensitivity(point: Point, device: torch.device | str) -> list[tuple[in
         (grad_x,) = torch.autograd.grad((last * u).sum(), x)
     distances = path_distances(n)
     positions = torch.tensor([n - 1 - k for k in distances], device=grad_x.device)
-    norms = grad_x.index_select(1, positions).norm(dim=-1).mean(dim=0)  # (distances,)
+    norms = scaled_norm(grad_x.index_select(1, positions)).mean(dim=0)  # (distances,)
     return list(zip(distances, (float(v) for v in norms.cpu())))
+
+
+def scaled_norm(t: torch.Tensor) -> torch.Tensor:
+    """The 2-norm over the last dimension, computed as max|t| * ||t / max|t|||: squaring a far gradient of
+    1e-200 directly underflows float64 to 0, though the gradient itself is well inside its range."""
+    top = t.abs().amax(dim=-1, keepdim=True)
+    safe = torch.where(top > 0, top, torch.ones_like(top))
+    return (top * (t / safe).norm(dim=-1, keepdim=True)).squeeze(-1)
 
 
 def _last_output(point: Point, x: torch.Tensor, device: torch.device | str) -> torch.Tensor:

@@ -69,6 +69,12 @@ def test_the_ratio_needs_three_tokens_and_reads_far_over_near():
     assert pl.far_near_ratio([(0, 1.0), (1, 0.0), (2, 0.0)]) is None
 
 
+def test_the_norm_does_not_underflow_where_the_gradient_does_not():
+    t = torch.tensor([[3e-200, -4e-200], [0.0, 0.0], [3.0, 4.0]], dtype=torch.float64)
+    assert t[0].norm() == 0  # the naive norm squares 1e-200 to below float64's range
+    assert torch.allclose(pl.scaled_norm(t), torch.tensor([5e-200, 0.0, 5.0], dtype=torch.float64), rtol=1e-15, atol=0)
+
+
 def test_the_column_is_json_pairs():
     assert pl.sensitivity_json([(0, 1.5), (1, float("nan"))]) == "[[0, 1.5], [1, null]]"
 
