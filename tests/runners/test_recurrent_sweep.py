@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import csv
 
+import pytest
 from runner_helpers import run_sweep
+
+pytestmark = pytest.mark.slow  # real sweeps in subprocesses (~90 s on the 2-core VM), like test_sweep_cli.py
 
 
 def read_csv(path):
