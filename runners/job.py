@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from runners import config, progress, row_store, rows
+from runners import config, curves, progress, row_store, rows
 from runners.scheduler_signals import StoppedByScheduler, stops_from_scheduler
 from runners.config import ParsedJob
 from runners.wandb_log import SINK
@@ -110,6 +110,7 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     row.job_wall_s = _last_row_written - start
     written = row.to_dict()
     try:
+        curves.write_curve(ctx.job_dir, written)  # scope=train: loss_curve.csv, before the row that marks the point done
         rows.record_row(ctx.sweep_dir, ctx.job_dir, written)  # row file, index entry; results.csv while the sweep is small
     except OSError as exc:  # a full disk, a folder made read-only: one line, and the sweep goes on
         # Every file is replaced whole (row_store.atomic_write_text), so nothing partial is left and
@@ -128,7 +129,7 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
             write_traceback(ctx.job_dir)
         except OSError as exc:  # the row is recorded; only the traceback beside it is lost
             print(f"warning: traceback not kept: {row_store.write_failure(exc)}", file=sys.stderr)
-    SINK.log_point(parsed.wandb, written, group=ctx.sweep_id or ctx.sweep_dir.name, out_dir=ctx.sweep_dir)
+    SINK.log_point(parsed.wandb, written, group=ctx.sweep_id or ctx.sweep_dir.name, out_dir=ctx.sweep_dir)  # a curve too
 
     eta = progress.eta_s(ctx.started_unix, index or 0, ctx.total)
     print(progress.line(index, ctx.total, progress.describe(written, varying), written, eta=eta), flush=True)

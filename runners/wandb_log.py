@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from selfattn.point import POINT_COLUMNS
+from selfattn.results import decode_curve
 
 # System metrics sampling would steal CPU from the timed calls on a small machine.
 _SETTINGS = {"silent": True, "console": "off", "x_disable_stats": True, "disable_git": True, "save_code": False}
@@ -68,7 +69,8 @@ class WandbSink:
         wandb = self._wandb(str(conf.get("mode")))
         if wandb is None:
             return
-        values = {k: v for k, v in row.items() if v is not None and v != ""}
+        curve = decode_curve(row.get("loss_curve"))
+        values = {k: v for k, v in row.items() if v is not None and v != "" and k != "loss_curve"}
         try:
             if conf.get("run_per_point"):
                 point = {k: v for k, v in values.items() if k in _POINT_KEYS}
@@ -76,6 +78,8 @@ class WandbSink:
                                  name=f"{group}-{row.get('point_id')}", dir=str(out_dir))
                 if run is not None:
                     with run:
+                        for step, loss, accuracy in curve:  # scope=train: the run's own history is the curve
+                            run.log({"train/loss": loss, "train/accuracy": accuracy}, step=step)
                         run.summary.update(values)
                 return
             key = (conf.get("project"), conf.get("mode"), group)
@@ -86,6 +90,11 @@ class WandbSink:
                 self.run_key = key
                 self.step = 0
             if self.run is not None:
+                if curve:  # one step per point here, so the curve is a line series of its own, keyed by the point
+                    steps = [step for step, _, _ in curve]
+                    values[f"loss_curve/{row.get('point_id')}"] = wandb.plot.line_series(
+                        xs=steps, ys=[[loss for _, loss, _ in curve]], keys=["loss"],
+                        title=f"loss {row.get('point_id')}", xname="step")
                 self.run.log(values, step=self.step)
                 self.step += 1
         except Exception as exc:

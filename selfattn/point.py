@@ -85,13 +85,16 @@ class Point:
     scale: Any = spec("auto", parse=_check_scale,
                       help="auto (1/sqrt(head_dim)) | none (1.0, the unscaled ablation) | a positive number")
     mode: str = spec("fwd", choices=("fwd", "fwd_bwd"), help="forward only, or forward and backward")
-    scope: str = spec("core", choices=("core", "layer", "generate", *RNN_GATES),
+    scope: str = spec("core", choices=("core", "layer", "generate", *RNN_GATES, "train"),
                       help="core (Q, K, V given) | layer (X with Q/K/V/O projections) | "
                            "generate (new_tokens tokens after a seq_len-token prompt, selfattn/decode.py) | "
-                           "lstm, gru (one torch.nn.LSTM / nn.GRU layer over X, hidden size d_model: the recurrent baselines)")
+                           "lstm, gru (one torch.nn.LSTM / nn.GRU layer over X, hidden size d_model: the recurrent baselines) | "
+                           "train (a short training run on associative recall, selfattn/train/)")
     new_tokens: int = spec(16, ge=1, help="scope=generate: tokens generated after the prompt (T)")
     kv_cache: bool = spec(True, help="scope=generate: keep K and V of past tokens (true) or recompute the prefix every step")
-    input_std: float = spec(1.0, gt=0, help="standard deviation of the random inputs")
+    steps: int = spec(200, ge=1, help="scope=train: optimizer steps (AdamW)")
+    lr: float = spec(3e-3, gt=0, help="scope=train: learning rate")
+    input_std: float = spec(1.0, gt=0, help="standard deviation of the random inputs (scope=train: of the embeddings)")
     seed: int = spec(0, ge=0, help="seed of the inputs and of the sampled accuracy rows")
 
     @property
@@ -170,8 +173,8 @@ class Point:
     def validate(self) -> None:
         """Raise ValueError with one line naming the field and what is allowed."""
         validate_instance(self)
-        if self.scope == "layer" and self.q_len is not None and self.q_len != self.seq_len:
-            raise ValueError(f"q_len: scope=layer is self-attention over X, so q_len must be null or seq_len, got {self.q_len!r}")
+        if self.scope in ("layer", "train") and self.q_len is not None and self.q_len != self.seq_len:
+            raise ValueError(f"q_len: scope={self.scope} is self-attention over X, so q_len must be null or seq_len, got {self.q_len!r}")
         if self.heads % self.kv_heads_resolved:
             raise ValueError(f"kv_heads: must divide heads={self.heads}, got {self.kv_heads!r}")
         if self.documents is not None:
@@ -183,16 +186,21 @@ class Point:
             for name in ("new_tokens", "kv_cache"):
                 if getattr(self, name) != axis_default(name):
                     raise ValueError(f"{name}: only scope=generate uses it, got {getattr(self, name)!r} with scope={self.scope}")
+        for name in ("steps", "lr"):  # only a training run reads them: two ids would name one measurement
+            if self.scope != "train" and getattr(self, name) != axis_default(name):
+                raise ValueError(f"{name}: only scope=train uses it, got {getattr(self, name)!r} with scope={self.scope}")
+        if self.scope == "train" and self.mode != "fwd_bwd":
+            raise ValueError(f"mode: scope=train runs forward and backward, so mode must be fwd_bwd, got {self.mode!r}")
         if self.scope == "generate":  # autoregressive: causal, one query per new token, no other mask
             if not self.causal:
                 raise ValueError("causal: scope=generate is autoregressive, so causal must be true, got False")
             for name, plain in (("q_len", None), ("window", None), ("pad_frac", 0.0), ("documents", None)):
                 if getattr(self, name) != plain:
                     raise ValueError(f"{name}: scope=generate takes the prompt length from seq_len and no mask but causal, got {getattr(self, name)!r}")
-        if self.scope == "layer":  # the layer runs self-attention over X, causal or not, with no other mask
+        if self.scope in ("layer", "train"):  # the layer runs self-attention over X, causal or not, with no other mask
             for name, plain in (("window", None), ("pad_frac", 0.0), ("documents", None)):
                 if getattr(self, name) != plain:
-                    raise ValueError(f"{name}: scope=layer supports the causal mask only, got {getattr(self, name)!r}")
+                    raise ValueError(f"{name}: scope={self.scope} supports the causal mask only, got {getattr(self, name)!r}")
 
         if self.scope in RNN_GATES:  # no attention in it: an attention-only axis would name a second id for one measurement
             for name in ATTENTION_ONLY:

@@ -8,7 +8,8 @@ Units are in the names: milliseconds, bytes, FLOPs, seconds.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+import json
+from typing import Any, Mapping, Sequence
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "oom", "skipped_budget", "unsupported", "invalid", "error")
@@ -41,6 +42,8 @@ class Row:
     documents: int | None = None  # packed documents per sequence, empty = one
     new_tokens: int | None = None  # scope=generate: tokens generated after a prompt of seq_len tokens
     kv_cache: bool | None = None  # scope=generate: with a KV-cache, or recomputing the prefix every step
+    steps: int | None = None  # scope=train: optimizer steps
+    lr: float | None = None  # scope=train: learning rate
     mask_density: float | None = None  # fraction of the q_len x seq_len (query, key) pairs the masks let through
     scale: str = ""  # "auto" | "none" | number, as configured
     scale_value: float | None = None  # the factor actually applied to the logits
@@ -102,6 +105,20 @@ class Row:
     # and the norm at k = n-1 over the norm at k = 1
     grad_by_distance: str = ""
     grad_far_near_ratio: float | None = None
+    # scope=train (selfattn/train/loop.py): the held-out batch's loss at 25/50/75/100% of the steps, its final
+    # accuracy, the first step whose last 10 batches average >= 90% accuracy (empty: never), the steps whose loss
+    # or gradient was not finite (their update skipped; fp16: GradScaler's overflowed scales count too), those
+    # whose loss itself was not (the forward overflowed), and the training batches' curve (`encode_curve`); a
+    # train row's logit_std, max_weight and saturated_frac are its query row's at the end, time_ms its median step
+    loss_at_25pct: float | None = None
+    loss_at_50pct: float | None = None
+    loss_at_75pct: float | None = None
+    loss_final: float | None = None
+    final_accuracy: float | None = None
+    steps_to_target_acc: int | None = None
+    nonfinite_steps: int | None = None
+    nonfinite_loss_steps: int | None = None
+    loss_curve: str = ""
     # harness cost: seconds spent in warm-up + timed calls, and the whole job's wall time
     measure_s: float | None = None
     job_wall_s: float | None = None
@@ -128,6 +145,19 @@ class Row:
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row))
+
+
+def encode_curve(losses: Sequence[float], accuracies: Sequence[float]) -> str:
+    """The `loss_curve` cell: JSON [[step, loss, accuracy], ...] for steps 1.. (floats as repr: exact)."""
+    return json.dumps([[step, float(loss), float(acc)] for step, (loss, acc) in enumerate(zip(losses, accuracies), 1)],
+                      separators=(",", ":"))
+
+
+def decode_curve(text: Any) -> list[tuple[int, float, float]]:
+    """(step, loss, accuracy) triples of a `loss_curve` cell; [] for an empty or missing one."""
+    if not isinstance(text, str) or not text.strip():
+        return []
+    return [(int(step), float(loss), float(acc)) for step, loss, acc in json.loads(text)]
 
 
 def rank(row: Mapping[str, Any]) -> tuple[bool, str]:

@@ -91,6 +91,11 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
     if point.scope in RNN_GATES:
         _check_no_options(point)
     with precision_context(point.precision, device) as dtype:
+        if point.scope == "train":  # a training run, not a timed call: selfattn/train/loop.py
+            from selfattn.train.loop import train_point
+
+            row.kernel = kernel_label(point.backend, dict(point.backend_options), device=device, dtype=dtype)
+            return train_point(point, budget, device, dtype, row)
         options = resolve_options(point.backend, dict(point.backend_options), device, dtype)
         row.kernel = (f"torch.nn.{point.scope.upper()}" if point.scope in RNN_GATES else
                       kernel_label(point.backend, dict(point.backend_options), device=device, dtype=dtype))
