@@ -30,7 +30,7 @@ NOT_DECIDED = "not decided at these sizes"
 # The report's sections, in its order; a study registered under another name comes after these.
 CHAPTER = "The chapter's claims"
 STUDIES = (CHAPTER, "Masks", "Grouped-query attention", "Decoding and the KV-cache", "Compiled back ends",
-           "Attention against recurrence")
+           "Attention against recurrence", "Training with and without the scale")
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,19 @@ def matches(series: pd.Series, value: Any) -> pd.Series:
     return series == value
 
 
+# A scope=train row is a training run (analysis/training.py reads it), not a call of the attention: its time_ms
+# is an optimizer step and its logit_std the learned model's, so no study of calls may slice into it.
+RUN_SCOPES = ("train",)
+
+
+def calls(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows that measure calls of the attention (every scope but the training runs)."""
+    return rows[~rows["scope"].isin(RUN_SCOPES)] if "scope" in rows else rows
+
+
 def self_attention(rows: pd.DataFrame) -> pd.DataFrame:
-    """Rows with q_len == seq_len (full self-attention), or all rows when there are none."""
+    """Calls with q_len == seq_len (full self-attention), or all calls when there are none."""
+    rows = calls(rows)
     full = rows[rows["q_len"] == rows["seq_len"]]
     return full if not full.empty else rows
 
@@ -69,6 +80,7 @@ def fix_axes(rows: pd.DataFrame, fixed: Sequence[str], vary: Sequence[str],
     """Keep one value of each axis in `fixed` (in order), maximising the coverage of `vary`;
     axes of PLAIN_UNLESS_NAMED not in either stay at their plain value."""
     prefer = {**PREFERRED, **(prefer or {})}
+    rows = calls(rows)
     for axis in PLAIN_UNLESS_NAMED:
         if axis not in fixed and axis not in vary:
             rows = rows[plain(rows, axis)]

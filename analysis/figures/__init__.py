@@ -15,6 +15,7 @@ from analysis.figures.layer import layer_share
 from analysis.figures.overflow import low_precision_overflow
 from analysis.figures.recurrence import sensitivity_vs_distance
 from analysis.figures.stability import scaling_stability
+from analysis.figures.training import training_curves
 
 FIGURES = (
     time_vs_seq_len,  # 1
@@ -35,6 +36,7 @@ FIGURES = (
     compiled_time_memory,  # 16
     compile_cost,  # 17
     sensitivity_vs_distance,  # 18
+    training_curves,  # 19
 )
 
 __all__ = ["FIGURES", "Context", "Made", "Skipped"]
