@@ -118,6 +118,7 @@ class Row:
     steps_to_target_acc: int | None = None
     nonfinite_steps: int | None = None
     nonfinite_loss_steps: int | None = None
+    scaler_startup_skips: int | None = None  # fp16: of nonfinite_steps, GradScaler lowering its initial scale (loop.py)
     loss_curve: str = ""
     # harness cost: seconds spent in warm-up + timed calls, and the whole job's wall time
     measure_s: float | None = None

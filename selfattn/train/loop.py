@@ -5,7 +5,10 @@ precision as PyTorch does it: fp32 weights, the forward under torch.autocast (ma
 included, in the low dtype), and for fp16 loss scaling through torch.amp.GradScaler, on a CPU as on
 CUDA (torch 2.3+ has both on a CPU; where autocast does not take the dtype the row is `unsupported`).
 bf16 has fp32's range and needs no loss scaling. Every precision skips the update of a step whose
-loss or gradient is not finite (GradScaler's rule, applied to all), and counts it (`nonfinite_steps`).
+loss or gradient is not finite (GradScaler's rule, applied to all), and counts it (`nonfinite_steps`). Of those,
+fp16's `scaler_startup_skips` are the leading steps with a finite loss whose gradient overflowed at GradScaler's
+initial scale (2^16, whatever the model): the scaler halving it until the gradients fit, by design, in any
+run; a step after the first finite one, or one whose loss itself overflowed, is not calibration.
 
 The optimizer is AdamW (weight decay 0), the standard; each step draws a fresh batch of the task
 from the point's seed (infinite data), and the held-out batch is evaluated at EVAL_FRACTIONS of the run.
@@ -64,7 +67,7 @@ def train_point(point: Point, budget: Budget, device: str, dtype: torch.dtype, r
         autocast = _autocast(dev, dtype) if mixed else contextlib.nullcontext
         stream, held_out = task.stream(point.seed), task.eval_batch(EVAL_BATCH, pairs, point.seed).to(dev)
         evals_at = {max(1, math.ceil(f * point.steps)): f for f in EVAL_FRACTIONS}
-        losses, accuracies, step_s, evals, nonfinite, nonfinite_loss = [], [], [], {}, 0, 0
+        losses, accuracies, step_s, evals, nonfinite, nonfinite_loss, startup = [], [], [], {}, 0, 0, 0
         for step in range(1, point.steps + 1):
             batch = task.draw(point.batch, pairs, stream).to(dev)
             started = time.perf_counter()
@@ -74,6 +77,7 @@ def train_point(point: Point, budget: Budget, device: str, dtype: torch.dtype, r
             accuracies.append(accuracy)
             nonfinite += not finite
             nonfinite_loss += not loss_finite
+            startup += scaler is not None and loss_finite and not finite and nonfinite == step
             if step in evals_at:
                 evals[evals_at[step]] = _evaluate(model, autocast, held_out)
             if step == GUARD_STEPS and point.steps > GUARD_STEPS:
@@ -84,6 +88,8 @@ def train_point(point: Point, budget: Budget, device: str, dtype: torch.dtype, r
                                  f"~{predicted_s:.0f} s > max_point_s={budget.max_point_s:g} s")
                     return
         _fill(row, point, losses, accuracies, step_s, evals, (nonfinite, nonfinite_loss), model.query_logits(held_out))
+        row.scaler_startup_skips = startup if scaler is not None else None
+        row.num_threads = CPU_THREADS if dev.type == "cpu" else row.num_threads
         row.note = _precision_note(point.precision)
 
 

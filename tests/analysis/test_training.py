@@ -18,7 +18,7 @@ STEPS = 40
 
 
 def _run(d_k: int, scale: str, seed: int, precision: str = "fp32", *, loss: float, accuracy: float,
-         nonfinite: int = 0, reached: int | None = None) -> dict:
+         nonfinite: int = 0, startup: int = 0, reached: int | None = None) -> dict:
     """A finished run whose batch loss falls linearly from chance to `loss`."""
     chance = math.log(16)
     losses = [chance + (loss - chance) * step / STEPS for step in range(1, STEPS + 1)]
@@ -27,22 +27,23 @@ def _run(d_k: int, scale: str, seed: int, precision: str = "fp32", *, loss: floa
               seq_len=9, head_dim=d_k, d_model=128, causal=False, scale=scale, input_std=1.0, seed=seed, steps=STEPS,
               lr=3e-3, loss_at_25pct=losses[9], loss_at_50pct=losses[19], loss_at_75pct=losses[29], loss_final=loss,
               final_accuracy=accuracy, steps_to_target_acc=reached, nonfinite_steps=nonfinite, nonfinite_loss_steps=0,
+              scaler_startup_skips=startup if precision == "fp16" else None,
               logit_std=2.0 * math.sqrt(d_k) if scale == "none" else 2.0, max_weight=0.5, time_ms=5.0,
               loss_curve=encode_curve(losses, [accuracy] * STEPS), timestamp="2026-12-01T00:00:00+00:00")
     return row.to_dict()
 
 
 def _rows(tmp_path, *, unscaled_loss: float = 2.7, scaled_loss: float = 0.1, scaled_acc: float = 0.98,
-          fp16_unscaled_nonfinite: int = 2, fp16_scaled_nonfinite: int = 0) -> pd.DataFrame:
+          fp16_unscaled_nonfinite: int = 2, fp16_scaled_nonfinite: int = 0, startup: int = 0) -> pd.DataFrame:
     rows = []
     for precision in ("fp32", "fp16"):
         for d_k in (16, 128):
             for seed in range(3):
                 bad = precision == "fp16" and d_k == 128
                 rows.append(_run(d_k, "auto", seed, precision, loss=scaled_loss, accuracy=scaled_acc, reached=30,
-                                 nonfinite=fp16_scaled_nonfinite if bad else 0))
+                                 nonfinite=(fp16_scaled_nonfinite if bad else 0) + startup, startup=startup))
                 rows.append(_run(d_k, "none", seed, precision, loss=unscaled_loss, accuracy=0.1,
-                                 nonfinite=fp16_unscaled_nonfinite if bad else 0))
+                                 nonfinite=(fp16_unscaled_nonfinite if bad else 0) + startup, startup=startup))
     pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(tmp_path / "results.csv", index=False)
     return load([tmp_path], warn=False).rows
 
@@ -56,7 +57,8 @@ def test_both_findings_hold_on_rows_that_obey_them(tmp_path):
     evidence = {c.key: c.evidence for c in check_claims(_rows(tmp_path), study=TRAINING)}
     assert "fp32 d_k=128: loss scaled 0.10/0.10/0.10 vs unscaled 2.70/2.70/2.70" in evidence["unscaled_learns_slower"]
     assert "looked at: d_k 16-128, d_model 128, 40 steps of batch 32" in evidence["unscaled_learns_slower"]
-    assert "fp16 d_k=128: non-finite steps unscaled 2/2/2" in evidence["fp16_unscaled_nonfinite"]
+    assert ("fp16 d_k=128 unscaled: 2/2/2 non-finite steps, of them 0/0/0 GradScaler start-up skips"
+            in evidence["fp16_unscaled_nonfinite"])
 
 
 def test_the_findings_fail_on_rows_that_contradict_them(tmp_path):  # the negative controls
@@ -72,6 +74,14 @@ def test_not_decided_when_scaled_runs_did_not_learn_or_nothing_overflowed(tmp_pa
     assert verdicts["unscaled_learns_slower"].startswith(NOT_DECIDED) and "needs more steps" in verdicts["unscaled_learns_slower"]
     assert verdicts["fp16_unscaled_nonfinite"].startswith(NOT_DECIDED)
     assert "needs logits near 65504" in verdicts["fp16_unscaled_nonfinite"]
+
+
+def test_gradscalers_start_up_skips_are_not_counted_as_overflow(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    calibrating = _verdicts(_rows(tmp_path / "a", fp16_unscaled_nonfinite=0, startup=2))  # every run: 2 start-up skips
+    assert calibrating["fp16_unscaled_nonfinite"].startswith(NOT_DECIDED)
+    assert _verdicts(_rows(tmp_path / "b", startup=2))["fp16_unscaled_nonfinite"] == HOLDS  # 2 more in unscaled only
 
 
 def test_a_non_finite_unscaled_loss_counts_as_slower(tmp_path):

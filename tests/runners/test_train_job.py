@@ -24,6 +24,8 @@ def ctx(tmp_path, num=0):
 def test_the_curve_goes_beside_the_row_and_a_resumed_sweep_does_not_train_again(tmp_path, monkeypatch, capsys):
     row = job.run_job(TRAIN, ctx(tmp_path))
     assert row["status"] == "ok", row["error"]
+    out = capsys.readouterr().out  # the progress line gives the run's outcome
+    assert "naive scale=none fp32 -> " in out and "ms/step, loss " in out and " 0 non-finite steps, ok" in out
     with open(tmp_path / "0" / CURVE_FILE, newline="") as f:
         table = [(int(r["step"]), float(r["loss"]), float(r["accuracy"])) for r in csv.DictReader(f)]
     assert table == decode_curve(row["loss_curve"]) and [s for s, _, _ in table] == [1, 2, 3, 4, 5]

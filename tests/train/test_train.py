@@ -127,3 +127,19 @@ def test_the_curve_cell_round_trips_exactly():
     text = encode_curve(losses, accs)
     assert decode_curve(text) == [(1, losses[0], 0.0), (2, 1e-300, 0.5), (3, 0.1 + 0.2, 1.0)]
     assert json.loads(text)[2][1] == 0.30000000000000004 and decode_curve("") == [] and decode_curve(None) == []
+
+
+def test_the_loop_counts_only_leading_finite_loss_overflows_as_start_up(monkeypatch):
+    from selfattn.train import loop
+
+    # finite (loss, gradient) flags per step: two start-up skips, a finite step, a late skip, a loss overflow
+    flags = iter([(True, False), (True, False), (True, True), (True, False), (False, False)] + [(True, True)] * 10)
+
+    def fake_step(model, optimizer, scaler, autocast, batch):
+        loss_finite, grad_finite = next(flags)
+        return 1.0, 0.5, loss_finite and grad_finite, loss_finite
+
+    monkeypatch.setattr(loop, "_step", fake_step)
+    row = measure_point(Point(scope="train", mode="fwd_bwd", precision="fp16", heads=1, head_dim=8, seq_len=3, batch=2,
+                              steps=8, device="cpu"))
+    assert (row.nonfinite_steps, row.scaler_startup_skips, row.nonfinite_loss_steps) == (4, 2, 1)
