@@ -37,7 +37,7 @@ from selfattn.measure.predict import (
     predict_mem_bytes,
     predict_point_s,
 )
-from selfattn.measure.stability import stability
+from selfattn.measure.stability import SATURATED_WEIGHT, stability
 from selfattn.measure.timing import time_call, wall_call
 from selfattn.point import RNN_GATES, Point
 from selfattn.results import Row
@@ -95,7 +95,7 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
             from selfattn.train.loop import train_point
 
             row.kernel = kernel_label(point.backend, dict(point.backend_options), device=device, dtype=dtype)
-            return train_point(point, budget, device, dtype, row)
+            return train_point(point, device, dtype, row, max_point_s=budget.max_point_s, saturated_weight=SATURATED_WEIGHT)
         options = resolve_options(point.backend, dict(point.backend_options), device, dtype)
         row.kernel = (f"torch.nn.{point.scope.upper()}" if point.scope in RNN_GATES else
                       kernel_label(point.backend, dict(point.backend_options), device=device, dtype=dtype))

@@ -36,8 +36,6 @@ from typing import Iterator
 import torch
 
 from selfattn.errors import Unsupported
-from selfattn.measure.budget import Budget
-from selfattn.measure.stability import SATURATED_WEIGHT
 from selfattn.point import Point, parse_scale
 from selfattn.results import Row, encode_curve
 from selfattn.train import task
@@ -52,8 +50,11 @@ CPU_THREADS = 1  # see the module's doc
 AUTOCAST = ("fp16", "bf16")  # the mixed precisions
 
 
-def train_point(point: Point, budget: Budget, device: str, dtype: torch.dtype, row: Row) -> None:
-    """Run the point's training and fill its row (status ok, or skipped_budget); raises for a failure."""
+def train_point(point: Point, device: str, dtype: torch.dtype, row: Row, *, max_point_s: float,
+                saturated_weight: float) -> None:
+    """Run the point's training and fill its row (status ok, or skipped_budget past `max_point_s`); raises for a
+    failure. `saturated_weight`: the largest weight past which a row counts as one-hot (the stability pass's).
+    The measurement's facts come as arguments: selfattn.measure calls this package, never the other way."""
     dev = torch.device(device)
     pairs = task.pairs_for(point.seq_len)
     with _cpu_threads(dev), _deterministic(dev):
@@ -82,12 +83,13 @@ def train_point(point: Point, budget: Budget, device: str, dtype: torch.dtype, r
                 evals[evals_at[step]] = _evaluate(model, autocast, held_out)
             if step == GUARD_STEPS and point.steps > GUARD_STEPS:
                 predicted_s = sum(step_s) + (point.steps - step) * min(step_s)
-                if predicted_s > budget.max_point_s:
+                if predicted_s > max_point_s:
                     row.status = "skipped_budget"
                     row.error = (f"{step} steps took {sum(step_s):.1f} s, so {point.steps} steps would take "
-                                 f"~{predicted_s:.0f} s > max_point_s={budget.max_point_s:g} s")
+                                 f"~{predicted_s:.0f} s > max_point_s={max_point_s:g} s")
                     return
-        _fill(row, point, losses, accuracies, step_s, evals, (nonfinite, nonfinite_loss), model.query_logits(held_out))
+        _fill(row, point, losses, accuracies, step_s, evals, (nonfinite, nonfinite_loss), model.query_logits(held_out),
+              saturated_weight)
         row.scaler_startup_skips = startup if scaler is not None else None
         row.num_threads = CPU_THREADS if dev.type == "cpu" else row.num_threads
         row.note = _precision_note(point.precision)
@@ -135,7 +137,8 @@ def steps_to_target(accuracies: list[float], target: float = TARGET_ACCURACY, wi
 
 
 def _fill(row: Row, point: Point, losses: list[float], accuracies: list[float], step_s: list[float],
-          evals: dict[float, tuple[float, float]], nonfinite: tuple[int, int], logits_BHL: torch.Tensor) -> None:
+          evals: dict[float, tuple[float, float]], nonfinite: tuple[int, int], logits_BHL: torch.Tensor,
+          saturated_weight: float) -> None:
     row.loss_at_25pct, row.loss_at_50pct, row.loss_at_75pct = (evals[f][0] for f in EVAL_FRACTIONS[:3])
     row.loss_final, row.final_accuracy = evals[1.0]
     row.steps_to_target_acc = steps_to_target(accuracies)
@@ -145,7 +148,7 @@ def _fill(row: Row, point: Point, losses: list[float], accuracies: list[float], 
     row.logit_std = _finite(logits_BHL.std(dim=-1).median())
     largest = logits_BHL.softmax(dim=-1).amax(dim=-1)
     row.max_weight = _finite(largest.mean())
-    row.saturated_frac = _finite((largest > SATURATED_WEIGHT).double().mean())
+    row.saturated_frac = _finite((largest > saturated_weight).double().mean())
     ms = sorted(s * 1e3 for s in step_s)
     row.time_ms = statistics.median(ms)
     row.time_ms_p20, row.time_ms_p80 = (ms[min(len(ms) - 1, int(q * len(ms)))] for q in (0.2, 0.8))
