@@ -143,3 +143,12 @@ def test_the_loop_counts_only_leading_finite_loss_overflows_as_start_up(monkeypa
     row = measure_point(Point(scope="train", mode="fwd_bwd", precision="fp16", heads=1, head_dim=8, seq_len=3, batch=2,
                               steps=8, device="cpu"))
     assert (row.nonfinite_steps, row.scaler_startup_skips, row.nonfinite_loss_steps) == (4, 2, 1)
+
+
+def test_scale_at_query_reaches_the_training_through_the_back_ends_options():
+    on_q = measure_point(Point(**{**TINY, "backend_options": {"scale_at": "query"}}))
+    at_logits = measure_point(Point(**TINY))
+    assert on_q.status == "ok" and on_q.kernel.endswith("-scaleq") and not at_logits.kernel.endswith("-scaleq")
+    # the same math, rounded in another order: the same curve to fp32's precision, not bit for bit
+    np.testing.assert_allclose([l for _, l, _ in decode_curve(on_q.loss_curve)],
+                               [l for _, l, _ in decode_curve(at_logits.loss_curve)], rtol=1e-4)
