@@ -67,7 +67,9 @@ def train_point(point: Point, device: str, dtype: torch.dtype, row: Row, *, max_
         scaler = torch.amp.GradScaler(dev.type) if point.precision == "fp16" else None
         autocast = _autocast(dev, dtype) if mixed else contextlib.nullcontext
         stream, held_out = task.stream(point.seed), task.eval_batch(EVAL_BATCH, pairs, point.seed).to(dev)
-        evals_at = {max(1, math.ceil(f * point.steps)): f for f in EVAL_FRACTIONS}
+        evals_at: dict[int, list[float]] = {}  # step -> the fractions evaluated after it (a short run shares steps)
+        for fraction in EVAL_FRACTIONS:
+            evals_at.setdefault(max(1, math.ceil(fraction * point.steps)), []).append(fraction)
         losses, accuracies, step_s, evals, nonfinite, nonfinite_loss, startup = [], [], [], {}, 0, 0, 0
         for step in range(1, point.steps + 1):
             batch = task.draw(point.batch, pairs, stream).to(dev)
@@ -80,7 +82,7 @@ def train_point(point: Point, device: str, dtype: torch.dtype, row: Row, *, max_
             nonfinite_loss += not loss_finite
             startup += scaler is not None and loss_finite and not finite and nonfinite == step
             if step in evals_at:
-                evals[evals_at[step]] = _evaluate(model, autocast, held_out)
+                evals.update(dict.fromkeys(evals_at[step], _evaluate(model, autocast, held_out)))
             if step == GUARD_STEPS and point.steps > GUARD_STEPS:
                 predicted_s = sum(step_s) + (point.steps - step) * min(step_s)
                 if predicted_s > max_point_s:

@@ -85,6 +85,13 @@ def test_a_train_row_has_every_metric_and_its_held_out_numbers_are_consistent():
     assert row.time_ms_p20 <= row.time_ms <= row.time_ms_p80 and row.time_samples == 8
 
 
+@pytest.mark.parametrize("steps", [1, 2])
+def test_a_run_shorter_than_its_evaluations_evaluates_once_per_step(steps):
+    row = measure_point(Point(**{**TINY, "steps": steps}))
+    assert row.status == "ok", row.error
+    assert row.loss_at_25pct == row.loss_at_50pct and row.loss_final is not None  # ceil(0.25 s) = ceil(0.5 s)
+
+
 def test_scaled_attention_learns_the_task():  # the task has a solution attention finds (about 1 s)
     row = measure_point(Point(**{**TINY, "heads": 1, "head_dim": 64, "seq_len": 9, "batch": 32, "steps": 160}))
     assert row.status == "ok" and row.final_accuracy > 0.8 and row.steps_to_target_acc is not None
