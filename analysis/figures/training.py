@@ -1,4 +1,4 @@
-"""Figure 18: the training study's loss curves, per d_k (columns) and precision (rows), scaled vs unscaled."""
+"""Figure 19: the training study's loss curves, per d_k (columns) and precision (rows), scaled vs unscaled."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def curves(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def training_curves(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
-    name, title = "fig18_training", "Training loss with and without the scale"
+    name, title = "fig19_training", "Training loss with and without the scale"
     data = curves(rows)
     if data.empty:
         return Skipped(name, title, "no scope=train rows with a loss curve", "training")
