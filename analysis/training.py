@@ -92,7 +92,7 @@ def unscaled_learns_slower(rows: pd.DataFrame) -> Evidence | None:
                           unscaled["loss_final"].to_numpy(dtype=float), np.inf)
         text = (f"{_label(group)}: loss scaled {_losses(scaled['loss_final'])} vs unscaled "
                 f"{_losses(unscaled['loss_final'])}, steps to 90% scaled {_steps(scaled['steps_to_target_acc'])}, "
-                f"unscaled {_steps(unscaled['steps_to_target_acc'])} ({len(scaled)} seeds)")
+                f"unscaled {_steps(unscaled['steps_to_target_acc'])} ({len(scaled)} seed{'' if len(scaled) == 1 else 's'})")
         parts.append(text)
         if not (scaled["final_accuracy"] >= LEARNED_ACCURACY).any():
             undecided.append(f"{_label(group)}: the scaled runs did not learn either in "
