@@ -229,8 +229,8 @@ def _block_plans(masks: Masks, group: int, q_len: int, seq_len: int, q_chunk: in
 
     Auto sizes (None) are chunk_sizes'; on an auto axis blocks also end at the cuts a block should
     not straddle: each head's first virtual row, and each document's first token (`masks.bounds`).
-    Masked key blocks get an id per distinct hidden pattern, so that a call builds each boolean mask
-    once and reuses it (a causal or window mask repeats the same few patterns along the diagonal).
+    Masked key blocks get an id per distinct hidden pattern, so that a call builds each mask once
+    and reuses it (a causal or window mask repeats the same few patterns along the diagonal).
     """
 
     def decide(device: torch.device | str) -> tuple[list[list], list[bool], list[list[int]]]:
@@ -290,30 +290,52 @@ def prepare(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *,
     return {}
 
 
-def _hidden(lo: torch.Tensor, hi: torch.Tensor, seq_len: int, m0: int, m1: int, n0: int, n1: int) -> torch.Tensor:
-    """Bool (1, m1-m0, n1-n0): True where the block's key is hidden from its virtual row."""
-    return ~keep_from_intervals(lo, hi, seq_len, rows=torch.arange(m0, m1, device=lo.device), keys=(n0, n1))
+def _hidden(lo: torch.Tensor, hi: torch.Tensor, seq_len: int, m0: int, m1: int, n0: int, n1: int,
+            dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A block's mask as (bias, keep), each (1, m1-m0, n1-n0) in `dtype`: bias is -inf where the key is
+    hidden from the virtual row and 0 elsewhere (added to scores whose max is taken); keep is 0 and 1."""
+    keep = keep_from_intervals(lo, hi, seq_len, rows=torch.arange(m0, m1, device=lo.device), keys=(n0, n1))
+    bias = torch.zeros(keep.shape, dtype=dtype, device=lo.device).masked_fill_(~keep, float("-inf"))
+    return bias, keep.to(dtype)
+
+
+# Masked blocks, and why they take two float masks. On a CPU, two obvious ways of masking cost
+# more than the block's matmuls: masked_fill_ with a boolean mask broadcast over the heads (5 ns a
+# score, against 0.16 ns for an add_ of a float bias), and exp() of a hidden score (-inf), or of
+# any score more than ~87 below the row's reference: torch's vectorized exp leaves its fast path
+# for inputs whose result is not a normal float (-inf: 6 ns a score, -88 to -200: 25 to 60 ns,
+# against 0.24 ns; flushing denormals does not help). So a masked block adds the -inf bias where
+# a max must skip the hidden keys, then clamps the shifted scores at EXP_FLOOR before exp() and
+# multiplies by `keep` after it: the hidden probabilities are exactly 0, the visible ones exact but
+# for those below e^EXP_FLOOR (1.6e-38 of the row's largest term), which are raised to it.
+EXP_FLOOR = -87.0
+
+
+def _masked_exp_(s_Xmn: torch.Tensor, mask) -> torch.Tensor:
+    """exp() in place of shifted scores (-inf where the mask hides a key), with hidden ones exactly 0."""
+    if mask is None:
+        return s_Xmn.exp_()
+    return s_Xmn.clamp_min_(EXP_FLOOR).exp_().mul_(mask[1])
 
 
 class _HiddenMasks:
-    """The hidden masks of one call's blocks, each distinct pattern built once (the plan's mask ids).
+    """The masks (_hidden) of one call's blocks, each distinct pattern built once (the plan's mask ids).
 
-    At most KEEP of them stay alive (the most recent), so the memory stays a few blocks of bools
-    whatever the plan: a causal or window plan reuses one or two patterns, a documents plan's
-    patterns are mostly its own, used once."""
+    At most KEEP of them stay alive (the most recent), so the memory stays a few blocks whatever the
+    plan: a causal or window plan reuses one or two patterns, a documents plan's are mostly its own."""
 
     KEEP = 4
 
-    def __init__(self, lo: torch.Tensor, hi: torch.Tensor, seq_len: int) -> None:
-        self.lo, self.hi, self.seq_len = lo, hi, seq_len
-        self.built: dict[int, torch.Tensor] = {}
+    def __init__(self, lo: torch.Tensor, hi: torch.Tensor, seq_len: int, dtype: torch.dtype) -> None:
+        self.lo, self.hi, self.seq_len, self.dtype = lo, hi, seq_len, dtype
+        self.built: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def get(self, mask_id: int | None, m0: int, m1: int, n0: int, n1: int) -> torch.Tensor | None:
+    def get(self, mask_id: int | None, m0: int, m1: int, n0: int, n1: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         if mask_id is None:
             return None
         hidden = self.built.pop(mask_id, None)
         if hidden is None:
-            hidden = _hidden(self.lo, self.hi, self.seq_len, m0, m1, n0, n1)
+            hidden = _hidden(self.lo, self.hi, self.seq_len, m0, m1, n0, n1, self.dtype)
             if len(self.built) >= self.KEEP:
                 self.built.pop(next(iter(self.built)))
         self.built[mask_id] = hidden  # the most recent last
@@ -329,7 +351,7 @@ def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, k
     q_XRD = q_BHMD.reshape(b * kv_heads, (h // kv_heads) * q_len, d).to(cdtype) * scale  # scale folded into Q once
     k_XND, v_XND = _flat(k_BKND, cdtype), _flat(v_BKND, cdtype)
     plan = _plan(masks, b, kv_heads, h // kv_heads, q_len, seq_len, q_chunk, kv_chunk, q_BHMD.device)
-    block = compiled(_forward_block, dynamic=True) if compile else _forward_block
+    block = compiled(_forward_block, dynamic=True) if compile else None  # None: eager, lazy rescaling where it applies
     outs, lses = [], []
     for x, lo, hi, kv_plan, empty in zip(plan.x_slices, plan.lo, plan.hi, plan.blocks, plan.empty_rows):
         out_XRD, lse_XR = chunked_pool.over_heads(_forward_flat, "forward", (q_XRD[x], k_XND[x], v_XND[x]), lo, hi,
@@ -353,8 +375,12 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=
     adtype = _accumulator_dtype(q_XRD.dtype)
     out_XRD = torch.empty(x, rows, d, dtype=adtype, device=q_XRD.device)
     lse_XR = torch.empty(x, rows, dtype=adtype, device=q_XRD.device)
+    lazy = block is None and _lazy_rescale(q_XRD, kv_plan)
     block = block or _forward_block
-    hidden_masks = _HiddenMasks(lo, hi, seq_len)
+    hidden_masks = _HiddenMasks(lo, hi, seq_len, adtype)
+    if lazy:  # Q and K with one feature more: the row's shift (-running max) against a key feature of 1
+        q_ext_XRD = torch.cat([q_XRD, q_XRD.new_zeros(x, rows, 1)], dim=2)
+        kT_ext_XDN = torch.cat([kT_XDN, kT_XDN.new_ones(x, 1, seq_len)], dim=1)
     for m0, m1, kv_blocks in kv_plan:
         if not kv_blocks:  # no query of the block sees any key: zeros, and P = exp(S - inf) = 0 in backward
             out_XRD[:, m0:m1] = 0
@@ -366,10 +392,17 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=
         acc_XmD = torch.zeros(x, m1 - m0, d, dtype=adtype, device=q_XRD.device)
         row_max_Xm1 = torch.full((x, m1 - m0, 1), float("-inf"), dtype=adtype, device=q_XRD.device)
         row_sum_Xm1 = torch.zeros(x, m1 - m0, 1, dtype=adtype, device=q_XRD.device)
+        shift_stale = True  # whether q_ext's shift column lags the running max
         for n0, n1, mask_id in kv_blocks:
-            hidden_1mn = hidden_masks.get(mask_id, m0, m1, n0, n1)
-            acc_XmD, row_max_Xm1, row_sum_Xm1 = block(q_XmD, kT_XDN[:, :, n0:n1], v_XND[:, n0:n1], hidden_1mn,
+            mask_1mn = hidden_masks.get(mask_id, m0, m1, n0, n1)
+            if lazy and not shift_stale and _lazy_block(q_ext_XRD[:, m0:m1], kT_ext_XDN[:, :, n0:n1], v_XND[:, n0:n1],
+                                                        mask_1mn, acc_XmD, row_sum_Xm1):
+                continue
+            acc_XmD, row_max_Xm1, row_sum_Xm1 = block(q_XmD, kT_XDN[:, :, n0:n1], v_XND[:, n0:n1], mask_1mn,
                                                       acc_XmD, row_max_Xm1, row_sum_Xm1)
+            if lazy:
+                torch.neg(row_max_Xm1, out=q_ext_XRD[:, m0:m1, d:])
+                shift_stale = False
         torch.div(acc_XmD, row_sum_Xm1, out=out_XRD[:, m0:m1])
         lse_XR[:, m0:m1] = (row_max_Xm1 + row_sum_Xm1.log()).squeeze(-1)
         if empty_rows:  # rows of this block that saw no key: 0/0 above; zeros and lse = +inf instead
@@ -379,17 +412,58 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=
     return out_XRD, lse_XR
 
 
-def _forward_block(q_XmD, kT_XDn, v_XnD, hidden_1mn, acc_XmD, row_max_Xm1, row_sum_Xm1):
+# Lazy rescaling (the "conditional rescale" of FlashAttention-4, here on a CPU). The online softmax
+# needs a reference m per row only so that exp(s - m) cannot overflow; it need not be the running
+# max. After a query block's first key block (the exact step, _forward_block) fixes m, each later
+# block takes exp(s - m) with that m: its max is not computed, nothing is rescaled, and the shift
+# itself is folded into the score matmul as one more feature (q's is -m, k's is 1), so the block's
+# scores arrive shifted. That saves three of the five passes over each block of scores (amax, sub,
+# and the correction of the sum and the output). The result is the same softmax: any m gives it,
+# because out = acc / sum and lse = m + log(sum) use the same m. The block's own sum says whether
+# m was still safe: when some row's sum passes RESCALE_LIMIT (a score more than ~27 above m; or
+# inf or NaN), the block is dropped and redone by the exact step, which moves m to the true max.
+# One host read per block: CPU only (on a GPU it would wait for the queue every block).
+RESCALE_LIMIT = 2.0 ** 40  # far below fp32's overflow even summed over every key block and scaled by V
+
+
+LAZY_MIN_BLOCKS = 3  # key blocks per query block, on average, for the lazy step to pay for its copies
+
+
+def _lazy_rescale(q_XRD: torch.Tensor, kv_plan: list) -> bool:
+    """Whether blocks after a query block's first one take the lazy step: eager code on a CPU, in fp32/fp64,
+    with enough key blocks per query block that the lazy ones repay the O(n d) copies of Q and K it makes
+    (a window's or documents' plan has one to three, mostly masked: there it measured 10% slower)."""
+    blocks_per_query_block = sum(len(kv) for _, _, kv in kv_plan) / max(1, len(kv_plan))
+    return (q_XRD.device.type == "cpu" and q_XRD.dtype in (torch.float32, torch.float64)
+            and blocks_per_query_block >= LAZY_MIN_BLOCKS)
+
+
+def _lazy_block(q_ext_XmD, kT_ext_XDn, v_XnD, mask_1mn, acc_XmD, row_sum_Xm1) -> bool:
+    """One key block with the reference max kept (see RESCALE_LIMIT): acc and the sum updated in place
+    and True, or False (nothing updated) when the block must take the exact step instead."""
+    p_Xmn = torch.bmm(q_ext_XmD, kT_ext_XDn)  # the scores minus the row's reference max
+    # No max to take, so no -inf bias either: keep zeroes the hidden keys' exp() (one that overflowed
+    # gives inf * 0 = NaN, and the check below sends the block to the exact step)
+    _masked_exp_(p_Xmn, mask_1mn)
+    block_sum_Xm1 = p_Xmn.sum(dim=-1, keepdim=True)
+    if not bool(block_sum_Xm1.max() <= RESCALE_LIMIT):  # also catches inf and NaN
+        return False
+    row_sum_Xm1.add_(block_sum_Xm1)
+    acc_XmD.baddbmm_(p_Xmn, v_XnD)
+    return True
+
+
+def _forward_block(q_XmD, kT_XDn, v_XnD, mask_1mn, acc_XmD, row_max_Xm1, row_sum_Xm1):
     """One key block of the online softmax: (acc, running max, running sum) after it; acc and the
     sum are updated in place. Before the first block they are zeros and the max is -inf, so the
-    first correction is exp(-inf) = 0."""
+    first correction is exp(-inf) = 0. `mask_1mn`: None or _hidden's (bias, keep)."""
     s_Xmn = _mm(q_XmD, kT_XDn)
-    if hidden_1mn is not None:
-        s_Xmn.masked_fill_(hidden_1mn, float("-inf"))
+    if mask_1mn is not None:
+        s_Xmn.add_(mask_1mn[0])  # -inf where hidden
     new_max_Xm1 = torch.maximum(row_max_Xm1, s_Xmn.amax(dim=-1, keepdim=True))
-    if hidden_1mn is not None:  # a row may see no key of this block yet: keep exp() away from -inf - -inf
+    if mask_1mn is not None:  # a row may see no key of this block yet: keep exp() away from -inf - -inf
         new_max_Xm1 = new_max_Xm1.masked_fill(new_max_Xm1 == float("-inf"), 0.0)
-    p_Xmn = s_Xmn.sub_(new_max_Xm1).exp_()
+    p_Xmn = _masked_exp_(s_Xmn.sub_(new_max_Xm1), mask_1mn)
     correction_Xm1 = torch.exp(row_max_Xm1 - new_max_Xm1)
     row_sum_Xm1.mul_(correction_Xm1).add_(p_Xmn.sum(dim=-1, keepdim=True))
     _mm_add(acc_XmD.mul_(correction_Xm1), p_Xmn, v_XnD)
@@ -436,27 +510,27 @@ def _backward_flat(q_XRD, k_XND, v_XND, do_XRD, out_XRD, lse_XR, lo, hi, kv_plan
     dk_parts = [torch.zeros_like(k_XND[:, b0:b1], dtype=adtype) for b0, b1 in spans]
     dv_parts = [torch.zeros_like(v_XND[:, b0:b1], dtype=adtype) for b0, b1 in spans]
     block = block or _backward_block
-    hidden_masks = _HiddenMasks(lo, hi, seq_len)
+    hidden_masks = _HiddenMasks(lo, hi, seq_len, adtype)
     dq_parts = []
     for m0, m1, kv_blocks in kv_plan:
         q_XmD, do_XmD = q_XRD[:, m0:m1], do_XRD[:, m0:m1]
         dq_XmD = torch.zeros_like(q_XmD, dtype=adtype)
         for n0, n1, mask_id in kv_blocks:
-            hidden_1mn = hidden_masks.get(mask_id, m0, m1, n0, n1)
+            mask_1mn = hidden_masks.get(mask_id, m0, m1, n0, n1)
             part = bisect.bisect_right(kv_bounds, n0) - 1  # the key block this (trimmed) one lies in
             b0 = kv_bounds[part]
-            block(q_XmD, k_XND[:, n0:n1], v_XND[:, n0:n1], do_XmD, lse_XR1[:, m0:m1], delta_XR1[:, m0:m1], hidden_1mn,
+            block(q_XmD, k_XND[:, n0:n1], v_XND[:, n0:n1], do_XmD, lse_XR1[:, m0:m1], delta_XR1[:, m0:m1], mask_1mn,
                   dq_XmD, dk_parts[part][:, n0 - b0 : n1 - b0], dv_parts[part][:, n0 - b0 : n1 - b0])
         dq_parts.append(dq_XmD)
     return torch.cat(dq_parts, dim=1), torch.cat(dk_parts, dim=1), torch.cat(dv_parts, dim=1)
 
 
-def _backward_block(q_XmD, k_XnD, v_XnD, do_XmD, lse_Xm1, delta_Xm1, hidden_1mn, dq_XmD, dk_XnD, dv_XnD) -> None:
+def _backward_block(q_XmD, k_XnD, v_XnD, do_XmD, lse_Xm1, delta_Xm1, mask_1mn, dq_XmD, dk_XnD, dv_XnD) -> None:
     """One block's share of the gradients, added in place to dq, dk and dv (probabilities recomputed)."""
     s_Xmn = _mm(q_XmD, k_XnD.transpose(1, 2))
-    if hidden_1mn is not None:
-        s_Xmn.masked_fill_(hidden_1mn, float("-inf"))
-    p_Xmn = s_Xmn.sub_(lse_Xm1).exp_()
+    if mask_1mn is not None:
+        s_Xmn.add_(mask_1mn[0])  # -inf where hidden (so that a hidden score cannot overflow exp)
+    p_Xmn = _masked_exp_(s_Xmn.sub_(lse_Xm1), mask_1mn)
     _mm_add(dv_XnD, p_Xmn.transpose(1, 2), do_XmD)
     dp_Xmn = _mm(do_XmD, v_XnD.transpose(1, 2))
     ds_Xmn = dp_Xmn.sub_(delta_Xm1).mul_(p_Xmn)
@@ -497,7 +571,8 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     per_sequence = point.masks_per_sequence
     x = point.kv_heads_resolved if per_sequence else bkv  # flattened heads one plan runs over at once
     block = x * q_chunk * kv_chunk * a  # one block of scores for each of them
-    hidden = (_HiddenMasks.KEEP + 1) * q_chunk * kv_chunk  # the bool masks kept, and one being built
+    # the masks kept (in the accumulator dtype), and one being built with its boolean
+    hidden = (_HiddenMasks.KEEP + 1) * q_chunk * kv_chunk * a + 2 * q_chunk * kv_chunk
     q_c, kv_c, rows_c = bh * q_len * d * c, bkv * seq_len * d * c, bh * q_len * a
     out_acc = bh * q_len * d * a  # the output in the accumulator dtype
     if per_sequence:  # each sequence runs its own plan; their outputs are concatenated once
