@@ -581,6 +581,8 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     # two score blocks alive across an iteration, the block's accumulator, the output cast back
     fwd = q_c * (2 if casts else 1) + (2 * kv_c if casts else 0) + out_acc + rows_c + 2 * block + x * q_chunk * d * a
     fwd += hidden
+    if device == "cpu" and not low:  # lazy rescaling's Q and K with one feature more (an upper bound:
+        fwd += (bh * q_len + bkv * seq_len) * (d + 1) * a  # plans with few key blocks per query block skip it)
     fwd += out if low else 0
     if point.mode == "fwd":
         return fwd
