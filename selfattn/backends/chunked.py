@@ -5,8 +5,11 @@ running max m, the running sum l of exp(score - m) and the running output acc; w
 block raises the max, rescale l and acc by exp(m_old - m_new). Never more than
 q_chunk x kv_chunk scores exist per (batch, head) at once.
 
-Causal (bottom-right aligned): key blocks that every query of a block is blind to are never
-computed, and only blocks that straddle the diagonal build a mask.
+Masks (selfattn/masks.py): key blocks that every query of a block is blind to are never computed,
+the others are trimmed to the keys the block's queries see (a causal block stops at its last query),
+and only blocks on a boundary are masked. The block sizes are options; left at null (auto) they are
+sized to the mask (chunk_sizes: a window gets blocks of about half its width; packed documents get
+blocks that end at document starts), and the plan is decided once per masks (Masks.decision).
 
 The backward pass is a custom autograd.Function that keeps only the output and the
 log-sum-exp per row and recomputes each block's probabilities, as FlashAttention does, so
@@ -14,9 +17,10 @@ fwd_bwd memory stays O(n) too.
 
 Speed on CPU comes from: batch*heads flattened into one bmm per block, the scale folded
 into Q once, in-place exp/sub and baddbmm_ into the accumulator, measured chunk sizes
-(DEFAULT_CHUNKS), and head groups run in worker threads with single-threaded ops instead of one
-OpenMP barrier per op (selfattn/backends/chunked_pool.py; its HEAD_THREADS = 1 keeps every op on
-the calling thread, as a TorchDispatchMode needs).
+(DEFAULT_CHUNKS), lazy rescaling after a query block's first key block (RESCALE_LIMIT's comment),
+masks that avoid torch's slow paths (EXP_FLOOR's comment), and head groups run in worker threads
+with single-threaded ops instead of one OpenMP barrier per op (selfattn/backends/chunked_pool.py;
+its HEAD_THREADS = 1 keeps every op on the calling thread, as a TorchDispatchMode needs).
 fp16/bf16 inputs (option `compute`): the scores, running max and sum and the output
 accumulator are always fp32; the block matmuls run either on fp32 copies (`fp32`, the CPU
 default: CPUs without fp16/bf16 matmul units are faster so and round less) or in the input
