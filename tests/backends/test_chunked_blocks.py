@@ -125,3 +125,12 @@ def test_scores_far_below_the_max_and_hidden_keys_stay_exact_in_fp32():
         naive = selfattn.attention(q, k, v, backend="naive", scale=1.0, **masks)
         assert torch.isfinite(out).all()
         assert (out.double() - ref).abs().max() <= 2 * (naive.double() - ref).abs().max() + 1e-6
+
+
+def test_lazy_step_runs_on_a_cpu_only_and_with_enough_key_blocks():
+    # it reads each block's sums on the host: on a GPU that would wait for the queue every block
+    plan = [(0, 4, [(0, 4, None)] * 3)]
+    assert chunked._lazy_rescale(torch.zeros(1, 4, 2), plan)
+    assert not chunked._lazy_rescale(torch.zeros(1, 4, 2, device="meta"), plan)
+    assert not chunked._lazy_rescale(torch.zeros(1, 4, 2, dtype=torch.float16), plan)
+    assert not chunked._lazy_rescale(torch.zeros(1, 4, 2), [(0, 4, [(0, 4, None)] * 2)])  # too few key blocks
