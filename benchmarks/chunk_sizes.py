@@ -5,7 +5,7 @@
 
 For each seq_len and causal setting, every (q_chunk, kv_chunk) pair runs interleaved with SDPA
 (one round by default: the 8192 calls take seconds each); a cell is chunked time / SDPA time of
-the same round. `*` marks the defaults (`selfattn.default_options("chunked")`), `<` the fastest
+the same round. `*` marks the defaults (auto without a window: `chunked.DEFAULT_CHUNKS`), `<` the fastest
 pair of that setting. The last table ranks the pairs by their geometric-mean slowdown against
 each setting's fastest pair: the pair a single default should be.
 """
@@ -42,8 +42,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print_header("chunk-size sweep of the chunked forward (cells: chunked time / SDPA time)")
+    from selfattn.backends.chunked import DEFAULT_CHUNKS
+
     default = selfattn.default_options("chunked")
-    default_pair = (default["q_chunk"], default["kv_chunk"])
+    default_pair = DEFAULT_CHUNKS  # what auto (null) runs without a window
     print(f"   defaults {default}; heads {args.heads}, head_dim {args.head_dim}, float32, {args.repeats} round(s)")
     pairs = list(itertools.product(args.q_chunks, args.kv_chunks))
     slowdowns: dict[tuple[int, int], list[float]] = {pair: [] for pair in pairs}

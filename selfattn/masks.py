@@ -144,12 +144,19 @@ def key_intervals(
         hi = torch.minimum(hi, key_lengths.to(device=device, dtype=torch.long)[:, None] - 1)
     if document_ids is not None:  # q_len == seq_len: query i is key i's position
         ids = document_ids.to(device=device)
-        key_idx = torch.arange(seq_len, device=device)
-        # First and last key of each query's document: ids never decrease, so searchsorted finds them.
-        first = torch.searchsorted(ids.contiguous(), ids.contiguous(), right=False)
-        last = torch.searchsorted(ids.contiguous(), ids.contiguous(), right=True) - 1
-        lo = torch.maximum(lo, first[:, key_idx[:q_len]])
-        hi = torch.minimum(hi, last[:, key_idx[:q_len]])
+        # First and last key of each query's document: ids never decrease, so a document starts where
+        # the id changes; a running max of the start positions (and a running min of the end positions
+        # from the right) gives each token its document's. (torch.searchsorted did the same at 20 ms a
+        # call on a loaded 2-core CPU even for 256 tokens: it ran inside every chunked call.)
+        key_idx = torch.arange(seq_len, device=device).expand_as(ids)
+        change = ids[:, 1:] != ids[:, :-1]  # (B, seq_len - 1): token j + 1 starts a document
+        edge = torch.ones_like(ids[:, :1], dtype=torch.bool)
+        starts = torch.cat([edge, change], dim=1)
+        ends = torch.cat([change, edge], dim=1)
+        first = torch.where(starts, key_idx, 0).cummax(dim=1).values
+        last = torch.where(ends, key_idx, seq_len).flip(1).cummin(dim=1).values.flip(1)
+        lo = torch.maximum(lo, first[:, :q_len])
+        hi = torch.minimum(hi, last[:, :q_len])
     lo, hi = torch.broadcast_tensors(lo, hi)  # padding may narrow hi per sequence while lo stays shared
     return lo.contiguous(), hi.contiguous()
 
@@ -170,21 +177,52 @@ def seen_pairs(lo: torch.Tensor, hi: torch.Tensor, batch: int) -> int:
     return int(per_row.sum()) * (batch if per_row.shape[0] == 1 else 1)
 
 
-def blocks(lo: torch.Tensor, hi: torch.Tensor, q_len: int, seq_len: int, q_chunk: int, kv_chunk: int):
+def bounds(length: int, chunk: int, cuts: list[int] | tuple[int, ...] = ()) -> list[int]:
+    """Block boundaries 0 = b0 < b1 < ... = length: blocks of at most `chunk`, each ending at the first
+    cut it would straddle (a document start, a head's first virtual row), so that blocks stay inside
+    one document. A cut closer than chunk // 8 to its block's start is straddled instead: tiny
+    documents share a (masked) block rather than each costing a block of a few rows."""
+    min_len = max(1, chunk // 8)
+    pending = sorted(c for c in set(cuts) if 0 < c < length)
+    out, start, i = [0], 0, 0
+    while start < length:
+        end = min(start + chunk, length)
+        while i < len(pending) and pending[i] < start + min_len:
+            i += 1
+        if i < len(pending) and pending[i] < end:
+            end = pending[i]
+        out.append(end)
+        start = end
+    return out
+
+
+def blocks(lo: torch.Tensor, hi: torch.Tensor, q_len: int, seq_len: int, q_chunk: int, kv_chunk: int, *,
+           q_bounds: list[int] | None = None, kv_bounds: list[int] | None = None):
     """Yield (m0, m1, [(n0, n1, needs_mask), ...]) for every query block: the key blocks to compute.
 
-    A key block that no query of the block sees (in any sequence of `lo`/`hi`) is left out; one
-    that every query sees whole needs no mask. One vectorized test per query block.
+    Blocks follow `q_bounds` and `kv_bounds` (`bounds(...)`; a plain grid of q_chunk x kv_chunk
+    when None). A key block that no query of the block sees (in any sequence of `lo`/`hi`) is left
+    out; the others are trimmed to the keys the block's queries see at all (a causal block stops at
+    its last query, a window's block starts at its first query's first key), and one that every
+    query sees whole after trimming needs no mask. One vectorized test per query block.
     """
-    n0s = torch.arange(0, seq_len, kv_chunk, device=lo.device)
-    n1s = (n0s + kv_chunk).clamp_max(seq_len)
-    for m0 in range(0, q_len, q_chunk):
-        m1 = min(m0 + q_chunk, q_len)
-        blo, bhi = lo[:, m0:m1, None], hi[:, m0:m1, None]  # (B, rows, 1) against (key blocks,)
-        sees = ((bhi >= n0s) & (blo < n1s) & (blo <= bhi)).flatten(0, 1).any(0)
-        whole = ((blo <= n0s) & (bhi >= n1s - 1)).flatten(0, 1).all(0)
-        kv = [(n0, n1, not full) for n0, n1, seen, full in zip(n0s.tolist(), n1s.tolist(), sees.tolist(), whole.tolist())
-              if seen]
+    q_bounds = q_bounds or bounds(q_len, q_chunk)
+    kv_bounds = kv_bounds or bounds(seq_len, kv_chunk)
+    n0s = torch.tensor(kv_bounds[:-1], device=lo.device)
+    n1s = torch.tensor(kv_bounds[1:], device=lo.device)
+    for m0, m1 in zip(q_bounds[:-1], q_bounds[1:]):
+        blo, bhi = lo[:, m0:m1].flatten(), hi[:, m0:m1].flatten()
+        seen = blo <= bhi
+        if not bool(seen.any()):
+            yield m0, m1, []
+            continue
+        first, last = int(blo[seen].min()), int(bhi[seen].max())  # the keys any row of the block sees
+        t0s, t1s = n0s.clamp_min(first), n1s.clamp_max(last + 1)  # each key block trimmed to them
+        blo, bhi = blo[:, None], bhi[:, None]  # (rows, 1) against (key blocks,)
+        sees = ((bhi >= t0s) & (blo < t1s) & (blo <= bhi) & (t0s < t1s)).any(0)
+        whole = ((blo <= t0s) & (bhi >= t1s - 1)).all(0)  # a row that sees no key needs the mask too
+        kv = [(n0, n1, not full) for n0, n1, ok, full in zip(t0s.tolist(), t1s.tolist(), sees.tolist(), whole.tolist())
+              if ok]
         yield m0, m1, kv
 
 

@@ -5,8 +5,11 @@ running max m, the running sum l of exp(score - m) and the running output acc; w
 block raises the max, rescale l and acc by exp(m_old - m_new). Never more than
 q_chunk x kv_chunk scores exist per (batch, head) at once.
 
-Causal (bottom-right aligned): key blocks that every query of a block is blind to are never
-computed, and only blocks that straddle the diagonal build a mask.
+Masks (selfattn/masks.py): key blocks that every query of a block is blind to are never computed,
+the others are trimmed to the keys the block's queries see (a causal block stops at its last query),
+and only blocks on a boundary are masked. The block sizes are options; left at null (auto) they are
+sized to the mask (chunk_sizes: a window gets blocks of about half its width; packed documents get
+blocks that end at document starts), and the plan is decided once per masks (Masks.decision).
 
 The backward pass is a custom autograd.Function that keeps only the output and the
 log-sum-exp per row and recomputes each block's probabilities, as FlashAttention does, so
@@ -14,9 +17,10 @@ fwd_bwd memory stays O(n) too.
 
 Speed on CPU comes from: batch*heads flattened into one bmm per block, the scale folded
 into Q once, in-place exp/sub and baddbmm_ into the accumulator, measured chunk sizes
-(DEFAULT_CHUNKS), and head groups run in worker threads with single-threaded ops instead of one
-OpenMP barrier per op (selfattn/backends/chunked_pool.py; its HEAD_THREADS = 1 keeps every op on
-the calling thread, as a TorchDispatchMode needs).
+(DEFAULT_CHUNKS), lazy rescaling after a query block's first key block (RESCALE_LIMIT's comment),
+masks that avoid torch's slow paths (EXP_FLOOR's comment), and head groups run in worker threads
+with single-threaded ops instead of one OpenMP barrier per op (selfattn/backends/chunked_pool.py;
+its HEAD_THREADS = 1 keeps every op on the calling thread, as a TorchDispatchMode needs).
 fp16/bf16 inputs (option `compute`): the scores, running max and sum and the output
 accumulator are always fp32; the block matmuls run either on fp32 copies (`fp32`, the CPU
 default: CPUs without fp16/bf16 matmul units are faster so and round less) or in the input
@@ -35,6 +39,7 @@ have their own threads).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -43,7 +48,7 @@ import torch
 from selfattn.backends import chunked_pool
 from selfattn.compile import compiled
 from selfattn.fields import spec
-from selfattn.masks import Masks, blocks, keep_from_intervals
+from selfattn.masks import Masks, blocks, bounds, keep_from_intervals
 from selfattn.point import FP32_BYTES, Point
 
 NAME = "chunked"
@@ -54,8 +59,9 @@ EFFICIENCY = 0.6
 
 @dataclass(frozen=True)
 class Options:
-    q_chunk: int | None = spec(None, ge=1, help="query rows per block; null: the tuned default (DEFAULT_CHUNKS)")
-    kv_chunk: int | None = spec(None, ge=1, help="key rows per block; null: the tuned default")
+    q_chunk: int | None = spec(None, ge=1, help="query rows per block; null: auto, sized to the mask (chunk_sizes: the "
+                                                "tuned 256 x 512, a window's own size, blocks cut at document starts)")
+    kv_chunk: int | None = spec(None, ge=1, help="key rows per block; null: auto, sized to the mask like q_chunk")
     compute: str = spec("auto", choices=("auto", "fp32", "input"),
                         help="fp16/bf16 block matmuls: fp32 (upcast copies) | input (the input dtype accumulating in "
                              "fp32, as FlashAttention) | auto (input on CUDA, fp32 on a CPU)")
@@ -67,6 +73,29 @@ class Options:
 # block skipping. fp16/bf16 compute in fp32 on a CPU, so they share it. It is the only measured
 # value, so every device and dtype uses it; a table per (device, dtype) comes with a second one.
 DEFAULT_CHUNKS: tuple[int, int] = (256, 512)
+# A window no wider than this gets square blocks of about its own width (chunk_sizes).
+WINDOW_CHUNK_MAX = 512
+
+
+def chunk_sizes(masks: Masks, q_chunk: int | None, kv_chunk: int | None) -> tuple[int, int]:
+    """The (q_chunk, kv_chunk) a call runs: a size given is used as is; one left at None (auto) is
+    chosen from the mask's flags alone, so the memory model knows it before any call.
+
+    No window: DEFAULT_CHUNKS. A window w <= WINDOW_CHUNK_MAX: blocks of about w/2 (at least 64)
+    on both axes (WINDOW_CHUNK_SHARE): a query block [m0, m1) sees keys m0 - w + 1 .. m1 - 1, so
+    with key blocks trimmed to that range (masks.blocks) it computes (w/2) x 1.5 w scores for a
+    band of (w/2) x w, instead of the 256 x 1024 that 256 x 512 blocks would touch for w = 256.
+    Packed documents keep the default sizes; their blocks end at document starts instead
+    (`_block_plans`), so that blocks do not straddle documents.
+    """
+    q_auto, kv_auto = DEFAULT_CHUNKS
+    if masks.window is not None and masks.window <= WINDOW_CHUNK_MAX:
+        q_auto = kv_auto = max(WINDOW_CHUNK_MIN, round(masks.window * WINDOW_CHUNK_SHARE))
+    return (q_auto if q_chunk is None else q_chunk), (kv_auto if kv_chunk is None else kv_chunk)
+
+
+WINDOW_CHUNK_SHARE = 0.5  # a window's block side, as a share of its width (chunk_sizes)
+WINDOW_CHUNK_MIN = 64  # smaller blocks cost more in per-op overhead than they save in masked work
 
 
 def available(device: torch.device | str) -> bool:
@@ -75,9 +104,6 @@ def available(device: torch.device | str) -> bool:
 
 def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
     device_type = torch.device(device).type
-    q_default, kv_default = DEFAULT_CHUNKS
-    q_chunk = options.get("q_chunk")
-    kv_chunk = options.get("kv_chunk")
     compute = options.get("compute") or "auto"
     if dtype not in _LOW:
         compute = "fp32"  # fp32/fp64 inputs: one scheme (named fp32 even for fp64, where nothing is cast)
@@ -86,17 +112,31 @@ def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtyp
         # accumulation. CPUs without fp16/bf16 matmul units run fp32 copies faster (and round less).
         compute = "input" if device_type == "cuda" else "fp32"
     return {
-        "q_chunk": q_default if q_chunk is None else q_chunk,
-        "kv_chunk": kv_default if kv_chunk is None else kv_chunk,
+        "q_chunk": options.get("q_chunk"),  # None: auto, decided per call from the masks (chunk_sizes)
+        "kv_chunk": options.get("kv_chunk"),
         "compute": compute,
         "compile": bool(options.get("compile", False)),
     }
 
 
 def kernel_label(options: Mapping[str, Any]) -> str:
-    """q256-kv512, with -mm_input when fp16/bf16 matmuls run in the input dtype (the compute scheme)."""
-    label = f"q{options['q_chunk']}-kv{options['kv_chunk']}" + ("-mm_input" if options.get("compute") == "input" else "")
+    """q256-kv512 (sizes set), auto (both sized to the mask: kernel_ran says which ran) or q64-kvauto,
+    with -mm_input when fp16/bf16 matmuls run in the input dtype (the compute scheme), -compiled."""
+    q_chunk, kv_chunk = options.get("q_chunk"), options.get("kv_chunk")
+    label = "auto" if q_chunk is None and kv_chunk is None else f"q{q_chunk or 'auto'}-kv{kv_chunk or 'auto'}"
+    label += "-mm_input" if options.get("compute") == "input" else ""
     return label + ("-compiled" if options.get("compile", False) else "")
+
+
+def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
+               q_chunk: int | None = None, kv_chunk: int | None = None, compute: str = "fp32",
+               compile: bool = False) -> str | None:
+    """The block sizes an auto option picked for these masks ("q128-kv128"; with documents
+    "q256-kv512-cut": blocks end at document starts); None when every size was set."""
+    if q_chunk is not None and kv_chunk is not None:
+        return None
+    q_run, kv_run = chunk_sizes(masks, q_chunk, kv_chunk)
+    return f"q{q_run}-kv{kv_run}" + ("-cut" if masks.document_ids is not None else "")
 
 
 def compiles(options: Mapping[str, Any]) -> bool:
@@ -111,8 +151,8 @@ def attention(
     *,
     masks: Masks,
     scale: float,
-    q_chunk: int,
-    kv_chunk: int,
+    q_chunk: int | None = None,
+    kv_chunk: int | None = None,
     compute: str = "fp32",
     compile: bool = False,
 ) -> torch.Tensor:
@@ -166,51 +206,144 @@ class _Plan:
     x_slices: list[slice]  # the rows of X each plan applies to (one slice unless masks differ per sequence)
     lo: list[torch.Tensor]  # per slice: (1, R) first key each virtual row sees
     hi: list[torch.Tensor]
-    blocks: list[list]  # per slice: masks.blocks(...) as a list
+    blocks: list[list]  # per slice: (m0, m1, [(n0, n1, mask_id or None), ...]) per query block
     empty_rows: list[bool]  # per slice: whether some row sees no key
+    kv_bounds: list[list[int]]  # per slice: the key blocks' boundaries (a trimmed block lies inside one)
 
 
 def _plan(masks: Masks, batch: int, kv_heads: int, group: int, q_len: int, seq_len: int,
-          q_chunk: int, kv_chunk: int, device: torch.device) -> _Plan:
+          q_chunk: int | None, kv_chunk: int | None, device: torch.device) -> _Plan:
     lo, hi = masks.intervals(q_len, seq_len, device)  # (B or 1, q_len)
     lo, hi = lo.repeat(1, group), hi.repeat(1, group)  # virtual rows: every group sees the same keys
     if lo.shape[0] == 1:  # one plan for the whole batch
         pieces = [(slice(0, batch * kv_heads), lo, hi)]
     else:  # padding or documents: each sequence skips its own blocks
         pieces = [(slice(b * kv_heads, (b + 1) * kv_heads), lo[b:b + 1], hi[b:b + 1]) for b in range(batch)]
-    kv_plans, empty_rows = _block_plans(masks, group, q_len, seq_len, q_chunk, kv_chunk)
+    kv_plans, empty_rows, kv_bounds = _block_plans(masks, group, q_len, seq_len, q_chunk, kv_chunk)
     return _Plan(x_slices=[p[0] for p in pieces], lo=[p[1] for p in pieces], hi=[p[2] for p in pieces],
-                 blocks=kv_plans, empty_rows=empty_rows)
+                 blocks=kv_plans, empty_rows=empty_rows, kv_bounds=kv_bounds)
 
 
-def _block_plans(masks: Masks, group: int, q_len: int, seq_len: int, q_chunk: int,
-                 kv_chunk: int) -> tuple[list[list], list[bool]]:
-    """Per piece of _plan (the batch, or each sequence): masks.blocks(...) as a list, and whether some
-    row sees no key. Python values read from the intervals, so decided once per masks
-    (Masks.decision): made inside every call they would wait on the GPU queue each time."""
+def _block_plans(masks: Masks, group: int, q_len: int, seq_len: int, q_chunk: int | None,
+                 kv_chunk: int | None) -> tuple[list[list], list[bool], list[list[int]]]:
+    """Per piece of _plan (the batch, or each sequence): its query blocks with their key blocks, whether
+    some row sees no key, and the key blocks' boundaries. Python values read from the intervals, so
+    decided once per masks (Masks.decision): made inside every call they would wait on the GPU queue
+    each time.
 
-    def decide(device: torch.device | str) -> tuple[list[list], list[bool]]:
+    Auto sizes (None) are chunk_sizes'; on an auto axis blocks also end at the cuts a block should
+    not straddle: each head's first virtual row, and each document's first token (`masks.bounds`).
+    Masked key blocks get an id per distinct hidden pattern, so that a call builds each mask once
+    and reuses it (a causal or window mask repeats the same few patterns along the diagonal).
+    """
+
+    def decide(device: torch.device | str) -> tuple[list[list], list[bool], list[list[int]]]:
+        q_size, kv_size = chunk_sizes(masks, q_chunk, kv_chunk)
         lo, hi = masks.intervals(q_len, seq_len, device)
         lo, hi = lo.repeat(1, group), hi.repeat(1, group)
         rows = group * q_len
-        pieces = [(lo, hi)] if lo.shape[0] == 1 else [(lo[b:b + 1], hi[b:b + 1]) for b in range(lo.shape[0])]
-        return ([list(blocks(p_lo, p_hi, rows, seq_len, q_chunk, kv_chunk)) for p_lo, p_hi in pieces],
-                [bool((p_lo > p_hi).any()) for p_lo, p_hi in pieces])
+        plans, empties, all_kv_bounds = [], [], []
+        for b in range(lo.shape[0]):
+            p_lo, p_hi = lo[b:b + 1], hi[b:b + 1]
+            doc_starts = _document_starts(masks, b)
+            q_cuts = [g * q_len + c for g in range(group) for c in [0, *doc_starts]]
+            q_bounds = bounds(rows, q_size, q_cuts if q_chunk is None else ())
+            kv_bounds = bounds(seq_len, kv_size, doc_starts if kv_chunk is None else ())
+            plan = list(blocks(p_lo, p_hi, rows, seq_len, q_size, kv_size, q_bounds=q_bounds, kv_bounds=kv_bounds))
+            plans.append(_with_mask_ids(plan, p_lo, p_hi))
+            empties.append(bool((p_lo > p_hi).any()))
+            all_kv_bounds.append(kv_bounds)
+        return plans, empties, all_kv_bounds
 
     return masks.decision(("chunked_blocks", group, q_len, seq_len, q_chunk, kv_chunk), decide)
 
 
+def _document_starts(masks: Masks, b: int) -> list[int]:
+    """The first token of each of sequence b's documents after its first one (none without documents)."""
+    if masks.document_ids is None:
+        return []
+    ids = masks.document_ids[min(b, masks.document_ids.shape[0] - 1)]
+    return (torch.nonzero(ids[1:] != ids[:-1]).flatten() + 1).tolist()
+
+
+def _with_mask_ids(plan: list, lo: torch.Tensor, hi: torch.Tensor) -> list:
+    """masks.blocks' plan with each needs_mask flag replaced by None (no mask) or the id of its hidden
+    pattern: two blocks whose rows see the same keys relative to the block's corner share one id."""
+    ids: dict[tuple, int] = {}
+    out = []
+    for m0, m1, kv in plan:
+        kv_ids = []
+        for n0, n1, needs_mask in kv:
+            mask_id = None
+            if needs_mask:  # key j of the block is hidden from a row when j < lo - n0 or j > hi - n0
+                first = (lo[:, m0:m1] - n0).clamp(0, n1 - n0)
+                last = (hi[:, m0:m1] - n0).clamp(-1, n1 - n0 - 1)
+                pattern = (m1 - m0, n1 - n0, torch.cat([first, last]).cpu().numpy().tobytes())
+                mask_id = ids.setdefault(pattern, len(ids))
+            kv_ids.append((n0, n1, mask_id))
+        out.append((m0, m1, kv_ids))
+    return out
+
+
 def prepare(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
-            q_chunk: int, kv_chunk: int, compute: str = "fp32", compile: bool = False) -> dict[str, float]:
+            q_chunk: int | None = None, kv_chunk: int | None = None, compute: str = "fp32",
+            compile: bool = False) -> dict[str, float]:
     """Decide the block plan of these inputs' masks before the timed calls (no row column: it is quick)."""
     group = q_BHMD.shape[1] // k_BKND.shape[1]
     _block_plans(masks, group, q_BHMD.shape[2], k_BKND.shape[2], q_chunk, kv_chunk)
     return {}
 
 
-def _hidden(lo: torch.Tensor, hi: torch.Tensor, seq_len: int, m0: int, m1: int, n0: int, n1: int) -> torch.Tensor:
-    """Bool (1, m1-m0, n1-n0): True where the block's key is hidden from its virtual row."""
-    return ~keep_from_intervals(lo, hi, seq_len, rows=torch.arange(m0, m1, device=lo.device), keys=(n0, n1))
+def _hidden(lo: torch.Tensor, hi: torch.Tensor, seq_len: int, m0: int, m1: int, n0: int, n1: int,
+            dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A block's mask as (bias, keep), each (1, m1-m0, n1-n0) in `dtype`: bias is -inf where the key is
+    hidden from the virtual row and 0 elsewhere (added to scores whose max is taken); keep is 0 and 1."""
+    keep = keep_from_intervals(lo, hi, seq_len, rows=torch.arange(m0, m1, device=lo.device), keys=(n0, n1))
+    bias = torch.zeros(keep.shape, dtype=dtype, device=lo.device).masked_fill_(~keep, float("-inf"))
+    return bias, keep.to(dtype)
+
+
+# Masked blocks, and why they take two float masks. On a CPU, two obvious ways of masking cost
+# more than the block's matmuls: masked_fill_ with a boolean mask broadcast over the heads (5 ns a
+# score, against 0.16 ns for an add_ of a float bias), and exp() of a hidden score (-inf), or of
+# any score more than ~87 below the row's reference: torch's vectorized exp leaves its fast path
+# for inputs whose result is not a normal float (-inf: 6 ns a score, -88 to -200: 25 to 60 ns,
+# against 0.24 ns; flushing denormals does not help). So a masked block adds the -inf bias where
+# a max must skip the hidden keys, then clamps the shifted scores at EXP_FLOOR before exp() and
+# multiplies by `keep` after it: the hidden probabilities are exactly 0, the visible ones exact but
+# for those below e^EXP_FLOOR (1.6e-38 of the row's largest term), which are raised to it.
+EXP_FLOOR = -87.0
+
+
+def _masked_exp_(s_Xmn: torch.Tensor, mask) -> torch.Tensor:
+    """exp() in place of shifted scores (-inf where the mask hides a key), with hidden ones exactly 0."""
+    if mask is None:
+        return s_Xmn.exp_()
+    return s_Xmn.clamp_min_(EXP_FLOOR).exp_().mul_(mask[1])
+
+
+class _HiddenMasks:
+    """The masks (_hidden) of one call's blocks, each distinct pattern built once (the plan's mask ids).
+
+    At most KEEP of them stay alive (the most recent), so the memory stays a few blocks whatever the
+    plan: a causal or window plan reuses one or two patterns, a documents plan's are mostly its own."""
+
+    KEEP = 4
+
+    def __init__(self, lo: torch.Tensor, hi: torch.Tensor, seq_len: int, dtype: torch.dtype) -> None:
+        self.lo, self.hi, self.seq_len, self.dtype = lo, hi, seq_len, dtype
+        self.built: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def get(self, mask_id: int | None, m0: int, m1: int, n0: int, n1: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if mask_id is None:
+            return None
+        hidden = self.built.pop(mask_id, None)
+        if hidden is None:
+            hidden = _hidden(self.lo, self.hi, self.seq_len, m0, m1, n0, n1, self.dtype)
+            if len(self.built) >= self.KEEP:
+                self.built.pop(next(iter(self.built)))
+        self.built[mask_id] = hidden  # the most recent last
+        return hidden
 
 
 def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, kv_chunk: int, compute: str,
@@ -222,7 +355,7 @@ def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, k
     q_XRD = q_BHMD.reshape(b * kv_heads, (h // kv_heads) * q_len, d).to(cdtype) * scale  # scale folded into Q once
     k_XND, v_XND = _flat(k_BKND, cdtype), _flat(v_BKND, cdtype)
     plan = _plan(masks, b, kv_heads, h // kv_heads, q_len, seq_len, q_chunk, kv_chunk, q_BHMD.device)
-    block = compiled(_forward_block, dynamic=True) if compile else _forward_block
+    block = compiled(_forward_block, dynamic=True) if compile else None  # None: eager, lazy rescaling where it applies
     outs, lses = [], []
     for x, lo, hi, kv_plan, empty in zip(plan.x_slices, plan.lo, plan.hi, plan.blocks, plan.empty_rows):
         out_XRD, lse_XR = chunked_pool.over_heads(_forward_flat, "forward", (q_XRD[x], k_XND[x], v_XND[x]), lo, hi,
@@ -246,7 +379,12 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=
     adtype = _accumulator_dtype(q_XRD.dtype)
     out_XRD = torch.empty(x, rows, d, dtype=adtype, device=q_XRD.device)
     lse_XR = torch.empty(x, rows, dtype=adtype, device=q_XRD.device)
+    lazy = block is None and _lazy_rescale(q_XRD, kv_plan)
     block = block or _forward_block
+    hidden_masks = _HiddenMasks(lo, hi, seq_len, adtype)
+    if lazy:  # Q and K with one feature more: the row's shift (-running max) against a key feature of 1
+        q_ext_XRD = torch.cat([q_XRD, q_XRD.new_zeros(x, rows, 1)], dim=2)
+        kT_ext_XDN = torch.cat([kT_XDN, kT_XDN.new_ones(x, 1, seq_len)], dim=1)
     for m0, m1, kv_blocks in kv_plan:
         if not kv_blocks:  # no query of the block sees any key: zeros, and P = exp(S - inf) = 0 in backward
             out_XRD[:, m0:m1] = 0
@@ -258,10 +396,17 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=
         acc_XmD = torch.zeros(x, m1 - m0, d, dtype=adtype, device=q_XRD.device)
         row_max_Xm1 = torch.full((x, m1 - m0, 1), float("-inf"), dtype=adtype, device=q_XRD.device)
         row_sum_Xm1 = torch.zeros(x, m1 - m0, 1, dtype=adtype, device=q_XRD.device)
-        for n0, n1, needs_mask in kv_blocks:
-            hidden_1mn = _hidden(lo, hi, seq_len, m0, m1, n0, n1) if needs_mask else None
-            acc_XmD, row_max_Xm1, row_sum_Xm1 = block(q_XmD, kT_XDN[:, :, n0:n1], v_XND[:, n0:n1], hidden_1mn,
+        shift_stale = True  # whether q_ext's shift column lags the running max
+        for n0, n1, mask_id in kv_blocks:
+            mask_1mn = hidden_masks.get(mask_id, m0, m1, n0, n1)
+            if lazy and not shift_stale and _lazy_block(q_ext_XRD[:, m0:m1], kT_ext_XDN[:, :, n0:n1], v_XND[:, n0:n1],
+                                                        mask_1mn, acc_XmD, row_sum_Xm1):
+                continue
+            acc_XmD, row_max_Xm1, row_sum_Xm1 = block(q_XmD, kT_XDN[:, :, n0:n1], v_XND[:, n0:n1], mask_1mn,
                                                       acc_XmD, row_max_Xm1, row_sum_Xm1)
+            if lazy:
+                torch.neg(row_max_Xm1, out=q_ext_XRD[:, m0:m1, d:])
+                shift_stale = False
         torch.div(acc_XmD, row_sum_Xm1, out=out_XRD[:, m0:m1])
         lse_XR[:, m0:m1] = (row_max_Xm1 + row_sum_Xm1.log()).squeeze(-1)
         if empty_rows:  # rows of this block that saw no key: 0/0 above; zeros and lse = +inf instead
@@ -271,17 +416,58 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=
     return out_XRD, lse_XR
 
 
-def _forward_block(q_XmD, kT_XDn, v_XnD, hidden_1mn, acc_XmD, row_max_Xm1, row_sum_Xm1):
+# Lazy rescaling (the "conditional rescale" of FlashAttention-4, here on a CPU). The online softmax
+# needs a reference m per row only so that exp(s - m) cannot overflow; it need not be the running
+# max. After a query block's first key block (the exact step, _forward_block) fixes m, each later
+# block takes exp(s - m) with that m: its max is not computed, nothing is rescaled, and the shift
+# itself is folded into the score matmul as one more feature (q's is -m, k's is 1), so the block's
+# scores arrive shifted. That saves three of the five passes over each block of scores (amax, sub,
+# and the correction of the sum and the output). The result is the same softmax: any m gives it,
+# because out = acc / sum and lse = m + log(sum) use the same m. The block's own sum says whether
+# m was still safe: when some row's sum passes RESCALE_LIMIT (a score more than ~27 above m; or
+# inf or NaN), the block is dropped and redone by the exact step, which moves m to the true max.
+# One host read per block: CPU only (on a GPU it would wait for the queue every block).
+RESCALE_LIMIT = 2.0 ** 40  # far below fp32's overflow even summed over every key block and scaled by V
+
+
+LAZY_MIN_BLOCKS = 3  # key blocks per query block, on average, for the lazy step to pay for its copies
+
+
+def _lazy_rescale(q_XRD: torch.Tensor, kv_plan: list) -> bool:
+    """Whether blocks after a query block's first one take the lazy step: eager code on a CPU, in fp32/fp64,
+    with enough key blocks per query block that the lazy ones repay the O(n d) copies of Q and K it makes
+    (a window's or documents' plan has one to three, mostly masked: there it measured 10% slower)."""
+    blocks_per_query_block = sum(len(kv) for _, _, kv in kv_plan) / max(1, len(kv_plan))
+    return (q_XRD.device.type == "cpu" and q_XRD.dtype in (torch.float32, torch.float64)
+            and blocks_per_query_block >= LAZY_MIN_BLOCKS)
+
+
+def _lazy_block(q_ext_XmD, kT_ext_XDn, v_XnD, mask_1mn, acc_XmD, row_sum_Xm1) -> bool:
+    """One key block with the reference max kept (see RESCALE_LIMIT): acc and the sum updated in place
+    and True, or False (nothing updated) when the block must take the exact step instead."""
+    p_Xmn = torch.bmm(q_ext_XmD, kT_ext_XDn)  # the scores minus the row's reference max
+    # No max to take, so no -inf bias either: keep zeroes the hidden keys' exp() (one that overflowed
+    # gives inf * 0 = NaN, and the check below sends the block to the exact step)
+    _masked_exp_(p_Xmn, mask_1mn)
+    block_sum_Xm1 = p_Xmn.sum(dim=-1, keepdim=True)
+    if not bool(block_sum_Xm1.max() <= RESCALE_LIMIT):  # also catches inf and NaN
+        return False
+    row_sum_Xm1.add_(block_sum_Xm1)
+    acc_XmD.baddbmm_(p_Xmn, v_XnD)
+    return True
+
+
+def _forward_block(q_XmD, kT_XDn, v_XnD, mask_1mn, acc_XmD, row_max_Xm1, row_sum_Xm1):
     """One key block of the online softmax: (acc, running max, running sum) after it; acc and the
     sum are updated in place. Before the first block they are zeros and the max is -inf, so the
-    first correction is exp(-inf) = 0."""
+    first correction is exp(-inf) = 0. `mask_1mn`: None or _hidden's (bias, keep)."""
     s_Xmn = _mm(q_XmD, kT_XDn)
-    if hidden_1mn is not None:
-        s_Xmn.masked_fill_(hidden_1mn, float("-inf"))
+    if mask_1mn is not None:
+        s_Xmn.add_(mask_1mn[0])  # -inf where hidden
     new_max_Xm1 = torch.maximum(row_max_Xm1, s_Xmn.amax(dim=-1, keepdim=True))
-    if hidden_1mn is not None:  # a row may see no key of this block yet: keep exp() away from -inf - -inf
+    if mask_1mn is not None:  # a row may see no key of this block yet: keep exp() away from -inf - -inf
         new_max_Xm1 = new_max_Xm1.masked_fill(new_max_Xm1 == float("-inf"), 0.0)
-    p_Xmn = s_Xmn.sub_(new_max_Xm1).exp_()
+    p_Xmn = _masked_exp_(s_Xmn.sub_(new_max_Xm1), mask_1mn)
     correction_Xm1 = torch.exp(row_max_Xm1 - new_max_Xm1)
     row_sum_Xm1.mul_(correction_Xm1).add_(p_Xmn.sum(dim=-1, keepdim=True))
     _mm_add(acc_XmD.mul_(correction_Xm1), p_Xmn, v_XnD)
@@ -301,10 +487,10 @@ def _backward(grad_BHMD, q_BHMD, k_BKND, v_BKND, out_BHMD, lse_XR, masks: Masks,
     plan = _plan(masks, b, kv_heads, h // kv_heads, q_len, seq_len, q_chunk, kv_chunk, q_BHMD.device)
     block = compiled(_backward_block, dynamic=True) if compile else _backward_block
     grads = []
-    for x, lo, hi, kv_plan in zip(plan.x_slices, plan.lo, plan.hi, plan.blocks):
+    for x, lo, hi, kv_plan, kv_bounds in zip(plan.x_slices, plan.lo, plan.hi, plan.blocks, plan.kv_bounds):
         grads.append(chunked_pool.over_heads(_backward_flat, "backward",
                                              (q_XRD[x], k_XND[x], v_XND[x], do_XRD[x], out_XRD[x], lse_XR[x]), lo, hi,
-                                             kv_plan, (kv_chunk, block), single=compile))
+                                             kv_plan, (kv_bounds, block), single=compile))
     dq_XRD, dk_XND, dv_XND = grads[0] if len(grads) == 1 else (torch.cat(g) for g in zip(*grads))
     dq_XRD.mul_(scale)  # d/dq = d/d(scaled q) * scale
     dtype = q_BHMD.dtype
@@ -315,7 +501,7 @@ def _backward(grad_BHMD, q_BHMD, k_BKND, v_BKND, out_BHMD, lse_XR, masks: Masks,
     )
 
 
-def _backward_flat(q_XRD, k_XND, v_XND, do_XRD, out_XRD, lse_XR, lo, hi, kv_plan, kv_chunk: int, block=None):
+def _backward_flat(q_XRD, k_XND, v_XND, do_XRD, out_XRD, lse_XR, lo, hi, kv_plan, kv_bounds: list[int], block=None):
     """Gradients w.r.t. the scaled q, k and v, on flattened heads X."""
     seq_len = k_XND.shape[1]
     # delta_i = sum_j P_ij dP_ij = dO_i . O_i (FlashAttention-2's D_i), in the accumulator dtype
@@ -324,29 +510,31 @@ def _backward_flat(q_XRD, k_XND, v_XND, do_XRD, out_XRD, lse_XR, lo, hi, kv_plan
     lse_XR1 = lse_XR.unsqueeze(-1)
     # Accumulators are contiguous per block (baddbmm_ into a strided slice falls back to a
     # per-matrix loop); they are concatenated once at the end, an O(n d) copy.
-    kv_starts = range(0, seq_len, kv_chunk)
-    dk_parts = [torch.zeros_like(k_XND[:, n0 : n0 + kv_chunk], dtype=adtype) for n0 in kv_starts]
-    dv_parts = [torch.zeros_like(v_XND[:, n0 : n0 + kv_chunk], dtype=adtype) for n0 in kv_starts]
+    spans = list(zip(kv_bounds[:-1], kv_bounds[1:]))
+    dk_parts = [torch.zeros_like(k_XND[:, b0:b1], dtype=adtype) for b0, b1 in spans]
+    dv_parts = [torch.zeros_like(v_XND[:, b0:b1], dtype=adtype) for b0, b1 in spans]
     block = block or _backward_block
+    hidden_masks = _HiddenMasks(lo, hi, seq_len, adtype)
     dq_parts = []
     for m0, m1, kv_blocks in kv_plan:
         q_XmD, do_XmD = q_XRD[:, m0:m1], do_XRD[:, m0:m1]
         dq_XmD = torch.zeros_like(q_XmD, dtype=adtype)
-        for n0, n1, needs_mask in kv_blocks:
-            hidden_1mn = _hidden(lo, hi, seq_len, m0, m1, n0, n1) if needs_mask else None
-            part = n0 // kv_chunk
-            block(q_XmD, k_XND[:, n0:n1], v_XND[:, n0:n1], do_XmD, lse_XR1[:, m0:m1], delta_XR1[:, m0:m1], hidden_1mn,
-                  dq_XmD, dk_parts[part][:, : n1 - n0], dv_parts[part][:, : n1 - n0])
+        for n0, n1, mask_id in kv_blocks:
+            mask_1mn = hidden_masks.get(mask_id, m0, m1, n0, n1)
+            part = bisect.bisect_right(kv_bounds, n0) - 1  # the key block this (trimmed) one lies in
+            b0 = kv_bounds[part]
+            block(q_XmD, k_XND[:, n0:n1], v_XND[:, n0:n1], do_XmD, lse_XR1[:, m0:m1], delta_XR1[:, m0:m1], mask_1mn,
+                  dq_XmD, dk_parts[part][:, n0 - b0 : n1 - b0], dv_parts[part][:, n0 - b0 : n1 - b0])
         dq_parts.append(dq_XmD)
     return torch.cat(dq_parts, dim=1), torch.cat(dk_parts, dim=1), torch.cat(dv_parts, dim=1)
 
 
-def _backward_block(q_XmD, k_XnD, v_XnD, do_XmD, lse_Xm1, delta_Xm1, hidden_1mn, dq_XmD, dk_XnD, dv_XnD) -> None:
+def _backward_block(q_XmD, k_XnD, v_XnD, do_XmD, lse_Xm1, delta_Xm1, mask_1mn, dq_XmD, dk_XnD, dv_XnD) -> None:
     """One block's share of the gradients, added in place to dq, dk and dv (probabilities recomputed)."""
     s_Xmn = _mm(q_XmD, k_XnD.transpose(1, 2))
-    if hidden_1mn is not None:
-        s_Xmn.masked_fill_(hidden_1mn, float("-inf"))
-    p_Xmn = s_Xmn.sub_(lse_Xm1).exp_()
+    if mask_1mn is not None:
+        s_Xmn.add_(mask_1mn[0])  # -inf where hidden (so that a hidden score cannot overflow exp)
+    p_Xmn = _masked_exp_(s_Xmn.sub_(lse_Xm1), mask_1mn)
     _mm_add(dv_XnD, p_Xmn.transpose(1, 2), do_XmD)
     dp_Xmn = _mm(do_XmD, v_XnD.transpose(1, 2))
     ds_Xmn = dp_Xmn.sub_(delta_Xm1).mul_(p_Xmn)
@@ -380,12 +568,15 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     bh, d = point.batch * point.heads, point.head_dim
     q_len, seq_len = point.q_len_resolved, point.seq_len
     group = point.heads // point.kv_heads_resolved
-    q_chunk = min(int(options.get("q_chunk") or DEFAULT_CHUNKS[0]), group * q_len)  # blocks of virtual rows
-    kv_chunk = min(int(options.get("kv_chunk") or DEFAULT_CHUNKS[1]), seq_len)
+    q_size, kv_size = chunk_sizes(Masks(window=point.window), options.get("q_chunk"), options.get("kv_chunk"))
+    q_chunk = min(q_size, group * q_len)  # blocks of virtual rows (cuts only make blocks smaller)
+    kv_chunk = min(kv_size, seq_len)
     bkv = point.batch * point.kv_heads_resolved  # K and V are per K/V head (GQA shares them)
     per_sequence = point.masks_per_sequence
     x = point.kv_heads_resolved if per_sequence else bkv  # flattened heads one plan runs over at once
     block = x * q_chunk * kv_chunk * a  # one block of scores for each of them
+    # the masks kept (in the accumulator dtype), and one being built with its boolean
+    hidden = (_HiddenMasks.KEEP + 1) * q_chunk * kv_chunk * a + 2 * q_chunk * kv_chunk
     q_c, kv_c, rows_c = bh * q_len * d * c, bkv * seq_len * d * c, bh * q_len * a
     out_acc = bh * q_len * d * a  # the output in the accumulator dtype
     if per_sequence:  # each sequence runs its own plan; their outputs are concatenated once
@@ -393,6 +584,9 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     # forward: the scaled q (and its fp32 cast), fp32 k/v casts, output, log-sum-exp,
     # two score blocks alive across an iteration, the block's accumulator, the output cast back
     fwd = q_c * (2 if casts else 1) + (2 * kv_c if casts else 0) + out_acc + rows_c + 2 * block + x * q_chunk * d * a
+    fwd += hidden
+    if device == "cpu" and not low:  # lazy rescaling's Q and K with one feature more (an upper bound:
+        fwd += (bh * q_len + bkv * seq_len) * (d + 1) * a  # plans with few key blocks per query block skip it)
     fwd += out if low else 0
     if point.mode == "fwd":
         return fwd
@@ -401,6 +595,6 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     # the end, those accumulators and their concatenation; the gradients cast back
     saved = out_acc + rows_c + (out if low else 0)
     acc = (bh * q_len + 2 * bkv * seq_len) * d * a
-    bwd = saved + q_c + ((2 * kv_c + q_c) if casts else 0) + rows_c + max(acc + 3 * block, 2 * acc)
+    bwd = saved + q_c + ((2 * kv_c + q_c) if casts else 0) + rows_c + max(acc + 3 * block, 2 * acc) + hidden
     bwd += grads if low else 0
     return max(fwd, bwd)

@@ -37,8 +37,8 @@ def test_auto_is_input_on_cuda_and_fp32_on_cpu_and_the_label_says_so():
     assert resolve_options("chunked", {}, "cpu", torch.bfloat16)["compute"] == "fp32"
     assert resolve_options("chunked", {}, "cuda", torch.bfloat16)["compute"] == "input"
     assert resolve_options("chunked", {"compute": "input"}, "cuda", torch.float32)["compute"] == "fp32"  # one scheme
-    assert selfattn.kernel_label("chunked", {}, device="cuda", dtype=torch.float16) == "q256-kv512-mm_input"
-    assert selfattn.kernel_label("chunked", {}, device="cpu", dtype=torch.float16) == "q256-kv512"
+    assert selfattn.kernel_label("chunked", {}, device="cuda", dtype=torch.float16) == "auto-mm_input"
+    assert selfattn.kernel_label("chunked", {}, device="cpu", dtype=torch.float16) == "auto"
 
 
 def test_input_scheme_skips_the_fp32_copies_in_model_and_measurement():
@@ -50,7 +50,7 @@ def test_input_scheme_skips_the_fp32_copies_in_model_and_measurement():
     budget = Budget(timing_s=0.02, accuracy_rows=8, measure_device_peak=False)
     row = measure_point(point, budget)
     fp32_row = measure_point(Point(**{**point.__dict__, "backend_options": {"compute": "fp32"}}), budget)
-    assert row.status == fp32_row.status == "ok" and row.kernel == "q256-kv512-mm_input"
+    assert row.status == fp32_row.status == "ok" and row.kernel == "auto-mm_input:q256-kv512"
     assert row.peak_alloc_bytes < fp32_row.peak_alloc_bytes  # no fp32 copies of Q, K, V
 
 

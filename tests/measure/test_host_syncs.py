@@ -35,6 +35,16 @@ MASKS = {  # mask kinds: each reaches another Python-side decision
 }
 
 
+@pytest.fixture(autouse=True)
+def _chunked_exact_step_as_on_a_gpu(monkeypatch):
+    """chunked's lazy rescaling runs on a CPU only and reads each key block's sums there by design (a CPU
+    has no device queue to wait on; tests/backends/test_chunked_blocks.py checks it never runs elsewhere).
+    A GPU call takes the exact step: these CPU runs check that path."""
+    from selfattn.backends import chunked
+
+    monkeypatch.setattr(chunked, "_lazy_rescale", lambda *args: False)
+
+
 class HostRead(AssertionError):
     """A timed call read a tensor's value on the host."""
 
