@@ -22,7 +22,7 @@ SOFTMAX_EXAMPLE = ((2.0, 1.0, 0.5), (0.63, 0.23, 0.14))  # the chapter's worked 
        rule="without a mask, every back end's max |attn(PQ,PK,PV) - P attn(Q,K,V)| <= its precision's tolerance "
             f"({', '.join(f'{p} {t:g}' for p, t in PERM_TOLERANCE.items())}); with a causal mask, every back end's "
             f"> {PERM_BROKEN_MIN} (the mask breaks it)",
-       experiment="quick")
+       metrics=("permutation",), experiment="quick")
 def permutation_equivariant(rows: pd.DataFrame) -> Evidence:
     ok = rows[(rows["status"] == "ok") & rows["perm_max_abs_diff"].notna()]
     if ok.empty:

@@ -13,7 +13,7 @@ nothing of it was measured. The chapter's claims never return None: an Evidence 
 reads "not measured", so the chapter's table always lists every one of them.
 
 `analysis.claims` imports every study module (so their claims are registered) and checks them.
-Pure pandas and the standard library: no study is imported here.
+Pure pandas and the standard library (and selfattn.metrics, pure Python): no study is imported here.
 """
 
 from __future__ import annotations
@@ -24,8 +24,11 @@ from typing import Callable, TypeVar
 
 import pandas as pd
 
+from selfattn.metrics import METRICS, ran_metrics
+
 HOLDS, FAILS, NOT_MEASURED = "holds", "does not hold", "not measured"
 NOT_DECIDED = "not decided at these sizes"
+METRIC_OFF = f"{NOT_MEASURED}: metric off"  # the rows it reads left out a metric it needs (selfattn/metrics.py)
 
 # The report's sections, in its order; a study registered under another name comes after these.
 CHAPTER = "The chapter's claims"
@@ -72,14 +75,50 @@ class ClaimSpec:
     experiment: str
     study: str
     read: Callable[[pd.DataFrame], Evidence | None]
+    metrics: tuple[str, ...] = ()  # the metrics whose columns it reads (selfattn/metrics.py); () = time and the point
 
     def check(self, rows: pd.DataFrame) -> Claim | None:
-        """The claim judged on `rows`; None when its study's rows are absent."""
-        evidence = self.read(rows)
+        """The claim judged on `rows`; None when its study's rows are absent.
+
+        It reads only the rows that measured every metric it needs (an ok row that left one out has
+        empty cells there, which must not count as a value); when that leaves it no fact and some ok
+        row was left out for it, its verdict is "not measured: metric off (...)" instead."""
+        usable, off = with_metrics(rows, self.metrics)
+        evidence = self.read(usable)
         if evidence is None:
             return None
-        return Claim(self.key, self.statement, evidence.text, verdict_of(evidence), self.rule,
+        verdict = verdict_of(evidence)
+        if verdict == NOT_MEASURED and off:
+            verdict = f"{METRIC_OFF} ({', '.join(off)})"
+        return Claim(self.key, self.statement, evidence.text, verdict, self.rule,
                      evidence.experiment or self.experiment, self.study)
+
+
+_usable: dict[tuple[str, ...], tuple[pd.DataFrame, pd.DataFrame, tuple[str, ...]]] = {}
+
+
+def with_metrics(rows: pd.DataFrame, metrics: tuple[str, ...]) -> tuple[pd.DataFrame, tuple[str, ...]]:
+    """(rows less the ok rows that did not measure all of `metrics`, the metrics some ok row left out).
+
+    A failed row stays (claims count them); a row without a `metrics` value (written before the key
+    existed) measured all of them. The same frame comes back for the same rows and metrics, so the claims
+    of one study still share what `per_rows` remembers."""
+    if not metrics or "metrics" not in rows:
+        return rows, ()
+    key = tuple(sorted(metrics))
+    cached = _usable.get(key)
+    if cached is not None and cached[0] is rows:
+        return cached[1], cached[2]
+    ran = rows["metrics"].map(ran_metrics)
+    ok = rows["status"] == "ok"
+    lacking = {m: ok & ~ran.map(lambda r, m=m: m in r) for m in key}
+    dropped = pd.Series(False, index=rows.index)
+    for mask in lacking.values():
+        dropped |= mask
+    usable = rows[~dropped] if dropped.any() else rows
+    off = tuple(m for m in metrics if lacking[m].any())
+    _usable[key] = (rows, usable, off)  # holding the rows keeps their id from being reused
+    return usable, off
 
 
 @dataclass(frozen=True)
@@ -93,12 +132,20 @@ CLAIMS: list[ClaimSpec] = []  # every registered claim, in registration order
 TABLES: list[TableSpec] = []  # numbers under a study's claims that no robust rule could judge (a compile time)
 
 
-def claim(key: str, statement: str, *, rule: str, experiment: str, study: str = CHAPTER):
-    """Register the decorated `(rows) -> Evidence | None` as the claim `key`; keys are unique."""
+def claim(key: str, statement: str, *, rule: str, experiment: str, study: str = CHAPTER,
+          metrics: tuple[str, ...] = ()):
+    """Register the decorated `(rows) -> Evidence | None` as the claim `key`; keys are unique.
+
+    `metrics`: the metrics (selfattn.metrics.METRICS) whose columns it reads; it is given only rows that
+    measured them, and says "not measured: metric off" when the rows left one out."""
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"claim {key!r}: unknown metric {unknown[0]!r} (known: {', '.join(METRICS)})")
+
     def register(read: Callable[[pd.DataFrame], Evidence | None]):
         if any(spec.key == key for spec in CLAIMS):
             raise ValueError(f"claim {key!r} is already registered")
-        CLAIMS.append(ClaimSpec(key, statement, rule, experiment, study, read))
+        CLAIMS.append(ClaimSpec(key, statement, rule, experiment, study, read, tuple(metrics)))
         return read
     return register
 

@@ -195,7 +195,7 @@ def _naive_evidence(fits: dict) -> Evidence | None:
             "the allocator's exact peak (peak_alloc_bytes; peak RSS for CSVs without it); Theil-Sen fits over >= "
             f"{MIN_FIT_SIZES} of the largest sizes with a 95% CI no wider than ±{MAX_CI_HALF_WIDTH} count (wider ones "
             "are listed, not counted); eager naive's exponent is shown beside it",
-       experiment="compiled (more seq_len values)", study=COMPILED)
+       metrics=("memory",), experiment="compiled (more seq_len values)", study=COMPILED)
 def compiled_naive_fused(rows: pd.DataFrame) -> Evidence | None:
     fits = _fits(rows)
     return _naive_evidence(fits[0]) if fits else None
@@ -206,7 +206,7 @@ def compiled_naive_fused(rows: pd.DataFrame) -> Evidence | None:
        rule="as the rule above, for each mask the rows ran with (causal, windows), per device, precision and mode: "
             f"naive+compile's peak-memory exponent b <= {LINEAR_MAX}. The mask is part of the compiled steps (built "
             "inside from each query's key interval), so a compiler that fuses attention with a mask removes it too",
-       experiment="compiled (more seq_len values)", study=COMPILED)
+       metrics=("memory",), experiment="compiled (more seq_len values)", study=COMPILED)
 def compiled_naive_fused_masked(rows: pd.DataFrame) -> Evidence | None:
     fits = _fits(rows)
     return _naive_evidence(fits[1]) if fits else None
@@ -215,7 +215,7 @@ def compiled_naive_fused_masked(rows: pd.DataFrame) -> Evidence | None:
 @claim("compiled_fused_linear", "Compiled fused kernels (chunked+compile, flex_attention) keep memory linear in n",
        rule=f"no mask, per device, precision and mode: the peak-memory exponent b of chunked+compile and flex <= "
             f"{LINEAR_MAX} (same fit rule)",
-       experiment="compiled (more seq_len values)", study=COMPILED)
+       metrics=("memory",), experiment="compiled (more seq_len values)", study=COMPILED)
 def compiled_fused_linear(rows: pd.DataFrame) -> Evidence | None:
     fits = _fits(rows)
     if not fits:

@@ -78,7 +78,7 @@ def _memory_ratio(growth: Growth) -> str:
 @claim("memory_quadratic", "The materialized attention matrix makes memory grow as n² (4K→128K tokens: ×1024)",
        rule=f"naive (no mask) memory, the allocator's exact peak, quadratic on every device and precision; does not "
             f"hold where it is linear or sub-quadratic. {GROWTH_RULE}",
-       experiment=EXPERIMENT)
+       metrics=("memory",), experiment=EXPERIMENT)
 def memory_quadratic(rows: pd.DataFrame) -> Evidence:
     passes, undecided, parts = [], [], []
     for facet, _line, growth in _growths(_memory_facets(rows), "naive"):
@@ -94,7 +94,7 @@ def memory_quadratic(rows: pd.DataFrame) -> Evidence:
        rule=f"chunked (no mask) memory, the allocator's exact peak, on every device and precision: holds where it is "
             f"linear, or its exponent b <= {LINEAR_MAX} with a precise CI; does not hold where it is quadratic. "
             f"{GROWTH_RULE}",
-       experiment=EXPERIMENT)
+       metrics=("memory",), experiment=EXPERIMENT)
 def chunked_linear(rows: pd.DataFrame) -> Evidence:
     passes, undecided, parts = [], [], []
     for facet, line, growth in _growths(_memory_facets(rows), "chunked"):

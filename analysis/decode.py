@@ -144,7 +144,7 @@ def _largest(part: pd.DataFrame, col: str) -> pd.DataFrame:
        "fraction of the device's bandwidth",
        rule="q_len=1, kv_heads=heads, at the largest cache: every row's FLOPs/byte < the ridge point (matmul peak / "
             f"copy bandwidth), and the best back end's gbps >= {MEMORY_BOUND_FRACTION} x device_peak_gbps",
-       experiment="decode", study=DECODE)
+       metrics=("traffic",), experiment="decode", study=DECODE)
 def decode_memory_bound(rows: pd.DataFrame) -> Evidence | None:
     dec, roof = decode_rows(rows), roofline_rows(rows)
     # Multi-head rows (kv_heads = heads): GQA raises a step's intensity by heads / kv_heads, toward the ridge.

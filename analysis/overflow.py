@@ -54,7 +54,7 @@ def _fp16(rows: pd.DataFrame) -> _Fp16:
             f"non-finite fraction within ±{PREDICTION_TOLERANCE} of the Gaussian-tail prediction "
             "1-(1-P(z > 65504/(s²·√d_k)))^n; not measured unless some unscaled fp16 logit std reached "
             f"{OVERFLOW_REGIME_STD:.0f} (65504/6) or overflowed",
-       experiment=OVERFLOW_EXPERIMENT)
+       metrics=("accuracy", "stability"), experiment=OVERFLOW_EXPERIMENT)
 def fp16_overflows(rows: pd.DataFrame) -> Evidence:
     f = _fp16(rows)
     unscaled, bad = f.unscaled, f.bad
@@ -79,7 +79,7 @@ def fp16_overflows(rows: pd.DataFrame) -> Evidence:
        rule="wherever unscaled naive fp16 has non-finite outputs: the scaled twin with the scale on Q first "
             "(scale_at=query) is finite, and the scaled twin with the scale after QKᵀ (scale_at=logits) is non-finite "
             f"within ±{PREDICTION_TOLERANCE} of the unscaled fraction",
-       experiment=OVERFLOW_EXPERIMENT)
+       metrics=("accuracy", "stability"), experiment=OVERFLOW_EXPERIMENT)
 def scale_prevents_overflow(rows: pd.DataFrame) -> Evidence:
     f = _fp16(rows)
     if f.unscaled.empty:

@@ -194,7 +194,8 @@ def _studies_section(claims: pd.DataFrame, tables: Sequence[tuple[str, str, pd.D
 
 def _claims_table(claims: pd.DataFrame) -> str:
     verdicts = "**" + claims["verdict"] + "**"
-    open_ = (claims["verdict"] == NOT_MEASURED) | claims["verdict"].str.startswith(NOT_DECIDED)  # what to run next
+    # what to run next: also where the rows left out a metric the claim reads ("not measured: metric off (...)")
+    open_ = claims["verdict"].str.startswith(NOT_MEASURED) | claims["verdict"].str.startswith(NOT_DECIDED)
     verdicts[open_] += " (run `" + claims.loc[open_, "experiment"] + "`)"
     return _markdown(pd.DataFrame({"#": range(1, len(claims) + 1), "Claim": claims["claim"],
                                    "Measured evidence": claims["evidence"], "Verdict": verdicts}))

@@ -157,7 +157,7 @@ def _dk_text(part: pd.DataFrame) -> str:
 
 @claim("scaled_std_one", "With the 1/√d_k scale the logits' std stays near 1 at any d_k",
        rule=f"scaled logit std / s² within [{STD_BAND[0]}, {STD_BAND[1]}] at every d_k and precision",
-       experiment=EXPERIMENT)
+       metrics=("stability",), experiment=EXPERIMENT)
 def scaled_std_one(rows: pd.DataFrame) -> Evidence:
     points, input_std = _points(rows)
     part = _scaled(points, "auto")
@@ -171,7 +171,7 @@ def scaled_std_one(rows: pd.DataFrame) -> Evidence:
 @claim("unscaled_std_sqrt", "Without it the logits' std grows as √d_k (≈22.6 at d_k=512)",
        rule=f"unscaled logit std / (s²·√d_k) within [{STD_BAND[0]}, {STD_BAND[1]}] at every d_k, and its fitted "
             f"exponent vs d_k within [{SQRT_EXPONENT_BAND[0]}, {SQRT_EXPONENT_BAND[1]}] when >= 3 d_k were measured",
-       experiment=EXPERIMENT)
+       metrics=("stability",), experiment=EXPERIMENT)
 def unscaled_std_sqrt(rows: pd.DataFrame) -> Evidence:
     points, input_std = _points(rows)
     part = _scaled(points, "none")
@@ -212,7 +212,7 @@ def _pairs_at_largest_dk(points: pd.DataFrame, metric: str) -> list[tuple[str, f
 @claim("unscaled_saturates", "Unscaled, the softmax saturates towards one-hot as d_k grows",
        rule=f"at the largest d_k: unscaled mean largest weight >= {SATURATED_MAX_WEIGHT} and >= "
             f"{SATURATION_FACTOR:g}x the scaled one, for every precision",
-       experiment=EXPERIMENT)
+       metrics=("stability",), experiment=EXPERIMENT)
 def unscaled_saturates(rows: pd.DataFrame) -> Evidence:
     points, _ = _points(rows)
     passes, parts = [], []
@@ -230,7 +230,7 @@ def unscaled_saturates(rows: pd.DataFrame) -> Evidence:
 @claim("unscaled_grad_vanishes", "…and its gradients vanish",
        rule=f"at the largest d_k: unscaled / scaled median per-row ‖∂loss/∂logits‖ (the gradient at softmax's "
             f"input) < {GRAD_VANISH_RATIO}, for every precision",
-       experiment=f"{EXPERIMENT} (mode=fwd_bwd)")
+       metrics=("stability",), experiment=f"{EXPERIMENT} (mode=fwd_bwd)")
 def unscaled_grad_vanishes(rows: pd.DataFrame) -> Evidence:
     points, _ = _points(rows)
     passes, parts = [], []

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 from selfattn.backends import BACKEND_NAMES, check_options, get_backend
 from selfattn.fields import check_fields, defaults, field_types, spec, unknown_key
 from selfattn.measure.budget import Budget
+from selfattn.metrics import ALL as ALL_METRICS, parse_metrics
 from selfattn.point import AXES, DEVICES, Point, axis_default
 from selfattn.results import Row
 
@@ -36,6 +37,10 @@ class RunnerConf:
     report: bool = spec(True, help="at the end of a multirun, write figures + report.md")
     grids: Any = spec(None, help="optional union of small grids; null = plain Hydra product")
     grid_point: int | None = spec(None, ge=0, help="index into the union of `grids`")
+    metrics: Any = spec(default_factory=lambda: list(ALL_METRICS), parse=parse_metrics,
+                        help=f"what a point measures beyond its time: some of {', '.join(ALL_METRICS)} "
+                             "([]: time only; selfattn/metrics.py); not part of the point's id: a resumed sweep "
+                             "asking for more than a point's row has measures it again")
 
 
 @dataclass(frozen=True)
@@ -200,7 +205,7 @@ def resolve_device(device: str) -> str:
 def raw_point_id(values: Mapping[str, Any]) -> str:
     """An id for a config that does not validate: a hash of every value that is not a runner
     setting, so resume skips it too and two different bad configs never share an id."""
-    ignored = {"budget", "wandb", "grids", "grid_point", "name", "retry_failed", "prevalidate", "report"}
+    ignored = {"budget", "wandb", "grids", "grid_point", "name", "retry_failed", "prevalidate", "report", "metrics"}
     key = {k: v for k, v in values.items() if k not in ignored}
     return "raw-" + hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -236,6 +241,7 @@ def flat_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
                 value = {"name": value}
             elif key == "precision" and isinstance(value, str):
                 value = {"name": value}
+
             flat[key] = value
     return flat
 

@@ -20,6 +20,7 @@ from runners import config, curves, progress, row_store, rows
 from runners.scheduler_signals import StoppedByScheduler, stops_from_scheduler
 from runners.config import ParsedJob
 from runners.wandb_log import SINK
+from selfattn.metrics import ALL as ALL_METRICS, ran_metrics
 from selfattn.results import Row
 
 # When the previous job of this process wrote its row: the next job's wall time starts there,
@@ -54,15 +55,17 @@ def failed_row(parsed: ParsedJob, status: str, error: str) -> Row:
     return Row(status=status, error=error, **parsed.typed_columns)
 
 
-def measure(parsed: ParsedJob) -> Row:
-    """The point's row: measure_point's (which never raises for a failure of the point), else why not."""
+def measure(parsed: ParsedJob, metrics: tuple[str, ...] | None = None) -> Row:
+    """The point's row: measure_point's (which never raises for a failure of the point), else why not.
+
+    `metrics`: what it measures beyond its time; None: the config's `metrics`."""
     if parsed.point is None:
         return failed_row(parsed, "invalid", parsed.problem)
     try:
         from selfattn.measure import measure_point  # lazy: the back ends and the timers load here
 
         start = time.perf_counter()
-        row = measure_point(parsed.point, parsed.budget)
+        row = measure_point(parsed.point, parsed.budget, parsed.runner["metrics"] if metrics is None else metrics)
         row.point_wall_s = time.perf_counter() - start  # so job_wall_s - point_wall_s = runner + Hydra
     except Exception as exc:  # never by contract; a bug must still leave a row, not stop the sweep
         return failed_row(parsed, "error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
@@ -86,7 +89,14 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
         SINK.give_up(parsed.wandb_problem)  # a sweep still measures; only wandb is off
 
     varying = _varying(cfg, ctx.varying)
-    done = row_store.point_status(ctx.sweep_dir, parsed.point_id, ctx.job_dir)  # its own index entry: flat in the sweep's size
+    stored = row_store.point_row(ctx.sweep_dir, parsed.point_id, ctx.job_dir)  # its own index entry: flat in the sweep's size
+    done = None if stored is None else str(stored.get("status"))
+    metrics = tuple(parsed.runner["metrics"])
+    if done == "ok":
+        missing = set(metrics) - ran_metrics(stored.get("metrics"))
+        if missing:  # measured before with fewer metrics: again, with what it had as well (nothing is lost)
+            metrics = tuple(m for m in ALL_METRICS if m in missing or m in ran_metrics(stored.get("metrics")))
+            done = None
     if done is not None and (done == "ok" or not parsed.runner["retry_failed"]):
         stub = {**parsed.columns, "status": done}  # enough of a row for the progress line
         print(progress.line(index, ctx.total, progress.describe(stub, varying), stub,
@@ -96,7 +106,7 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
 
     try:
         with stops_from_scheduler():
-            row = measure(parsed)
+            row = measure(parsed, metrics)
     except StoppedByScheduler as stop:  # a SLURM time limit: no row, so the rerun measures the point
         print(progress.line(index, ctx.total, progress.describe(parsed.columns, varying), {"status": "stopped"},
                             note=f"stopped by the scheduler ({stop}); no row: the same command measures it"),

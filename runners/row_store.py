@@ -320,6 +320,12 @@ def point_status(sweep_dir: Path, point_id: str, job_dir: Path | None = None) ->
     `job_dir`: the job's own folder, looked in when the index names no row for the point (a job
     killed after its row file but before its index entry); the index entry is then written.
     """
+    row = point_row(sweep_dir, point_id, job_dir)
+    return None if row is None else str(row.get("status"))
+
+
+def point_row(sweep_dir: Path, point_id: str, job_dir: Path | None = None) -> dict[str, Any] | None:
+    """This point's best row in the sweep folder (what `point_status` reads), or None."""
     sweep_dir, point_id = Path(sweep_dir), str(point_id)
     found = _indexed_row(sweep_dir, point_id)
     if found is None and job_dir is not None:
@@ -327,8 +333,8 @@ def point_status(sweep_dir: Path, point_id: str, job_dir: Path | None = None) ->
             row = load_json(path)
             if row is not None and str(row.get("point_id")) == point_id:
                 _write_entry(ensure_index(sweep_dir), point_id, _relative(sweep_dir, path), row)
-                return str(row.get("status"))
-    return None if found is None else str(found[1].get("status"))
+                return row
+    return None if found is None else found[1]
 
 
 def index_row(sweep_dir: Path, path: Path, row: Mapping[str, Any]) -> None:

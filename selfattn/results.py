@@ -11,7 +11,10 @@ from dataclasses import asdict, dataclass, fields
 import json
 from typing import Any, Mapping, Sequence
 
-SCHEMA_VERSION = 1
+# 2: a row may leave out metrics (the `metrics` column says which ran, selfattn/metrics.py): an empty
+# accuracy, stability, memory, permutation or traffic column can mean "not asked for". A row of schema
+# 1 measured all of them.
+SCHEMA_VERSION = 2
 STATUSES = ("ok", "oom", "skipped_budget", "unsupported", "invalid", "error")
 
 
@@ -20,6 +23,9 @@ class Row:
     # outcome
     status: str = "error"  # one of STATUSES
     error: str = ""  # one line; empty when ok
+    # what the point measured beyond its time (selfattn/metrics.py): "memory,accuracy,...", "none" for time
+    # only; a metric not listed left its columns empty. Empty in a failed row (nothing measured).
+    metrics: str = ""
     # the point (sweep axes)
     backend: str = ""
     kernel: str = ""  # the back end's variant: sdpa kernel, chunk sizes, upcast softmax, ...
@@ -76,6 +82,10 @@ class Row:
     bytes_moved: int | None = None
     gbps: float | None = None
     device_peak_gbps: float | None = None
+    # where the two peaks came from: "measured" (by this process), "cache <file> (measured <UTC date>)"
+    # (the probe cache of selfattn/measure/probes.py), "nominal" (budget.measure_device_peak=false)
+    device_peak_tflops_source: str = ""
+    device_peak_gbps_source: str = ""
     tokens_per_s: float | None = None  # scope=generate: new_tokens / time of the whole loop
     kv_cache_bytes: int | None = None  # K and V of seq_len tokens: 2 x batch x kv_heads x seq_len x head_dim x element size
     # the precision the kernel really computed in: `precision`, except "fp32" for a tf32 row whose

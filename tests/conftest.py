@@ -3,6 +3,7 @@ matrix of compiled back ends (@pytest.mark.compile_matrix, many minutes of compi
 with `--compile-matrix`."""
 
 import os
+import tempfile
 
 import pytest
 import torch
@@ -10,6 +11,9 @@ import torch
 # Tests never talk to wandb's servers, whatever the developer's environment says.
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+# The device probes' cache (selfattn/measure/probes.py) goes to a folder of this test session, never the
+# developer's: a test neither reads a stale value nor leaves one behind; subprocess tests inherit it.
+os.environ["SELFATTN_CACHE_DIR"] = tempfile.mkdtemp(prefix="selfattn-test-cache-")
 
 
 def pytest_addoption(parser):

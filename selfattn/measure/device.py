@@ -1,7 +1,9 @@
 """Where a row was measured: the environment columns and the device's own matmul peak.
 
 Both are computed once per process (the peak once per device, dtype and TF32 setting) and
-cached, so a sweep of many points pays for them once: no subprocess per row.
+cached, so a sweep of many points pays for them once: no subprocess per row. The two probes
+(matmul peak, copy bandwidth) are also kept in a cache file per machine (selfattn/measure/probes.py),
+so a fresh process reads them instead of measuring; `peak_source` says where a value came from.
 """
 
 from __future__ import annotations
@@ -133,6 +135,7 @@ def environment(device: str) -> dict[str, Any]:
 
 
 _PEAKS: dict[tuple[str, torch.dtype, bool], float] = {}
+_SOURCES: dict[Any, str] = {}  # a peak's key (or ("gbps", device)) -> where its value came from
 _REMEASURED: dict[tuple[str, torch.dtype, bool], int] = {}
 # How often one process may measure a peak again (see `remeasure` below): bounded, so a sweep
 # full of truly oversized points pays for it a few times, not once per point.
@@ -149,15 +152,46 @@ def device_peak_tflops(device: str, dtype: torch.dtype, *, remeasure: bool = Fal
     processes hammered the CPU can be 10x too low, and the time guard would then skip points
     that fit.
     """
-    device = resolve_device(device)
-    tf32 = device == "cuda" and torch.backends.cuda.matmul.allow_tf32
-    key = (device, dtype, tf32)
+    from selfattn.measure import probes
+
+    key = _peak_key(device, dtype)
+    device, probe = key[0], _probe_name(dtype, key[2])
     if key not in _PEAKS:
-        _PEAKS[key] = _measure_peak(device, dtype)
+        cached = probes.lookup(device, probe)
+        if cached is not None:
+            _PEAKS[key], _SOURCES[key] = cached
+        else:
+            _PEAKS[key], _SOURCES[key] = _measure_peak(device, dtype), probes.MEASURED
+            probes.store(device, probe, _PEAKS[key], "TFLOP/s")
     elif remeasure and _REMEASURED.get(key, 0) < MAX_REMEASURES:
         _REMEASURED[key] = _REMEASURED.get(key, 0) + 1
-        _PEAKS[key] = max(_PEAKS[key], _measure_peak(device, dtype))
+        again = _measure_peak(device, dtype)
+        if again > _PEAKS[key]:  # the better value wins, here and in the cache
+            _PEAKS[key], _SOURCES[key] = again, probes.MEASURED
+            probes.store(device, probe, again, "TFLOP/s")
     return _PEAKS[key]
+
+
+def _peak_key(device: str, dtype: torch.dtype) -> tuple[str, torch.dtype, bool]:
+    device = resolve_device(device)
+    return device, dtype, device == "cuda" and torch.backends.cuda.matmul.allow_tf32
+
+
+def _probe_name(dtype: torch.dtype, tf32: bool) -> str:
+    return f"tflops {str(dtype).removeprefix('torch.')} tf32={'on' if tf32 else 'off'}"
+
+
+def peak_source(device: str, dtype: torch.dtype | None = None) -> str:
+    """Where the value device_peak_tflops(device, dtype) (dtype None: device_peak_gbps(device)) returned
+    came from: "measured" (this process) or "cache <file> (measured <date>)"; "" before it was asked for."""
+    key = ("gbps", resolve_device(device)) if dtype is None else _peak_key(device, dtype)
+    return _SOURCES.get(key, "")
+
+
+def forget_peaks() -> None:
+    """Forget this process's peaks (the next call reads the cache file or measures)."""
+    for table in (_PEAKS, _SOURCES, _REMEASURED, _BANDWIDTH):
+        table.clear()
 
 
 def _measure_peak(device: str, dtype: torch.dtype) -> float:
@@ -193,9 +227,16 @@ def device_peak_gbps(device: str) -> float:
     copies of a large buffer, bytes read plus bytes written over its time. Once per process and
     device, like device_peak_tflops; decode steps are judged against it (their arithmetic per
     byte is too low for the matmul peak to matter)."""
+    from selfattn.measure import probes
+
     device = resolve_device(device)
     if device not in _BANDWIDTH:
-        _BANDWIDTH[device] = _measure_bandwidth(device)
+        cached = probes.lookup(device, "gbps")
+        if cached is not None:
+            _BANDWIDTH[device], _SOURCES[("gbps", device)] = cached
+        else:
+            _BANDWIDTH[device], _SOURCES[("gbps", device)] = _measure_bandwidth(device), probes.MEASURED
+            probes.store(device, "gbps", _BANDWIDTH[device], "GB/s")
     return _BANDWIDTH[device]
 
 

@@ -123,20 +123,23 @@ def _stderr_silenced() -> Iterator[None]:
 def alloc_peak_bytes(fn: Callable[[], object]) -> int | None:
     """Peak bytes allocated through torch's CPU allocator while `fn` runs (its result included),
     beyond what was live before; None when this torch's profiler does not expose memory events."""
-    from torch.profiler import ProfilerActivity, profile
+    # torch.autograd.profiler.profile is what torch.profiler.profile(activities=[CPU], profile_memory=True)
+    # runs, with the same settings; called directly, because torch.profiler's start asks
+    # `hasattr(torch, "_inductor")`, which imports inductor and dynamo (~2 s of a fresh process's time).
+    from torch.autograd.profiler import profile
 
     gc.collect(_GC_GENERATION)
-    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    prof = profile(use_cpu=True, use_device=None, profile_memory=True, use_kineto=True)
     with _stderr_silenced():  # the profiler prints two lines per start and stop; a sweep prints one per point
-        prof.start()
+        prof.__enter__()
     try:
         result = fn()  # its own errors (a CPU OOM is a RuntimeError) propagate
         del result
     finally:
         with _stderr_silenced():
-            prof.stop()
+            prof.__exit__(None, None, None)
     try:
-        events = prof.profiler.kineto_results.events()
+        events = prof.kineto_results.events()
         deltas = sorted(((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"), key=lambda d: d[0])
     except AttributeError:  # a torch whose profiler keeps its results elsewhere: no number rather than a guess
         return None

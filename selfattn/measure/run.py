@@ -7,13 +7,17 @@ as compile_s, and a second call gives the guard the compiled call's time) -> mem
 calls -> accuracy and stability on the sampled queries -> the permutation check (a compiled back
 end's at the point's own shape, so it runs the code compiled for the point). Failures become the row's status through
 selfattn.measure.failures (oom, unsupported, invalid, error; memory released either way).
+
+`metrics` (selfattn/metrics.py) chooses which of the memory call, the accuracy and stability passes,
+the permutation check and the traffic columns run; the time is always measured, and a metric left
+out costs nothing and leaves its columns empty.
 """
 
 from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import torch
 
@@ -22,7 +26,7 @@ from selfattn import compile as compile_cache
 from selfattn.measure import failures
 from selfattn.measure.accuracy import compare, sample_rows
 from selfattn.measure.budget import Budget, over_budget
-from selfattn.measure.device import device_peak_gbps, device_peak_tflops, environment, resolve_device
+from selfattn.measure.device import device_peak_gbps, device_peak_tflops, environment, peak_source, resolve_device
 from selfattn.measure.flops import mask_density, point_flops
 from selfattn.measure.traffic import bytes_moved
 from selfattn.measure.memory import alloc_peak_bytes, free_bytes, measure_peak, release_memory
@@ -39,11 +43,14 @@ from selfattn.measure.predict import (
 )
 from selfattn.measure.stability import SATURATED_WEIGHT, stability
 from selfattn.measure.timing import time_call, wall_call
+from selfattn.metrics import ALL as ALL_METRICS, metrics_label
 from selfattn.point import RNN_GATES, Point
 from selfattn.results import Row
 
-def measure_point(point: Point, budget: Budget | None = None) -> Row:
-    """Measure one point and return its row; never raises for a failure of the point itself."""
+def measure_point(point: Point, budget: Budget | None = None, metrics: Iterable[str] = ALL_METRICS) -> Row:
+    """Measure one point and return its row; never raises for a failure of the point itself.
+
+    `metrics`: what it measures beyond its time (names of selfattn.metrics.METRICS; default all)."""
     started = time.perf_counter()
     budget = Budget() if budget is None else budget
     device = resolve_device(point.device) if point.device in ("auto", "cpu", "cuda") else str(point.device)
@@ -56,8 +63,9 @@ def measure_point(point: Point, budget: Budget | None = None) -> Row:
     for name, value in row_values.items():
         setattr(row, name, value)
     failures.take_traceback()  # an earlier point's traceback must not be written for this one
+    wanted = frozenset(metrics)
     try:
-        _measure(point, budget, device, row)
+        _measure(point, budget, device, row, wanted)
     except Exception as err:  # the row says what (failures.describe), the sweep goes on
         failure = failures.describe(err)
         row.status, row.error = failure.status, failure.error
@@ -77,7 +85,7 @@ def _environment_columns(device: str) -> dict[str, Any]:
     return host
 
 
-def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
+def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: frozenset[str]) -> None:
     from selfattn.backends import compiles, kernel_label, resolve_options
     from selfattn.measure.workload import build
     from selfattn.precision import precision_context
@@ -104,14 +112,16 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
             raise Unsupported("scope=generate with a compiled back end: every step's cache length is a new shape to "
                               "compile (a loop of new_tokens compilations)")
         row.flops = point_flops(point)
-        row.bytes_moved, row.kv_cache_bytes = bytes_moved(point), point.kv_bytes
+        row.kv_cache_bytes = point.kv_bytes
+        if "traffic" in metrics:
+            row.bytes_moved = bytes_moved(point)
         row.mask_density = mask_density(point)
         row.predicted_mem_bytes = predict_mem_bytes(point, options)
         peak = device_peak_tflops(device, dtype) if budget.measure_device_peak else nominal_peak_tflops(device, point.precision)
         sampled_queries = sample_rows(point.q_len_resolved, budget.accuracy_rows, point.seed)
         # the accuracy pass and, for a compiled back end, the permutation check at the point's size come one
         # after the other, each beside the inputs and a call's peak
-        after_bytes = accuracy_bytes(point, len(sampled_queries))
+        after_bytes = accuracy_bytes(point, len(sampled_queries)) if metrics & {"accuracy", "stability"} else 0
         need = input_bytes(point) + row.predicted_mem_bytes + (
             max(after_bytes, point_shape_bytes(point)) if compiling else after_bytes)
         free = free_bytes(device)
@@ -127,7 +137,10 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
             point_s = _predict_s(point, peak, budget, len(sampled_queries), compiling)
             reason = over_budget(point, budget, need, free, point_s, compile_s)
         row.device_peak_tflops = peak if budget.measure_device_peak else None
-        row.device_peak_gbps = device_peak_gbps(device) if budget.measure_device_peak else None
+        row.device_peak_tflops_source = peak_source(device, dtype) if budget.measure_device_peak else "nominal"
+        if "traffic" in metrics:
+            row.device_peak_gbps = device_peak_gbps(device) if budget.measure_device_peak else None
+            row.device_peak_gbps_source = peak_source(device) if budget.measure_device_peak else "nominal"
         row.predicted_time_ms = predict_call_s(point, peak) * 1e3
         if reason is not None:
             row.status, row.error = "skipped_budget", reason
@@ -135,9 +148,9 @@ def _measure(point: Point, budget: Budget, device: str, row: Row) -> None:
         if point.scope in RNN_GATES:  # a recurrence on a CPU: its timed calls on one thread too (see below)
             with _single_threaded_on_cpu(device):
                 row.num_threads = torch.get_num_threads()
-                _run(point, budget, device, dtype, sampled_queries, row, build, compiling)
+                _run(point, budget, device, dtype, sampled_queries, row, build, compiling, metrics)
             return
-        _run(point, budget, device, dtype, sampled_queries, row, build, compiling)
+        _run(point, budget, device, dtype, sampled_queries, row, build, compiling, metrics)
 
 
 def _check_no_options(point: Point) -> None:
@@ -194,7 +207,7 @@ def _single_threaded_on_cpu(device: str) -> Iterator[None]:
 
 
 def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_queries: torch.Tensor, row: Row,
-         build, compiling: bool = False) -> None:
+         build, compiling: bool = False, metrics: frozenset[str] = frozenset(ALL_METRICS)) -> None:
     with _single_threaded_on_cpu(device):
         workload = build(point, dtype, torch.device(device), sampled_queries)
     for column, seconds in workload.prepare().items():  # flex: block_mask_s, built before the first call
@@ -230,11 +243,15 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
             f"~{warmup_s + remaining_s:.0f} s > max_point_s={budget.max_point_s:g} s"
         )
         return
-    row.peak_mem_bytes, memory_call_s = measure_peak(workload.call, device)
-    # CUDA's number above already is the allocator's peak; a CPU needs one profiled call for it.
-    row.peak_alloc_bytes = row.peak_mem_bytes if device == "cuda" else alloc_peak_bytes(workload.call)
+    memory_call_s = 0.0
+    plan_call_s = call_s  # the timer's estimate of one call: the warm-up's, or the memory call's when faster
+    if "memory" in metrics:
+        row.peak_mem_bytes, memory_call_s = measure_peak(workload.call, device)
+        # CUDA's number above already is the allocator's peak; a CPU needs one profiled call for it.
+        row.peak_alloc_bytes = row.peak_mem_bytes if device == "cuda" else alloc_peak_bytes(workload.call)
+        plan_call_s = min(call_s, memory_call_s)
     started = time.perf_counter()
-    timing = time_call(workload.call, device, budget.timing_s, min(call_s, memory_call_s))
+    timing = time_call(workload.call, device, budget.timing_s, plan_call_s)
     # Seconds inside calls of the point (warm-up and compilation, memory call, the timer's run);
     # everything else in a job's wall time (inputs, accuracy, stability, bookkeeping) is harness overhead.
     row.measure_s = (row.compile_s or 0.0) + warmup_s + memory_call_s + (time.perf_counter() - started)
@@ -243,21 +260,26 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
     )
     row.timer = timing.timer
     row.tflops = row.flops / (timing.median_ms * 1e-3) / 1e12 if timing.median_ms > 0 else None
-    row.gbps = row.bytes_moved / (timing.median_ms * 1e-3) / 1e9 if timing.median_ms > 0 else None
+    if row.bytes_moved is not None and timing.median_ms > 0:
+        row.gbps = row.bytes_moved / (timing.median_ms * 1e-3) / 1e9
     if point.scope == "generate" and timing.median_ms > 0:  # one call is the whole loop of new_tokens steps
         row.tokens_per_s = point.new_tokens / (timing.median_ms * 1e-3)
     _precision_notes(point, workload, checked, row)
 
     with _single_threaded_on_cpu(device):
-        _accuracy_and_stability(point, workload, checked, sampled_queries, row)
-        if not compiling and point.scope not in RNN_GATES:  # a few small ops on at most PERM_TOKENS tokens
+        if "accuracy" in metrics:
+            _accuracy(workload, checked, sampled_queries, row)
+        del checked
+        if "stability" in metrics:
+            _stability(point, workload, row)
+        if not compiling and point.scope not in RNN_GATES and "permutation" in metrics:  # a few small ops on at most PERM_TOKENS tokens
             row.perm_max_abs_diff = permutation_max_abs_diff(point, dtype, torch.device(device))
-        if point.scope in PATH_SCOPES:  # float64, at the point's n and d_model (measure/path_length.py)
+        if point.scope in PATH_SCOPES and "path_length" in metrics:  # float64, at the point's n and d_model (measure/path_length.py)
             sensitivity = input_sensitivity(point, torch.device(device))
             row.grad_by_distance, row.grad_far_near_ratio = sensitivity_json(sensitivity), far_near_ratio(sensitivity)
-    if compiling:  # at the point's own size and shape (every thread), so it runs the code compiled above
+    if compiling and "permutation" in metrics:  # at the point's own size and shape (every thread): the code compiled above
         _compiled_permutation_check(point, dtype, device, row)
-    row.status, row.error = "ok", ""
+    row.status, row.error, row.metrics = "ok", "", metrics_label(metrics)
 
 
 def _compiled_permutation_check(point: Point, dtype: torch.dtype, device: str, row: Row) -> None:
@@ -295,7 +317,8 @@ def _precision_notes(point: Point, workload: Any, checked: Any, row: Row) -> Non
     row.note = "; ".join(notes)
 
 
-def _accuracy_and_stability(point: Point, workload: Any, checked: Any, sampled_queries: torch.Tensor, row: Row) -> None:
+def _accuracy(workload: Any, checked: Any, sampled_queries: torch.Tensor, row: Row) -> None:
+    """The warm-up's sampled rows (and gradients) against the float64 reference of the same rows."""
     reference = workload.reference()
     errors = compare(checked.out_rows, reference.out_rows)
     row.accuracy_rows = len(sampled_queries)
@@ -304,6 +327,10 @@ def _accuracy_and_stability(point: Point, workload: Any, checked: Any, sampled_q
         grad_errors = compare(checked.grads, reference.grads)
         row.grad_max_abs_err, row.grad_rel_rms_err = grad_errors.max_abs_err, grad_errors.rel_rms_err
     del checked, reference
+
+
+def _stability(point: Point, workload: Any, row: Row) -> None:
+    """Logit std, entropy, largest weight and gradient norms of the sampled rows, in the point's precision."""
     if workload.stability_inputs is None:  # scope=generate: a loop, not one core call to look inside
         return
 

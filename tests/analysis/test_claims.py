@@ -74,3 +74,33 @@ def test_noisy_fits_are_listed_but_decide_nothing(tmp_path, fabricate):
         assert claim.verdict.startswith(NOT_DECIDED), claim.evidence
         assert "needs more sizes" in claim.verdict and "undecided" in claim.evidence
         assert "more seq_len values" in claim.experiment
+
+
+def test_a_claim_whose_metric_was_off_says_so_and_ignores_the_empty_cells(tmp_path, fabricate):
+    from analysis.claim import METRIC_OFF
+
+    f = fabricate().quadratic_cost().scaling_stability()
+    for row in f.rows:
+        row["metrics"] = "accuracy,stability,permutation"  # memory off everywhere: its cells empty, as measured
+        row["peak_mem_bytes"] = row["peak_alloc_bytes"] = None
+    found = verdicts(tmp_path, f)
+    assert found["memory_quadratic"].verdict == f"{METRIC_OFF} (memory)"
+    assert found["chunked_linear"].verdict == f"{METRIC_OFF} (memory)"
+    assert found["compute_quadratic"].verdict == HOLDS and found["scaled_std_one"].verdict == HOLDS  # time, stability: on
+
+
+def test_rows_that_left_a_metric_out_are_not_read_even_when_their_cells_hold_numbers(tmp_path, fabricate):
+    from analysis.claim import METRIC_OFF
+
+    f = fabricate().scaling_stability()
+    # the negative control: values that contradict the claim, in rows that say stability did not run
+    for row in f.rows:
+        row["metrics"] = "memory"
+        row["logit_std"] = 1e3
+    assert verdicts(tmp_path, f)["scaled_std_one"].verdict == f"{METRIC_OFF} (stability)"
+    for row in f.rows:
+        row["metrics"] = "stability"  # the same numbers, now said to be measured: the claim reads them and fails
+    assert verdicts(tmp_path, f)["scaled_std_one"].verdict == FAILS
+    for row in f.rows:
+        row["metrics"] = ""  # a row written before the key existed measured every metric
+    assert verdicts(tmp_path, f)["scaled_std_one"].verdict == FAILS

@@ -16,21 +16,29 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from selfattn.measure.budget import Budget  # noqa: E402  (the real one: same fields and checks)
+from selfattn.metrics import ALL, metrics_label  # noqa: E402
 from selfattn.point import Point, scale_label  # noqa: E402
 from selfattn.results import Row  # noqa: E402
 
 
-def measure_point(point: Point, budget: Budget | None = None) -> Row:
+def measure_point(point: Point, budget: Budget | None = None, metrics=ALL) -> Row:
     sleep_s = float(os.environ.get("FAKE_MEASURE_SLEEP_S", "0"))
     time.sleep(sleep_s)
     n, d = point.seq_len, point.head_dim
-    return Row(
+    metrics = tuple(metrics)
+    return Row(metrics=metrics_label(metrics), **_values(point, n, d, sleep_s, metrics))
+
+
+def _values(point: Point, n: int, d: int, sleep_s: float, metrics: tuple[str, ...]) -> dict:
+    """The fake row's values; a metric left out leaves its column empty, as the real one does."""
+    return dict(
         status="ok", backend=point.backend, backend_options=json.dumps(dict(point.backend_options)),
         precision=point.precision, device=point.device, mode=point.mode, scope=point.scope,
         batch=point.batch, heads=point.heads, q_len=point.q_len_resolved, seq_len=n, head_dim=d,
         causal=point.causal, scale=scale_label(point.scale), scale_value=point.scale_value,
-        input_std=point.input_std, seed=point.seed, time_ms=1e-6 * n * n * d, peak_mem_bytes=4 * n * n,
-        logit_std=point.scale_value * d ** 0.5, measure_s=sleep_s,
+        input_std=point.input_std, seed=point.seed, time_ms=1e-6 * n * n * d,
+        peak_mem_bytes=4 * n * n if "memory" in metrics else None,
+        logit_std=point.scale_value * d ** 0.5 if "stability" in metrics else None, measure_s=sleep_s,
     )
 
 

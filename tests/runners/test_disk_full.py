@@ -65,7 +65,7 @@ def test_a_sweep_on_a_full_disk_loses_nothing_and_the_rerun_measures_the_missing
         tmp_path, fake_measure, monkeypatch, capsys, code):
     measured = []
     real = fake_measure.measure_point
-    sys.modules["selfattn.measure"].measure_point = lambda p, b=None: measured.append(p.seq_len) or real(p, b)
+    sys.modules["selfattn.measure"].measure_point = lambda p, b=None, *rest: measured.append(p.seq_len) or real(p, b, *rest)
 
     def sweep():
         for num, n in enumerate(SEQ_LENS):
@@ -110,6 +110,6 @@ def test_a_full_disk_at_the_index_entry_keeps_the_row_and_the_rerun_does_not_mea
         job.run_job({**BASE, "seq_len": 32}, ctx(tmp_path, num=1))
     assert "ENOSPC" in capsys.readouterr().err and leftovers(tmp_path) == []
     assert json.loads((tmp_path / "1" / "row.json").read_text())["seq_len"] == 32
-    sys.modules["selfattn.measure"].measure_point = lambda p, b=None: pytest.fail("measured again")
+    sys.modules["selfattn.measure"].measure_point = lambda p, b=None, *rest: pytest.fail("measured again")
     job.run_job({**BASE, "seq_len": 32}, ctx(tmp_path, num=1))
     assert "skipped" in capsys.readouterr().out

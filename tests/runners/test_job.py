@@ -7,6 +7,7 @@ import json
 import pytest
 
 from runners import job, progress, row_store
+from selfattn.metrics import ALL
 
 BASE = {"name": "t", "backend": {"name": "naive", "upcast_softmax": False}, "precision": {"name": "fp32"},
         "device": "cpu", "batch": 1, "heads": 2, "seq_len": 64, "q_len": None, "head_dim": 16, "d_model": None,
@@ -33,7 +34,7 @@ def test_resume_skips_done_points_and_retry_failed_reruns_failures(tmp_path, fak
     job.run_job(BASE, ctx(tmp_path))
     calls = []
     real = fake_measure.measure_point
-    monkeypatch.setattr(fake_measure, "measure_point", lambda p, b=None: calls.append(p) or real(p, b))
+    monkeypatch.setattr(fake_measure, "measure_point", lambda p, b=None, m=ALL: calls.append(p) or real(p, b, m))
     import sys
 
     sys.modules["selfattn.measure"].measure_point = fake_measure.measure_point
@@ -90,7 +91,7 @@ def test_a_bad_wandb_setting_stops_a_single_run_but_not_a_sweep(tmp_path, fake_m
 def test_a_crashing_measurement_still_leaves_an_error_row(tmp_path, fake_measure, monkeypatch):
     import sys
 
-    def broken(point, budget=None):
+    def broken(point, budget=None, metrics=None):
         raise RuntimeError("bug in measure")
 
     monkeypatch.setattr(sys.modules["selfattn.measure"], "measure_point", broken)
@@ -134,3 +135,32 @@ def test_missing_wandb_is_one_warning_and_the_csv_is_complete(tmp_path, fake_mea
     err = capsys.readouterr().err
     assert err.count("warning: wandb off for this process (not installed)") == 1
     assert len(row_store.read_rows(tmp_path)) == 2 and (tmp_path / "results.csv").read_text().count("\n") == 3
+
+
+def test_metrics_are_recorded_not_part_of_the_id_and_a_resume_asking_for_more_measures_again(tmp_path, fake_measure,
+                                                                                          monkeypatch, capsys):
+    few = job.run_job({**BASE, "metrics": ["memory"]}, ctx(tmp_path))
+    assert few["metrics"] == "memory" and few["peak_mem_bytes"] and few["logit_std"] is None
+    calls = []
+    real = fake_measure.measure_point
+    import sys
+
+    sys.modules["selfattn.measure"].measure_point = lambda p, b=None, m=ALL: calls.append(tuple(m)) or real(p, b, m)
+    job.run_job({**BASE, "metrics": []}, ctx(tmp_path))  # fewer than the row has: skipped, the same point id
+    job.run_job({**BASE, "metrics": ["memory"]}, ctx(tmp_path))
+    assert calls == [] and "skipped" in capsys.readouterr().out
+    again = job.run_job({**BASE, "metrics": ["stability"]}, ctx(tmp_path))  # more: measured again, nothing lost
+    assert calls == [("memory", "stability")] and again["point_id"] == few["point_id"]
+    assert again["metrics"] == "memory,stability" and again["logit_std"] is not None
+    assert [r["metrics"] for r in row_store.best_rows(row_store.read_rows(tmp_path))] == ["memory,stability"]
+    job.run_job(BASE, ctx(tmp_path))  # the default asks for all of them
+    assert calls[-1] == ALL
+
+
+def test_unknown_metric_is_refused_with_did_you_mean(tmp_path, fake_measure):
+    with pytest.raises(job.InvalidPoint, match=r"^metrics: unknown metric 'memroy'; did you mean memory\?$"):
+        job.run_job({**BASE, "metrics": ["memroy"]}, ctx(tmp_path / "single", multirun=False))
+    row = job.run_job({**BASE, "metrics": ["acuracy"]}, ctx(tmp_path))  # a sweep: an invalid row, and it goes on
+    assert row["status"] == "invalid" and "did you mean accuracy?" in row["error"]
+    with pytest.raises(job.InvalidPoint, match=r"^metrics: expected a list of metric names"):
+        job.run_job({**BASE, "metrics": "memory"}, ctx(tmp_path / "single2", multirun=False))
