@@ -1,25 +1,37 @@
-"""Target 4: what the harness adds to every point of a real sweep, wandb offline.
+"""What the harness costs (issue 23, item 2): a fresh process, one more point, Hydra's share, each metric.
 
-    python benchmarks/harness_overhead.py                       # runs experiment=quick into a temp folder
-    python benchmarks/harness_overhead.py --results DIR/results.csv   # reads an existing sweep instead
-    python benchmarks/harness_overhead.py --quick               # a 4-point sweep: does it run
+    python benchmarks/harness_overhead.py                  # every figure below, with the issue's targets
+    python benchmarks/harness_overhead.py --quick          # fewer repeats and points: does it run
+    python benchmarks/harness_overhead.py --results DIR/results.csv   # target 4: per-row overhead of a sweep
+    python benchmarks/harness_overhead.py --per-row        # the same, on a fresh experiment=quick sweep
 
-Runs `python -m runners.sweep experiment=quick hydra.sweep.dir=<temp> wandb.mode=offline
-report=false` (the report is written once after the last job and is no point's overhead; target
-6 times the whole default command, report included), then reads its results.csv. Per measured
-row (status ok):
-  overhead       = job_wall_s - measure_s    (the job's wall time minus the calls and warm-up)
-  inside measure = point_wall_s - measure_s  (inputs, budget guard, accuracy, stability, ...)
-  runner + Hydra = job_wall_s - point_wall_s (config, row file, results.csv, wandb, progress)
-Target: median overhead <= 0.5 s per point.
+Every sweep here is a subprocess (`python -m runners.sweep`, wandb disabled, no report), into temp
+folders, with its own probe cache folder (SELFATTN_CACHE_DIR) that the first run fills, so the figures
+are those of a machine whose probes are cached (the first run's wall time, probes measured, is printed
+too). The tiny point: sdpa, heads=2, seq_len=64, head_dim=16, budget.timing_s=0.05.
+
+1. fixed cost of a fresh process: the median wall time of a one-point single run. Target <= 2.5 s.
+2. marginal cost of a point: (wall(a multirun of N points) - wall(a multirun of 1 point)) / (N - 1), the
+   N points differing by seed, time only (metrics=[]) and with every metric. Targets: <= the timing
+   window + Hydra's own per-job cost + 15 ms (time only), + 40 ms (every metric).
+3. Hydra's own per-job cost: the same difference for a no-op Hydra app with the same config folder,
+   settings and overrides (it returns at once), in the same run.
+4. each metric's cost, in this process (measure_point, rounds interleaved, medians): point_wall_s with
+   only that metric minus point_wall_s with metrics=[], at the tiny size and at naive n=2048 (heads 8,
+   d 64: a call of ~100 ms here). At n=2048 a metrics=[] point must cost at most its timing window (the
+   longer of budget.timing_s and its timed samples) + three calls.
+The machine is shared: compare figures within one run; the load average is printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -28,29 +40,153 @@ from _common import add_common_args, REPO, Check, print_checks, print_header
 import numpy as np
 import pandas as pd
 
-QUICK_OVERRIDES = ["-m", "backend=sdpa,chunked", "seq_len=128,256", "budget.timing_s=0.05", "name=overhead_smoke"]
+TINY = ["backend=sdpa", "heads=2", "seq_len=64", "head_dim=16", "budget.timing_s=0.05"]
+TIMING_S = 0.05
+SETTINGS = ["wandb.mode=disabled", "report=false"]
+PER_ROW_OVERRIDES = ["-m", "backend=sdpa,chunked", "seq_len=128,256", "budget.timing_s=0.05", "name=overhead_smoke"]
+FRESH_TARGET_S = 2.5
+TIME_ONLY_SLACK_S, ALL_METRICS_SLACK_S = 0.015, 0.040
+NOOP_APP = '''\
+"""A Hydra app that does nothing: the harness's config folder and settings, no measurement."""
+import hydra
+
+
+@hydra.main(config_path={conf!r}, config_name="config", version_base="1.3")
+def main(cfg):
+    return None
+
+
+if __name__ == "__main__":
+    main()
+'''
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(parser, shape=False)
-    parser.add_argument("--results", type=Path, help="analyse this results.csv instead of running a sweep")
-    parser.add_argument("--experiment", default="quick", help="the experiment to sweep (default: quick)")
-    parser.add_argument("--sweep-dir", type=Path, help="where the sweep writes (default: a new temp folder)")
-    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the sweep")
-    parser.add_argument("--quick", action="store_true", help="a 4-point sweep instead of the experiment (a smoke run)")
+    parser.add_argument("--results", type=Path, help="target 4 only: the per-row overhead of this results.csv")
+    parser.add_argument("--per-row", action="store_true", help="target 4 only, on a fresh experiment=quick sweep")
+    parser.add_argument("--experiment", default="quick", help="--per-row: the experiment to sweep (default: quick)")
+    parser.add_argument("--quick", action="store_true", help="fewer points and repeats (a smoke run)")
+    parser.add_argument("--points", type=int, default=24, help="points of the multirun (default 24)")
+    parser.add_argument("--repeats", type=int, default=3, help="repeats of each process and of each metric's point")
+    parser.add_argument("--big-n", type=int, default=2048, help="the larger size of the metric costs (naive)")
+    parser.add_argument("overrides", nargs="*", help="--per-row: extra Hydra overrides for the sweep")
     return parser.parse_args(argv)
 
 
-def run_sweep(args: argparse.Namespace) -> Path:
-    sweep_dir = args.sweep_dir or Path(tempfile.mkdtemp(prefix="selfattn-overhead-"))
-    study = QUICK_OVERRIDES if args.quick else [f"experiment={args.experiment}"]
+# --- subprocesses -------------------------------------------------------------------------------------
+
+
+def _env(cache: Path) -> dict[str, str]:
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "SELFATTN_CACHE_DIR": str(cache), "WANDB_MODE": "disabled"}
+
+
+def wall_s(command: list[str], cache: Path) -> float:
+    """Seconds from start to exit of `command` (it must succeed)."""
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=REPO, env=_env(cache), capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[1:])} failed: {done.stderr.strip().splitlines()[-3:]}")
+    return seconds
+
+
+def sweep(out: Path, *overrides: str) -> list[str]:
+    return [sys.executable, "-m", "runners.sweep", *TINY, *SETTINGS, f"hydra.run.dir={out}", f"hydra.sweep.dir={out}",
+            *overrides]
+
+
+def multirun_cost_s(out: Path, cache: Path, points: int, repeats: int, program: list[str], extra: list[str]) -> float:
+    """The marginal seconds per job of `program` run as a multirun of `points` jobs vs of 1 job (medians)."""
+    many, one = [], []
+    for r in range(repeats):  # interleaved: a burst of load hits both
+        many.append(wall_s([*program[:2], "-m", *program[2:], f"seed=range(0,{points})", *extra,
+                            f"hydra.sweep.dir={out}/many{r}"], cache))
+        one.append(wall_s([*program[:2], "-m", *program[2:], "seed=0", *extra, f"hydra.sweep.dir={out}/one{r}"], cache))
+    return (statistics.median(many) - statistics.median(one)) / (points - 1)
+
+
+def process_figures(args: argparse.Namespace, tmp: Path) -> tuple[list[Check], dict[str, float]]:
+    cache = tmp / "cache"
+    points = 6 if args.quick else args.points
+    repeats = 1 if args.quick else args.repeats
+    first = wall_s(sweep(tmp / "first"), cache)  # fills the probe cache
+    fresh = [wall_s(sweep(tmp / f"fresh{r}"), cache) for r in range(max(repeats, 2))]
+    print(f"   fresh one-point sweep: first on this machine (probes measured) {first:.2f} s; "
+          f"cached probes {'/'.join(f'{s:.2f}' for s in fresh)} s")
+    app = tmp / "noop_app.py"
+    app.write_text(NOOP_APP.format(conf=str(REPO / "conf")))
+    noop = [sys.executable, str(app), *TINY, *SETTINGS]
+    ours = [sys.executable, "-mrunners.sweep", *TINY, *SETTINGS]  # program[:2]: the interpreter and the app
+    hydra_s = multirun_cost_s(tmp / "noop", cache, points, repeats, noop, [])
+    time_only_s = multirun_cost_s(tmp / "time_only", cache, points, repeats, ours, ["metrics=[]"])
+    every_s = multirun_cost_s(tmp / "every", cache, points, repeats, ours, [])
+    print(f"   marginal seconds per job, multiruns of {points} vs 1 job ({repeats} repeats, medians): "
+          f"no-op Hydra app {hydra_s:.3f}; a tiny point, time only {time_only_s:.3f}, every metric {every_s:.3f} "
+          f"(timing window {TIMING_S:g} s)")
+    fresh_s = statistics.median(fresh)
+    checks = [
+        Check("2", "fresh one-point sweep (s)", fresh_s, FRESH_TARGET_S, unit="s",
+              note=f"first on this machine, probes measured: {first:.2f} s"),
+        Check("2", "marginal point, time only", time_only_s, TIMING_S + hydra_s + TIME_ONLY_SLACK_S, unit="s",
+              note=f"window {TIMING_S:g} + Hydra {hydra_s:.3f} + {TIME_ONLY_SLACK_S * 1e3:.0f} ms"),
+        Check("2", "marginal point, every metric", every_s, TIMING_S + hydra_s + ALL_METRICS_SLACK_S, unit="s",
+              note=f"window {TIMING_S:g} + Hydra {hydra_s:.3f} + {ALL_METRICS_SLACK_S * 1e3:.0f} ms"),
+    ]
+    return checks, {"hydra_per_job_s": hydra_s}
+
+
+# --- in this process: each metric's cost -------------------------------------------------------------
+
+
+def metric_costs(args: argparse.Namespace, tmp: Path) -> list[Check]:
+    os.environ["SELFATTN_CACHE_DIR"] = str(tmp / "cache")
+    from selfattn import Point
+    from selfattn.measure import Budget, measure_point
+    from selfattn.metrics import ALL
+
+    repeats = 1 if args.quick else args.repeats
+    sizes = {"tiny": (Point(backend="sdpa", heads=2, seq_len=64, head_dim=16), Budget(timing_s=TIMING_S)),
+             f"n={256 if args.quick else args.big_n}": (Point(backend="naive", heads=8, seq_len=256 if args.quick else args.big_n, head_dim=64),
+                                 Budget(timing_s=0.2))}
+    choices = {"none": [], **{m: [m] for m in ALL}, "all": list(ALL)}
+    checks = []
+    print(f"\n{'metric cost (s)':<16}" + "".join(f"{name:>13}" for name in choices))
+    for label, (point, budget) in sizes.items():
+        measure_point(point, budget, [])  # warm: the first point of a process pays its lazy imports
+        walls: dict[str, list[float]] = {name: [] for name in choices}
+        rows = {}
+        for _ in range(repeats):
+            for name, metrics in choices.items():
+                row = measure_point(point, budget, metrics)
+                assert row.status == "ok", row.error
+                walls[name].append(row.point_wall_s)
+                rows[name] = row
+        base = statistics.median(walls["none"])
+        cells = [f"{base:>13.3f}"] + [f"{statistics.median(walls[n]) - base:>+13.3f}" for n in choices if n != "none"]
+        print(f"{label:<16}" + "".join(cells) + "   (none: the whole point; others: added to it)")
+        if label != "tiny":
+            row = rows["none"]
+            call_s = row.time_ms * 1e-3
+            window_s = max(budget.timing_s, row.time_samples * call_s)
+            checks.append(Check("2", f"{label} point, metrics=[] (s)", base, window_s + 3 * call_s, unit="s",
+                                note=f"window {window_s:.2f} s ({row.time_samples} samples) + 3 calls of "
+                                     f"{call_s * 1e3:.0f} ms"))
+    return checks
+
+
+# --- target 4: per-row overhead of a sweep's results.csv ---------------------------------------------
+
+
+def run_per_row_sweep(args: argparse.Namespace) -> Path:
+    sweep_dir = Path(tempfile.mkdtemp(prefix="selfattn-overhead-"))
+    study = PER_ROW_OVERRIDES if args.quick else [f"experiment={args.experiment}"]
     command = [sys.executable, "-m", "runners.sweep", *study, f"hydra.sweep.dir={sweep_dir}",
                "wandb.mode=offline", "report=false", *args.overrides]
     print(f"   sweep: {' '.join(command[1:])}", flush=True)
-    start = time.perf_counter()
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
-    print(f"   sweep finished in {time.perf_counter() - start:.1f} s with exit status {done.returncode}", flush=True)
     if done.returncode != 0:
         raise RuntimeError(f"the sweep failed: {done.stderr.strip().splitlines()[-3:]}")
     return sweep_dir / "results.csv"
@@ -68,10 +204,9 @@ def overheads(csv_path: Path) -> tuple[dict[str, list[float]], dict[str, int]]:
     return {name: values.tolist() for name, values in parts.items()}, statuses
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def per_row(args: argparse.Namespace) -> int:
     print_header("target 4: harness overhead per point (job wall time minus measured calls)")
-    csv_path = args.results if args.results else run_sweep(args)
+    csv_path = args.results if args.results else run_per_row_sweep(args)
     parts, statuses = overheads(csv_path)
     print(f"   {csv_path}: rows by status {statuses}")
     if not parts["overhead"]:
@@ -86,6 +221,22 @@ def main(argv: list[str] | None = None) -> int:
     checks = [Check("4", "median job_wall_s - measure_s", median, 0.5, unit="s",
                     note=f"inside measure {np.median(parts['inside measure']):.3f} s + runner/Hydra "
                          f"{np.median(parts['runner + Hydra']):.3f} s (medians)")]
+    misses = print_checks(checks)
+    return 1 if misses and args.strict else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.results or args.per_row:
+        return per_row(args)
+    print_header("issue 23 item 2: the harness's fixed and marginal costs, Hydra's, each metric's")
+    with tempfile.TemporaryDirectory(prefix="selfattn-harness-") as folder:
+        tmp = Path(folder)
+        checks, _ = process_figures(args, tmp)
+        checks += metric_costs(args, tmp)
+    print(textwrap.dedent("""
+        marginal point: (wall of a multirun of N tiny points - wall of a multirun of 1) / (N - 1); Hydra's: the
+        same for a no-op app with the same config and overrides."""))
     misses = print_checks(checks)
     return 1 if misses and args.strict else 0
 

@@ -55,6 +55,12 @@ def test_git_sha_is_empty_without_git(monkeypatch):
         device_module.git_sha.cache_clear()  # the next caller sees the real commit again
 
 
+@pytest.fixture(autouse=True)
+def _own_probe_cache(tmp_path, monkeypatch):
+    """Each test its own probe cache folder: what it measures or reads is its own."""
+    monkeypatch.setenv("SELFATTN_CACHE_DIR", str(tmp_path / "cache"))
+
+
 def test_cpu_peak_is_plausible_and_measured_once(monkeypatch):
     measured = []
     real_measure = device_module._measure_peak
@@ -104,3 +110,84 @@ def test_cpu_bandwidth_is_plausible_and_measured_once(monkeypatch):
     assert 0.1 < peak < 10_000  # 100 MB/s .. 10 TB/s
     assert device_module.device_peak_gbps("cpu") == peak
     assert measured == ["cpu"]
+
+
+def _fresh_process(monkeypatch):
+    """As a new process starts: no peak known in memory (the cache file stays)."""
+    for name in ("_PEAKS", "_SOURCES", "_REMEASURED", "_BANDWIDTH"):
+        monkeypatch.setattr(device_module, name, {})
+
+
+def test_probes_are_measured_once_per_machine_and_read_from_the_cache_file(tmp_path, monkeypatch):
+    import json
+
+    from selfattn.measure import probes
+
+    measured = []
+    real_peak, real_bandwidth = device_module._measure_peak, device_module._measure_bandwidth
+    monkeypatch.setattr(device_module, "_measure_peak", lambda *a: (measured.append("tflops"), real_peak(*a))[1])
+    monkeypatch.setattr(device_module, "_measure_bandwidth", lambda d: (measured.append("gbps"), real_bandwidth(d))[1])
+    monkeypatch.setattr(device_module, "BANDWIDTH_BYTES", {"cpu": 16 * 2**20, "cuda": 2**30})
+    _fresh_process(monkeypatch)
+    peak, gbps = device_peak_tflops("cpu", torch.float32), device_module.device_peak_gbps("cpu")
+    assert measured == ["tflops", "gbps"] and device_module.peak_source("cpu", torch.float32) == probes.MEASURED
+    path = probes.cache_file("cpu")
+    assert path.parent == tmp_path / "cache" and path.is_file()
+    saved = json.loads(path.read_text())
+    assert saved["probes"]["tflops float32 tf32=off"]["value"] == peak and saved["probes"]["gbps"]["value"] == gbps
+    assert saved["probes"]["gbps"]["unit"] == "GB/s" and saved["probes"]["gbps"]["measured_at"].startswith("20")
+    assert probes.REMEASURE_COMMAND in saved["remeasure"] and saved["machine"]["torch_version"] == torch.__version__
+
+    _fresh_process(monkeypatch)  # the next process reads the file: nothing measured
+    assert device_peak_tflops("cpu", torch.float32) == peak and device_module.device_peak_gbps("cpu") == gbps
+    assert measured == ["tflops", "gbps"]
+    date = saved["probes"]["tflops float32 tf32=off"]["measured_at"]
+    assert device_module.peak_source("cpu", torch.float32) == f"cache {path} (measured {date})"
+    assert device_module.peak_source("cpu").startswith(f"cache {path}")
+
+    _fresh_process(monkeypatch)  # another dtype is another probe: measured, beside the first in the same file
+    device_peak_tflops("cpu", torch.float64)
+    assert measured[-1] == "tflops" and len(json.loads(path.read_text())["probes"]) == 3
+
+    _fresh_process(monkeypatch)  # other threads are another machine's numbers: another file
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 97)
+    assert probes.cache_file("cpu") != path
+
+
+def test_a_broken_or_switched_off_cache_measures(tmp_path, monkeypatch):
+    from selfattn.measure import probes
+
+    measured = []
+    real_peak = device_module._measure_peak
+    monkeypatch.setattr(device_module, "_measure_peak", lambda *a: (measured.append(1), real_peak(*a))[1])
+    _fresh_process(monkeypatch)
+    path = probes.cache_file("cpu")
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    device_peak_tflops("cpu", torch.float32)
+    assert measured == [1] and device_module.peak_source("cpu", torch.float32) == probes.MEASURED
+    monkeypatch.setenv("SELFATTN_CACHE_DIR", "none")
+    assert probes.cache_dir() is None and probes.cache_file("cpu") is None
+    _fresh_process(monkeypatch)
+    device_peak_tflops("cpu", torch.float32)
+    assert measured == [1, 1]
+    monkeypatch.delenv("SELFATTN_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert probes.cache_dir() == tmp_path / "xdg" / "selfattn-bench"
+
+
+def test_a_row_names_where_its_peaks_came_from(monkeypatch):
+    from selfattn import Point
+    from selfattn.measure import Budget, measure_point
+
+    _fresh_process(monkeypatch)
+    monkeypatch.setattr(device_module, "BANDWIDTH_BYTES", {"cpu": 16 * 2**20, "cuda": 2**30})
+    point, budget = Point(heads=2, seq_len=64, head_dim=16), Budget(timing_s=0.02, accuracy_rows=8, max_point_s=600)
+    first = measure_point(point, budget)
+    assert first.device_peak_tflops_source == "measured" and first.device_peak_gbps_source == "measured"
+    _fresh_process(monkeypatch)
+    again = measure_point(point, budget)
+    assert again.device_peak_tflops == first.device_peak_tflops
+    assert again.device_peak_tflops_source.startswith("cache ") and again.device_peak_gbps_source.startswith("cache ")
+    nominal = measure_point(point, Budget(timing_s=0.02, accuracy_rows=8, measure_device_peak=False))
+    assert nominal.device_peak_tflops_source == "nominal" and nominal.device_peak_tflops is None

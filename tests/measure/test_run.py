@@ -286,3 +286,36 @@ def test_runner_writes_the_traceback_of_an_error_row_next_to_it(tmp_path, monkey
     ok = job.run_job({**cfg, "seq_len": 32}, job.JobContext(job_dir=tmp_path / "1", sweep_dir=tmp_path, multirun=True,
                                                             index=1, sweep_id="t/x"))
     assert ok["status"] == "ok" and not (tmp_path / "1" / "error.txt").exists()
+
+
+def _metric_columns(row) -> dict:
+    from selfattn.metrics import METRICS
+
+    return {m: {c: getattr(row, c) for c in columns} for m, columns in METRICS.items()}
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
+def test_metrics_choose_what_a_point_measures_and_leave_the_rest_empty(mode):
+    from selfattn.metrics import ALL, METRICS
+
+    point = _small(backend="chunked", causal=True, mode=mode)
+    every = measure_point(point, QUICK)
+    assert every.status == "ok" and every.metrics == ",".join(ALL)
+    full = _metric_columns(every)
+    filled = {m for m, values in full.items() if all(v is not None for k, v in values.items()
+                                                        if not k.startswith("grad_") or mode == "fwd_bwd")}
+    assert filled == set(ALL)
+    time_only = measure_point(point, QUICK, metrics=[])
+    assert time_only.status == "ok" and time_only.metrics == "none" and time_only.time_ms > 0
+    assert all(v is None for values in _metric_columns(time_only).values() for v in values.values())
+    assert time_only.flops == every.flops and time_only.kv_cache_bytes == every.kv_cache_bytes
+    for metric in ALL:  # each alone: its own columns, the same values as with every metric (timings aside)
+        alone = measure_point(point, QUICK, metrics=[metric])
+        assert alone.metrics == metric
+        columns = _metric_columns(alone)
+        for other, values in columns.items():
+            if other != metric:
+                assert all(v is None for v in values.values()), (metric, other, values)
+        exact = {c: v for c, v in columns[metric].items() if c not in ("peak_mem_bytes", "gbps", "device_peak_gbps")}
+        assert exact == {c: full[metric][c] for c in exact}, metric
+        assert set(columns[metric]) == set(METRICS[metric])

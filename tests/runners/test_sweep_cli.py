@@ -77,6 +77,37 @@ def test_unknown_key_in_a_multirun_is_an_invalid_row_per_job(tmp_path):
     assert {r["error"] for r in table} == {"seqlen: unknown key; did you mean seq_len?"}
 
 
+def test_metrics_in_a_single_run_and_a_multirun_and_a_resume_that_asks_for_more(tmp_path):
+    single = run_sweep("metrics=[]", "experiment=smoke", f"hydra.run.dir={tmp_path / 'single'}")
+    assert single.returncode == 0, single.stderr[-2000:]
+    (row,) = read_csv(tmp_path / "single" / "results.csv")
+    assert row["status"] == "ok" and row["metrics"] == "none" and row["peak_mem_bytes"] == row["rel_rms_err"] == ""
+    assert float(row["time_ms"]) > 0
+    bad = run_sweep("metrics=[memory,stabilty]", "experiment=smoke", f"hydra.run.dir={tmp_path / 'bad'}")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == ["error: metrics: unknown metric 'stabilty'; did you mean stability?"]
+
+    sweep = tmp_path / "sweep"
+    first = run_sweep("-m", "seq_len=16,32", "metrics=[accuracy]", "experiment=smoke", f"hydra.sweep.dir={sweep}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    table = read_csv(sweep / "results.csv")
+    assert [r["metrics"] for r in table] == ["accuracy", "accuracy"]
+    assert all(r["rel_rms_err"] != "" and r["logit_std"] == "" for r in table)
+    ids = {r["point_id"] for r in table}
+    again = run_sweep("-m", "seq_len=16,32", "metrics=[accuracy,stability]", "experiment=smoke",
+                      f"hydra.sweep.dir={sweep}")
+    assert again.returncode == 0 and "skipped" not in again.stdout, again.stdout
+    table = read_csv(sweep / "results.csv")
+    assert {r["point_id"] for r in table} == ids and [r["metrics"] for r in table] == ["accuracy,stability"] * 2
+    assert all(r["logit_std"] != "" for r in table)
+    fewer = run_sweep("-m", "seq_len=16,32", "metrics=[stability]", "experiment=smoke", f"hydra.sweep.dir={sweep}")
+    assert fewer.stdout.count("skipped: the sweep folder already has this point") == 2, fewer.stdout
+    typo = run_sweep("-m", "seq_len=16", "metrics=[acuracy]", "experiment=smoke", f"hydra.sweep.dir={tmp_path / 'typo'}")
+    assert typo.returncode == 0, typo.stderr[-2000:]
+    (refused,) = read_csv(tmp_path / "typo" / "results.csv")
+    assert refused["status"] == "invalid" and refused["error"] == "metrics: unknown metric 'acuracy'; did you mean accuracy?"
+
+
 def test_killed_sweep_keeps_finished_rows_and_resumes_without_duplicates(tmp_path):
     args = ["-m", "seq_len=16,24,32,40,48,56,64,72", "causal=false,true", "device=cpu", "heads=1", "experiment=smoke",
             f"hydra.sweep.dir={tmp_path}"]
