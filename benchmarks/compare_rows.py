@@ -20,7 +20,12 @@ What is not compared, and why (`--ignore` adds columns, `--compare` puts one bac
 - note: it may quote a TFLOP/s above the measured peak, a timing fact;
 - error of skipped_budget rows: the guard's reason quotes the predicted time (from the measured
   peak); the status itself is compared, so a point the guard skipped in only one run shows there;
-- provenance: git_sha, hostname and sweep_id (the sweep folder's name) differ by design.
+- provenance: git_sha, hostname and sweep_id (the sweep folder's name) differ by design;
+- a metric's columns (selfattn/metrics.py) on a point where one of the two rows did not measure that
+  metric (its `metrics` column; a row without one measured all): an empty cell there is "not asked
+  for", not a changed number. These cells are counted and printed per metric; the `metrics` column
+  itself is compared, so a point measured with other metrics shows there;
+- the peaks' source columns (device_peak_*_source): measured or read from the probe cache.
 Everything else must match exactly as written (the same code writes both files), or within
 `--rtol` for numbers. Stdlib only: no torch, no pandas.
 """
@@ -38,13 +43,14 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `python benchmarks/x.py` puts benchmarks/, not the repo, on the path
     sys.path.insert(0, str(REPO))
 
+from selfattn.metrics import metric_of, ran_metrics  # noqa: E402  (pure Python: which columns each metric fills)
 from selfattn.point import AXES  # noqa: E402  (pure Python: the sweep axes, which name a point)
 from selfattn.results import rank  # noqa: E402  (which of two rows of one point wins)
 
 MEASURED = frozenset({
     "compile_s", "block_mask_s", "measure_s", "point_wall_s", "job_wall_s", "tokens_per_s",
     "tflops", "gbps", "predicted_time_ms", "device_peak_tflops", "device_peak_gbps",
-    "peak_mem_bytes", "note",
+    "peak_mem_bytes", "note", "device_peak_tflops_source", "device_peak_gbps_source",
 })
 PROVENANCE = frozenset({"git_sha", "hostname", "sweep_id"})
 SHOWN = 10  # differing points printed per column
@@ -87,9 +93,20 @@ def describe(row: dict[str, str], axes: Sequence[str]) -> str:
     return " ".join([row.get("point_id", "?"), *(f"{axis}={row.get(axis, '')}" for axis in axes)])
 
 
+def metric_off(column: str, a: dict[str, str], b: dict[str, str]) -> str | None:
+    """The metric filling `column` when one of the two rows did not measure it, else None."""
+    metric = metric_of(column)
+    if metric is None:
+        return None
+    both = ran_metrics(a.get("metrics")) & ran_metrics(b.get("metrics"))
+    return None if metric in both else metric
+
+
 def compare(before: dict[str, dict[str, str]], after: dict[str, dict[str, str]], columns: list[str],
-            rtol: float) -> list[tuple[str, list[tuple[str, str, str]]]]:
-    """[(what, [(point_id, before, after), ...]), ...]: the points only in one, status, then each of `columns`."""
+            rtol: float, off: dict[str, int] | None = None) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """[(what, [(point_id, before, after), ...]), ...]: the points only in one, status, then each of `columns`.
+
+    `off` (when given) counts, per metric, the cells left out because one of the rows did not measure it."""
     both = [pid for pid in before if pid in after]
     found: list[tuple[str, list[tuple[str, str, str]]]] = [
         ("only in before", [(pid, "present", "missing") for pid in before if pid not in after]),
@@ -103,6 +120,11 @@ def compare(before: dict[str, dict[str, str]], after: dict[str, dict[str, str]],
             a, b = before[pid].get(column), after[pid].get(column)
             if column == "error" and "skipped_budget" in (before[pid]["status"], after[pid]["status"]):
                 continue  # the guard's reason quotes a predicted time; the status is compared above
+            metric = metric_off(column, before[pid], after[pid])
+            if metric is not None:
+                if off is not None:
+                    off[metric] = off.get(metric, 0) + 1
+                continue
             if a is None or b is None or not same(a, b, rtol):
                 differ.append((pid, "(no column)" if a is None else a, "(no column)" if b is None else b))
         found.append((column, differ))
@@ -126,7 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     columns = list(dict.fromkeys([*before_columns, *after_columns]))
     skip = set(args.ignore)
     checked = [c for c in columns if c not in ("point_id", "status", *skip) and (c in args.compare or not ignored(c))]
-    found = compare(before, after, checked, args.rtol)
+    off: dict[str, int] = {}
+    found = compare(before, after, checked, args.rtol, off)
     rows = {**after, **before}
     axes = [a for a in AXES if len({r.get(a) for r in rows.values()}) > 1]  # the axes that tell points apart
     print(f"before: {before_path} ({len(before)} points)\nafter:  {after_path} ({len(after)} points)")
@@ -146,6 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  ... and {len(differ) - SHOWN} more")
     shared = sum(1 for pid in before if pid in after)
     not_compared = [c for c in columns if c not in ("point_id", "status", *checked)]
+    if off:
+        print("not compared where one row did not measure the metric (cells): "
+              + ", ".join(f"{metric} {count}" for metric, count in sorted(off.items())))
     if differences:
         print(f"\nresult: {differences} difference(s) over {shared} shared points")
     else:

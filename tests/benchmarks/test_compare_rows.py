@@ -69,3 +69,18 @@ def test_tolerance_ignore_and_compare(tmp_path, capsys):
     assert script.main([str(before), str(after), "--rtol", "1e-6", "--compare", "peak_mem_bytes"]) == 1
     assert script.main([str(before), str(tmp_path / "missing")]) == 2
     capsys.readouterr()
+
+
+def test_a_metric_one_row_did_not_measure_is_not_a_difference_but_a_changed_value_still_is(tmp_path, capsys):
+    before = write(tmp_path / "before", sweep())  # no metrics value: every metric measured
+    fewer = [{**r, "metrics": "accuracy", "peak_alloc_bytes": None} for r in sweep()]  # memory off
+    after = write(tmp_path / "after", fewer)
+    assert load_script().main([str(before), str(after)]) == 1  # the metrics column itself differs
+    out = capsys.readouterr().out
+    assert "peak_alloc_bytes" not in out.split("result:")[0] and "memory 4" in out and "\nmetrics: 4 points" in out
+    changed = [{**r, "metrics": "accuracy", "peak_alloc_bytes": None, "max_abs_err": 2e-7} for r in sweep()]
+    same_metrics = write(tmp_path / "after2", changed)
+    reference = write(tmp_path / "before2", [{**r, "metrics": "memory,accuracy"} for r in sweep()])
+    assert load_script().main([str(reference), str(same_metrics)]) == 1
+    out = capsys.readouterr().out
+    assert "max_abs_err: 4 points" in out and "peak_alloc_bytes:" not in out  # accuracy ran in both: compared
