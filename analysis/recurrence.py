@@ -84,7 +84,7 @@ def _falls(ratios: list[float]) -> bool | None:
        rule=f"per LSTM/GRU and d_model: grad_far_near_ratio (distance n-1 over distance 1, float64, at init) "
             f"< {RNN_MAX_RATIO:g} at every n, and lower at each larger n where float64 can tell (0, its underflow, is "
             f"below any positive ratio; two zeros are not compared)",
-       experiment=EXPERIMENT, study=RECURRENCE)
+       metrics=("path_length",), experiment=EXPERIMENT, study=RECURRENCE)
 def rnn_path_decays(rows: pd.DataFrame) -> Evidence | None:
     paths = path_rows(rows)
     rnn = paths[paths["scope"].isin(RNN_SCOPES)] if not paths.empty else paths
@@ -115,7 +115,7 @@ def rnn_path_decays(rows: pd.DataFrame) -> Evidence | None:
        "one step from the output",
        rule=f"per d_model: scope=layer's grad_far_near_ratio within [1/{ATTENTION_RATIO_FACTOR:g}, "
             f"{ATTENTION_RATIO_FACTOR:g}] at every n (distance 0 is not compared: the token's own query adds to it)",
-       experiment=EXPERIMENT, study=RECURRENCE)
+       metrics=("path_length",), experiment=EXPERIMENT, study=RECURRENCE)
 def attention_path_flat(rows: pd.DataFrame) -> Evidence | None:
     paths = path_rows(rows)
     layer = paths[paths["scope"] == "layer"] if not paths.empty else paths
