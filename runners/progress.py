@@ -10,6 +10,7 @@ import time
 from typing import Any, Iterable, Mapping
 
 from selfattn.backends import COMPILED_SUFFIX
+from selfattn.metrics import ran_metrics
 from selfattn.point import AXES
 
 # The point's axes worth a `key=value` (back end first and precision last are always shown).
@@ -94,7 +95,10 @@ def line(index: int | None, total: int | None, what: str, row: Mapping[str, Any]
         result = (f"{fmt_ms(row.get('time_ms'))}/step, loss {row.get('loss_final'):.3g}, "
                   f"accuracy {row.get('final_accuracy'):.2f}, {row.get('nonfinite_steps')} non-finite steps, ok")
     elif status == "ok":
-        result = f"{fmt_ms(row.get('time_ms'))}, {fmt_bytes(row.get('peak_mem_bytes'))}, ok"
+        memory = row.get("peak_mem_bytes")
+        # a row that left memory out (metrics without it) says so rather than "- B"
+        off = memory is None and "memory" not in ran_metrics(row.get("metrics"))
+        result = f"{fmt_ms(row.get('time_ms'))}, {'memory not measured' if off else fmt_bytes(memory)}, ok"
         if row.get("compile_s") is not None:  # a compiled back end's first call, timed apart
             first = "compiled in" if row.get("recompiled") else "first call (compiled code reused)"
             result += f", {first} {row['compile_s']:.1f} s"

@@ -164,3 +164,10 @@ def test_unknown_metric_is_refused_with_did_you_mean(tmp_path, fake_measure):
     assert row["status"] == "invalid" and "did you mean accuracy?" in row["error"]
     with pytest.raises(job.InvalidPoint, match=r"^metrics: expected a list of metric names"):
         job.run_job({**BASE, "metrics": "memory"}, ctx(tmp_path / "single2", multirun=False))
+
+
+def test_the_progress_line_of_a_point_without_memory_says_so(tmp_path, fake_measure, capsys):
+    job.run_job({**BASE, "metrics": []}, ctx(tmp_path))
+    assert "naive seq_len=64 fp32 -> " in (out := capsys.readouterr().out) and ", memory not measured, ok" in out
+    job.run_job({**BASE, "seq_len": 32}, ctx(tmp_path, num=1))
+    assert "memory not measured" not in capsys.readouterr().out
