@@ -127,6 +127,20 @@ def _environment(device: str) -> dict[str, Any]:
     return env
 
 
+def machine_key(device: str) -> dict[str, Any]:
+    """What the probes' values depend on (their cache file's key, selfattn/measure/probes.py): the machine,
+    the device, torch's version and, on a CPU, torch's thread count."""
+    device = resolve_device(device)
+    key: dict[str, Any] = {"hostname": socket.gethostname(), "cpu_model": cpu_model(), "device": device,
+                           "torch_version": torch.__version__}
+    if device == "cuda":
+        index = torch.cuda.current_device()
+        key.update(device_name=torch.cuda.get_device_name(index), device_index=index, cuda_version=torch.version.cuda)
+    else:
+        key["num_threads"] = torch.get_num_threads()
+    return key
+
+
 def environment(device: str) -> dict[str, Any]:
     """Environment columns of a row measured on `device` (cached), plus a fresh UTC timestamp."""
     env = dict(_environment(resolve_device(device)))
@@ -157,18 +171,18 @@ def device_peak_tflops(device: str, dtype: torch.dtype, *, remeasure: bool = Fal
     key = _peak_key(device, dtype)
     device, probe = key[0], _probe_name(dtype, key[2])
     if key not in _PEAKS:
-        cached = probes.lookup(device, probe)
+        cached = probes.lookup(machine_key(device), probe)
         if cached is not None:
             _PEAKS[key], _SOURCES[key] = cached
         else:
             _PEAKS[key], _SOURCES[key] = _measure_peak(device, dtype), probes.MEASURED
-            probes.store(device, probe, _PEAKS[key], "TFLOP/s")
+            probes.store(machine_key(device), probe, _PEAKS[key], "TFLOP/s")
     elif remeasure and _REMEASURED.get(key, 0) < MAX_REMEASURES:
         _REMEASURED[key] = _REMEASURED.get(key, 0) + 1
         again = _measure_peak(device, dtype)
         if again > _PEAKS[key]:  # the better value wins, here and in the cache
             _PEAKS[key], _SOURCES[key] = again, probes.MEASURED
-            probes.store(device, probe, again, "TFLOP/s")
+            probes.store(machine_key(device), probe, again, "TFLOP/s")
     return _PEAKS[key]
 
 
@@ -231,12 +245,12 @@ def device_peak_gbps(device: str) -> float:
 
     device = resolve_device(device)
     if device not in _BANDWIDTH:
-        cached = probes.lookup(device, "gbps")
+        cached = probes.lookup(machine_key(device), "gbps")
         if cached is not None:
             _BANDWIDTH[device], _SOURCES[("gbps", device)] = cached
         else:
             _BANDWIDTH[device], _SOURCES[("gbps", device)] = _measure_bandwidth(device), probes.MEASURED
-            probes.store(device, "gbps", _BANDWIDTH[device], "GB/s")
+            probes.store(machine_key(device), "gbps", _BANDWIDTH[device], "GB/s")
     return _BANDWIDTH[device]
 
 

@@ -131,7 +131,7 @@ def test_probes_are_measured_once_per_machine_and_read_from_the_cache_file(tmp_p
     _fresh_process(monkeypatch)
     peak, gbps = device_peak_tflops("cpu", torch.float32), device_module.device_peak_gbps("cpu")
     assert measured == ["tflops", "gbps"] and device_module.peak_source("cpu", torch.float32) == probes.MEASURED
-    path = probes.cache_file("cpu")
+    path = probes.cache_file(device_module.machine_key("cpu"))
     assert path.parent == tmp_path / "cache" and path.is_file()
     saved = json.loads(path.read_text())
     assert saved["probes"]["tflops float32 tf32=off"]["value"] == peak and saved["probes"]["gbps"]["value"] == gbps
@@ -151,7 +151,7 @@ def test_probes_are_measured_once_per_machine_and_read_from_the_cache_file(tmp_p
 
     _fresh_process(monkeypatch)  # other threads are another machine's numbers: another file
     monkeypatch.setattr(torch, "get_num_threads", lambda: 97)
-    assert probes.cache_file("cpu") != path
+    assert probes.cache_file(device_module.machine_key("cpu")) != path
 
 
 def test_a_broken_or_switched_off_cache_measures(tmp_path, monkeypatch):
@@ -161,13 +161,13 @@ def test_a_broken_or_switched_off_cache_measures(tmp_path, monkeypatch):
     real_peak = device_module._measure_peak
     monkeypatch.setattr(device_module, "_measure_peak", lambda *a: (measured.append(1), real_peak(*a))[1])
     _fresh_process(monkeypatch)
-    path = probes.cache_file("cpu")
+    path = probes.cache_file(device_module.machine_key("cpu"))
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     device_peak_tflops("cpu", torch.float32)
     assert measured == [1] and device_module.peak_source("cpu", torch.float32) == probes.MEASURED
     monkeypatch.setenv("SELFATTN_CACHE_DIR", "none")
-    assert probes.cache_dir() is None and probes.cache_file("cpu") is None
+    assert probes.cache_dir() is None and probes.cache_file(device_module.machine_key("cpu")) is None
     _fresh_process(monkeypatch)
     device_peak_tflops("cpu", torch.float32)
     assert measured == [1, 1]
@@ -191,3 +191,16 @@ def test_a_row_names_where_its_peaks_came_from(monkeypatch):
     assert again.device_peak_tflops_source.startswith("cache ") and again.device_peak_gbps_source.startswith("cache ")
     nominal = measure_point(point, Budget(timing_s=0.02, accuracy_rows=8, measure_device_peak=False))
     assert nominal.device_peak_tflops_source == "nominal" and nominal.device_peak_tflops is None
+
+
+def test_the_remeasure_command_measures_again_and_shows_the_cache(monkeypatch, capsys):
+    from selfattn.measure import probes, remeasure
+
+    monkeypatch.setattr(device_module, "BANDWIDTH_BYTES", {"cpu": 16 * 2**20, "cuda": 2**30})
+    _fresh_process(monkeypatch)
+    key = device_module.machine_key("cpu")
+    probes.store(key, "tflops float32 tf32=off", 1e-9, "TFLOP/s")  # a value from a swamped moment
+    assert remeasure.main(["--device", "cpu", "--remeasure"]) == 0
+    out = capsys.readouterr().out
+    assert "fp32: matmul peak" in out and "copy bandwidth" in out and str(probes.cache_file(key)) in out
+    assert probes.read(key)["probes"]["tflops float32 tf32=off"]["value"] > 1e-6
