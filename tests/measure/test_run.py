@@ -302,12 +302,13 @@ def test_metrics_choose_what_a_point_measures_and_leave_the_rest_empty(mode):
     every = measure_point(point, QUICK)
     assert every.status == "ok" and every.metrics == ",".join(ALL)
     full = _metric_columns(every)
-    filled = {m for m, values in full.items() if all(v is not None for k, v in values.items()
+    filled = {m for m, values in full.items() if all(v not in (None, "") for k, v in values.items()
                                                         if not k.startswith("grad_") or mode == "fwd_bwd")}
-    assert filled == set(ALL)
+    # path length: scope=layer, lstm, gru only (test_path_length_is_a_metric_of_the_layer_scopes below)
+    assert filled - {"path_length"} == set(ALL) - {"path_length"} and every.grad_far_near_ratio is None
     time_only = measure_point(point, QUICK, metrics=[])
     assert time_only.status == "ok" and time_only.metrics == "none" and time_only.time_ms > 0
-    assert all(v is None for values in _metric_columns(time_only).values() for v in values.values())
+    assert all(v in (None, "") for values in _metric_columns(time_only).values() for v in values.values())
     assert time_only.flops == every.flops and time_only.kv_cache_bytes == every.kv_cache_bytes
     for metric in ALL:  # each alone: its own columns, the same values as with every metric (timings aside)
         alone = measure_point(point, QUICK, metrics=[metric])
@@ -315,7 +316,16 @@ def test_metrics_choose_what_a_point_measures_and_leave_the_rest_empty(mode):
         columns = _metric_columns(alone)
         for other, values in columns.items():
             if other != metric:
-                assert all(v is None for v in values.values()), (metric, other, values)
+                assert all(v in (None, "") for v in values.values()), (metric, other, values)
         exact = {c: v for c, v in columns[metric].items() if c not in ("peak_mem_bytes", "gbps", "device_peak_gbps")}
         assert exact == {c: full[metric][c] for c in exact}, metric
         assert set(columns[metric]) == set(METRICS[metric])
+
+
+def test_path_length_is_a_metric_of_the_layer_scopes():
+    point = _small(backend="sdpa", scope="layer", seq_len=16)
+    off = measure_point(point, QUICK, metrics=["accuracy"])
+    on = measure_point(point, QUICK, metrics=["path_length"])
+    assert off.status == on.status == "ok" and off.grad_far_near_ratio is None and not off.grad_by_distance
+    assert on.metrics == "path_length" and on.grad_far_near_ratio is not None and on.grad_by_distance.startswith("[")
+    assert on.rel_rms_err is None and off.rel_rms_err is not None
