@@ -5,6 +5,11 @@ V = X W_V, split into `kv_heads` heads of d_k (grouped-query attention: fewer K/
 shared by heads / kv_heads query heads; kv_heads = heads is plain multi-head) -> any back end ->
 concat heads -> W_O. scope=layer measures its forward pass, and the generation loop
 (selfattn/decode.py) runs its projections and W_O one token at a time.
+
+`pos_enc` (selfattn/positions.py): sinusoidal or learned tables of `max_len` positions added to X
+before the projections, or rope rotating q and k per head after them; none by default. Tables
+are buffers (cast with the layer, like its weights); `reset_positions` recomputes them in float64
+and casts them to the layer's dtype (the float64 reference's copy calls it: exact tables).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from selfattn import positions
 from selfattn.api import attention
 from selfattn.backends import resolve_options
 from selfattn.validate import check_bool, check_positive_int, check_seed, resolve_scale
@@ -31,6 +37,8 @@ class MultiHeadSelfAttention(nn.Module):
         causal: bool = False,
         scale: float | None = None,
         bias: bool = False,
+        pos_enc: str = "none",
+        max_len: int | None = None,
         **backend_options: Any,
     ) -> None:
         super().__init__()
@@ -53,7 +61,37 @@ class MultiHeadSelfAttention(nn.Module):
         self.w_k = nn.Linear(d_model, kv_dim, bias=bias)
         self.w_v = nn.Linear(d_model, kv_dim, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.pos_enc, self.max_len = self._check_positions(pos_enc, max_len)
+        if pos_enc == "learned":
+            self.pos_table = nn.Parameter(torch.empty(max_len, d_model))
         self.reset_parameters(seed=0)
+        self.reset_positions()
+
+    def _check_positions(self, pos_enc: str, max_len: int | None) -> tuple[str, int | None]:
+        from selfattn.point import POS_ENCODINGS
+
+        if pos_enc not in POS_ENCODINGS:
+            raise ValueError(f"pos_enc: expected one of {', '.join(POS_ENCODINGS)}, got {pos_enc!r}")
+        if pos_enc == "none":
+            return pos_enc, max_len
+        if max_len is None:
+            raise ValueError(f"max_len: pos_enc={pos_enc} needs the number of positions its tables hold, got None")
+        if pos_enc == "rope" and self.head_dim % 2:
+            raise ValueError(f"pos_enc: rope rotates pairs of features, so head_dim must be even, got {self.head_dim}")
+        return pos_enc, check_positive_int("max_len", max_len)
+
+    @torch.no_grad()
+    def reset_positions(self) -> None:
+        """The sinusoidal or RoPE tables of positions 0..max_len-1, computed in float64, in the layer's dtype."""
+        like = self.w_q.weight
+        if self.pos_enc == "sinusoidal":
+            table = positions.sinusoidal_table(self.max_len, self.d_model, dtype=like.dtype, device=like.device)
+            self.register_buffer("pos_table", table, persistent=False)
+        elif self.pos_enc == "rope":
+            cos, sin = positions.rope_tables(torch.arange(self.max_len), self.head_dim, dtype=like.dtype,
+                                             device=like.device)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
 
     @torch.no_grad()
     def reset_parameters(self, seed: int = 0) -> None:
@@ -71,7 +109,25 @@ class MultiHeadSelfAttention(nn.Module):
             linear.weight.copy_(w)
             if linear.bias is not None:
                 linear.bias.zero_()
+        if self.pos_enc == "learned":  # drawn apart from the weights: W_Q..W_O are those of pos_enc=none
+            self.pos_table.copy_(positions.learned_table(self.max_len, self.d_model, seed=seed))
 
+    def encode(self, x_BLD: torch.Tensor) -> torch.Tensor:
+        """X with the sinusoidal or learned encoding of positions 0..L-1 added (X itself otherwise)."""
+        if self.pos_enc not in positions.ADDED:
+            return x_BLD
+        length = x_BLD.shape[1]
+        if length > self.max_len:
+            raise ValueError(f"x: pos_enc={self.pos_enc} holds max_len={self.max_len} positions, got {length} tokens")
+        return x_BLD + self.pos_table[:length]
+
+    def rotate(self, t_BHLD: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """q or k rotated at positions 0..L-1 (or at `rows`, the positions of sampled rows) with rope; else t."""
+        if self.pos_enc != "rope":
+            return t_BHLD
+        cos, sin = (self.rope_cos, self.rope_sin) if rows is None else (self.rope_cos[rows], self.rope_sin[rows])
+        length = t_BHLD.shape[2]
+        return positions.rotate(t_BHLD, cos[:length], sin[:length])
     def project_qkv(self, x_BLD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The core's inputs for X: q (B, heads, L, d_k), k and v (B, kv_heads, L, d_k)."""
         if not isinstance(x_BLD, torch.Tensor) or x_BLD.dim() != 3 or x_BLD.shape[-1] != self.d_model:
@@ -97,10 +153,10 @@ class MultiHeadSelfAttention(nn.Module):
     def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
         # q, k, v stay referenced until W_O has run, as the memory model (measure/predict.py) counts them:
         # freeing them before W_O would lower a layer point's peak below what its rows have always recorded.
-        q, k, v = self.project_qkv(x_BLD)
-        out_BHLD = self.attend(q, k, v)
+        q, k, v = self.project_qkv(self.encode(x_BLD))
+        out_BHLD = self.attend(self.rotate(q), self.rotate(k), v)
         return self.w_o(self.merge_heads(out_BHLD))
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, heads={self.heads}, kv_heads={self.kv_heads}, backend={self.backend!r}, "
-                f"causal={self.causal}")
+                f"causal={self.causal}" + (f", pos_enc={self.pos_enc!r}" if self.pos_enc != "none" else ""))

@@ -27,6 +27,8 @@ FP64_BYTES = 8
 DEVICES = ("auto", "cpu", "cuda")
 # The recurrent baselines (selfattn/recurrent.py): scope -> gates of its cell (torch.nn.LSTM, nn.GRU).
 RNN_GATES: dict[str, int] = {"lstm": 4, "gru": 3}
+SCORES = ("dot", "additive")
+POS_ENCODINGS = ("none", "sinusoidal", "learned", "rope")
 
 
 def parse_scale(value: Any) -> float | None:
@@ -94,6 +96,10 @@ class Point:
     kv_cache: bool = spec(True, help="scope=generate: keep K and V of past tokens (true) or recompute the prefix every step")
     steps: int = spec(200, ge=1, help="scope=train: optimizer steps (AdamW)")
     lr: float = spec(3e-3, gt=0, help="scope=train: learning rate")
+    score: str = spec("dot", choices=SCORES, help="dot (the back ends' scaled dot product) | additive (Bahdanau's "
+                      "v^T tanh(W_q q + W_k k), naive and scope=core only: selfattn/additive.py)")
+    pos_enc: str = spec("none", choices=POS_ENCODINGS, help="none | sinusoidal, learned (added to X: scope=layer) | "
+                        "rope (q and k rotated per head: scope=core, layer) (selfattn/positions.py)")
     input_std: float = spec(1.0, gt=0, help="standard deviation of the random inputs (scope=train: of the embeddings)")
     seed: int = spec(0, ge=0, help="seed of the inputs and of the sampled accuracy rows")
 
@@ -201,6 +207,7 @@ class Point:
             for name, plain in (("window", None), ("pad_frac", 0.0), ("documents", None)):
                 if getattr(self, name) != plain:
                     raise ValueError(f"{name}: scope={self.scope} supports the causal mask only, got {getattr(self, name)!r}")
+        _check_scores_positions(self)
 
         if self.scope in RNN_GATES:  # no attention in it: an attention-only axis would name a second id for one measurement
             for name in ATTENTION_ONLY:
@@ -247,6 +254,20 @@ class Point:
         key.update(backend_options=dict(sorted(options.items())), q_len=self.q_len_resolved,
                    scale=scale_label(self.scale))
         return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _check_scores_positions(point: Point) -> None:
+    """score and pos_enc: which scopes each exists for (a back end that cannot run one is `unsupported`)."""
+    if point.score == "additive" and point.scope != "core":
+        raise ValueError(f"score: additive scores are measured on the attention core, so they need scope=core, got scope={point.scope}")
+    if point.score == "additive" and point.scale != axis_default("scale"):
+        raise ValueError(f"scale: additive scores v^T tanh(W_q q + W_k k) are not scaled, so scale must stay auto, got {point.scale!r}")
+    if point.pos_enc in ("sinusoidal", "learned") and point.scope != "layer":
+        raise ValueError(f"pos_enc: {point.pos_enc} is added to the layer's input X, so it needs scope=layer, got scope={point.scope}")
+    if point.pos_enc == "rope" and point.scope not in ("core", "layer"):
+        raise ValueError(f"pos_enc: rope rotates q and k of one attention call (scope=core or layer), got scope={point.scope}")
+    if point.pos_enc == "rope" and point.head_dim % 2:
+        raise ValueError(f"pos_enc: rope rotates pairs of features, so head_dim must be even, got {point.head_dim}")
 
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Point))

@@ -53,6 +53,8 @@ class Row:
     mask_density: float | None = None  # fraction of the q_len x seq_len (query, key) pairs the masks let through
     scale: str = ""  # "auto" | "none" | number, as configured
     scale_value: float | None = None  # the factor actually applied to the logits
+    score: str = ""  # dot | additive (empty in older files: dot)
+    pos_enc: str = ""  # none | sinusoidal | learned | rope (empty in older files: none)
     input_std: float | None = None
     seed: int | None = None
     # time (median and 20th/80th percentiles over time_samples timed calls)
@@ -130,6 +132,8 @@ class Row:
     nonfinite_loss_steps: int | None = None
     scaler_startup_skips: int | None = None  # fp16: of nonfinite_steps, GradScaler lowering its initial scale (loop.py)
     loss_curve: str = ""
+    # pos_enc=rope: max |logit(q at m+s, k at n+s) - logit(q at m, k at n)| (selfattn/positions.py)
+    rope_shift_max_abs_diff: float | None = None
     # harness cost: seconds spent in warm-up + timed calls, and the whole job's wall time
     measure_s: float | None = None
     job_wall_s: float | None = None

@@ -70,6 +70,8 @@ def point_flops(point: Point) -> float:
         return generate_flops(point)
     if point.scope in RNN_GATES:
         return recurrent_flops(point)
+    if point.score == "additive":
+        return additive_flops(point)
     core = 4.0 * point.heads * point.head_dim * point_pairs(point)
     if point.mode == "fwd_bwd":
         core *= FWD_BWD_FACTOR
@@ -108,3 +110,19 @@ def recurrent_flops(point: Point) -> float:
     step = 2.0 * point.batch * gates * point.d_model * point.d_model  # one of the two products of one step
     forward = 2 * step * point.seq_len
     return LINEAR_FWD_BWD_FACTOR * forward - step if point.mode == "fwd_bwd" else forward
+# Additive scores (selfattn/additive.py), counted exactly per unmasked (query, key) pair and feature:
+# forward: the sum W_q q + W_k k (1), tanh (1, a transcendental counted as one operation), vᵀ· (2) and
+# A·V (2): 6 D; backward: dA and dV (4), dtanh = dscore · v (1), dv (2), tanh's 1 - t² and product (3),
+# the sum's gradients reduced into W_q q and W_k k (2): 12 D. The projections W_q q (per query head and
+# query) and W_k k (per K/V head and key): 2 D² each, forward; backward twice that (input and weight).
+ADDITIVE_FWD_PER_PAIR, ADDITIVE_BWD_PER_PAIR = 6, 12
+
+
+def additive_flops(point: Point) -> float:
+    """FLOPs of one call of additive attention (see the constants above)."""
+    d = point.head_dim
+    per_pair = ADDITIVE_FWD_PER_PAIR + (ADDITIVE_BWD_PER_PAIR if point.mode == "fwd_bwd" else 0)
+    projections = 2.0 * point.batch * d * d * (point.heads * point.q_len_resolved + point.kv_heads_resolved * point.seq_len)
+    if point.mode == "fwd_bwd":
+        projections *= LINEAR_FWD_BWD_FACTOR
+    return float(per_pair * point.heads * d * point_pairs(point)) + projections

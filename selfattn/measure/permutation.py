@@ -18,6 +18,11 @@ point that overflows by design still checks the structure rather than its overfl
   what it means for the eager back ends: causal or no mask. Two forward calls of the point's
   size are a fraction of what the point runs anyway (warm-up, memory call, at least
   timing.MIN_SAMPLES timed calls); the guard counts their time and memory (measure/run.py).
+
+A positional encoding is applied as the point applies it, after the tokens are permuted (a
+position is a slot, not a property of the token): rope rotates the permuted q and k at their
+slots; sinusoidal and learned (scope=layer) add their table to the permuted X before the seeded
+layer's projections. Each breaks the identity: that is what gives the model a notion of order.
 """
 
 from __future__ import annotations
@@ -26,10 +31,13 @@ from dataclasses import replace
 
 import torch
 
+from typing import Callable
+
 from selfattn.api import attention
-from selfattn.inputs import make_qkv, point_masks
+from selfattn.inputs import make_qkv, make_x, point_masks
 from selfattn.masks import Masks
 from selfattn.point import Point, parse_scale
+from selfattn.positions import ADDED, rope_qk
 
 PERM_TOKENS = 128
 PERM_SEED_OFFSET = 3_000_017  # its own stream: the point's inputs and upstreams stay as they are
@@ -46,8 +54,8 @@ def permutation_max_abs_diff(point: Point, dtype: torch.dtype, device: torch.dev
         return _at_point_shape(point, dtype, device)
     n = min(point.seq_len, PERM_TOKENS)
     seed = point.seed + PERM_SEED_OFFSET
-    q, k, v = make_qkv(1, point.heads, n, n, point.head_dim, dtype=dtype, device=device, seed=seed)
-    perm = torch.randperm(n, generator=torch.Generator(device="cpu").manual_seed(seed)).to(q.device)
+    inputs = _token_inputs(point, 1, n, n, point.heads, dtype, device, seed)
+    perm = torch.randperm(n, generator=torch.Generator(device="cpu").manual_seed(seed)).to(device)
     options = dict(point.backend_options)
     scale = parse_scale(point.scale)
 
@@ -55,9 +63,36 @@ def permutation_max_abs_diff(point: Point, dtype: torch.dtype, device: torch.dev
         with torch.no_grad():
             return attention(q_, k_, v_, backend=point.backend, causal=point.causal, scale=scale, **options)
 
-    permuted = run(q[:, :, perm], k[:, :, perm], v[:, :, perm])
-    expected = run(q, k, v)[:, :, perm]
+    permuted = run(*inputs(perm, perm))
+    expected = run(*inputs(None, None))[:, :, perm]
     return float((permuted.double() - expected.double()).abs().max())
+
+
+def _token_inputs(point: Point, b: int, q_len: int, seq_len: int, kv_heads: int, dtype: torch.dtype,
+                  device: torch.device | str, seed: int) -> Callable:
+    """(perm_q, perm_k) -> q, k, v as the attention gets them: the seeded tokens permuted (None: not),
+    then the point's positional encoding applied at their slots."""
+    if point.pos_enc in ADDED:  # X + PE through the seeded layer's projections
+        from selfattn.layer import MultiHeadSelfAttention
+
+        layer = MultiHeadSelfAttention(point.d_model, point.heads, kv_heads=kv_heads, pos_enc=point.pos_enc,
+                                       max_len=seq_len)
+        layer.reset_parameters(seed=point.seed)
+        layer = layer.to(device=device, dtype=dtype)
+        x = make_x(b, seq_len, point.d_model, dtype=dtype, device=device, seed=seed)
+
+        def from_x(perm_q: torch.Tensor | None, perm_k: torch.Tensor | None):
+            with torch.no_grad():
+                return layer.project_qkv(layer.encode(x if perm_q is None else x[:, perm_q]))
+        return from_x
+    q, k, v = make_qkv(b, point.heads, q_len, seq_len, point.head_dim, dtype=dtype, device=device, seed=seed,
+                       kv_heads=kv_heads)
+    rotate_qk = rope_qk(q_len, seq_len, point.head_dim, dtype=dtype, device=device) if point.pos_enc == "rope" else None
+
+    def permuted(perm_q: torch.Tensor | None, perm_k: torch.Tensor | None):
+        q_, k_, v_ = (q, k, v) if perm_q is None else (q[:, :, perm_q], k[:, :, perm_k], v[:, :, perm_k])
+        return (*rotate_qk(q_, k_), v_) if rotate_qk else (q_, k_, v_)
+    return permuted
 
 
 def point_shape_bytes(point: Point) -> int:
@@ -73,12 +108,12 @@ def _at_point_shape(point: Point, dtype: torch.dtype, device: torch.device | str
     q_len, seq_len = (point.seq_len if layer else point.q_len_resolved), point.seq_len
     seed = point.seed + PERM_SEED_OFFSET
     grad = point.mode == "fwd_bwd"
-    q, k, v = make_qkv(b, h, q_len, seq_len, d, dtype=dtype, device=device, seed=seed, kv_heads=kv_heads)
+    inputs = _token_inputs(point, b, q_len, seq_len, kv_heads, dtype, device, seed)
     generator = torch.Generator(device="cpu").manual_seed(seed)
-    perm_q = torch.randperm(q_len, generator=generator).to(q.device)
+    perm_q = torch.randperm(q_len, generator=generator).to(device)
     # self-attention permutes queries and keys alike; with q_len != seq_len (no mask) each side has its own P
-    perm_k = perm_q if q_len == seq_len else torch.randperm(seq_len, generator=generator).to(q.device)
-    masks = None if layer else _neutral(point_masks(point, q.device), q_len, seq_len)  # a layer: causal only
+    perm_k = perm_q if q_len == seq_len else torch.randperm(seq_len, generator=generator).to(device)
+    masks = None if layer else _neutral(point_masks(point, device), q_len, seq_len)  # a layer: causal only
     mask_args = dict(causal=point.causal) if masks is None else dict(
         causal=masks.causal, window=masks.window, key_lengths=masks.key_lengths, document_ids=masks.document_ids)
     options = dict(point.backend_options)
@@ -96,8 +131,8 @@ def _at_point_shape(point: Point, dtype: torch.dtype, device: torch.device | str
                             **mask_args, **options)
         return out.detach()
 
-    expected = run(q, k, v)[:, :, perm_q]
-    permuted = run(q[:, :, perm_q], k[:, :, perm_k], v[:, :, perm_k])
+    expected = run(*inputs(None, None))[:, :, perm_q]
+    permuted = run(*inputs(perm_q, perm_k))
     return float((permuted.double() - expected.double()).abs().max())
 
 

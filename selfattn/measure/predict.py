@@ -109,10 +109,28 @@ def predict_mem_bytes(point: Point, options: dict[str, Any] | None = None) -> in
     module = get_backend(point.backend if point.backend in BACKEND_NAMES else "naive")
     if point.scope == "generate":  # a loop: its largest step, plus the cache and tokens it keeps
         return int(module.predict_mem_bytes(_generate_step(point), options, device) + _generate_state_bytes(point))
-    core = module.predict_mem_bytes(point, options, device)
+    if point.score == "additive":  # its own computation (selfattn/additive.py), whichever back end was named
+        from selfattn.additive import predict_mem_bytes as additive_mem_bytes
+
+        return int(additive_mem_bytes(point))
+    core = module.predict_mem_bytes(point, options, device) + _rope_bytes(point)
     if point.scope == "layer":
-        core += _layer_bytes(point)
+        core += _layer_bytes(point) + (_added_encoding_bytes(point) if point.pos_enc in ("sinusoidal", "learned") else 0)
     return int(core)
+
+
+def _rope_bytes(point: Point) -> int:
+    """pos_enc=rope: the rotated copies of q and k the back end is given (and, fwd_bwd, their gradients)."""
+    if point.pos_enc != "rope":
+        return 0
+    rotated = point.out_bytes + point.kv_bytes // 2
+    return rotated * (2 if point.mode == "fwd_bwd" else 1)
+
+
+def _added_encoding_bytes(point: Point) -> int:
+    """X + PE, the projections' input (kept for their backward), and with fwd_bwd its gradient."""
+    x = point.batch * point.seq_len * point.d_model * point.element_bytes
+    return x * (2 if point.mode == "fwd_bwd" else 1)
 
 
 def _generate_step(point: Point) -> Point:

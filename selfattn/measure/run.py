@@ -42,6 +42,7 @@ from selfattn.measure.predict import (
     predict_point_s,
 )
 from selfattn.measure.stability import SATURATED_WEIGHT, stability
+from selfattn.positions import rope_shift_max_abs_diff
 from selfattn.measure.timing import time_call, wall_call
 from selfattn.metrics import ALL as ALL_METRICS, metrics_label
 from selfattn.point import RNN_GATES, Point
@@ -91,6 +92,10 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
     from selfattn.precision import precision_context
 
     point.validate()
+    from selfattn.additive import unsupported_reason
+
+    if unsupported_reason(point):  # score=additive on a back end that computes dot products
+        raise Unsupported(unsupported_reason(point))
     if not isinstance(point.backend_options, Mapping):
         raise ValueError(f"backend_options: expected a mapping of option names to values, got {point.backend_options!r}")
     if device == "cuda" and not torch.cuda.is_available():
@@ -272,11 +277,14 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         del checked
         if "stability" in metrics:
             _stability(point, workload, row)
-        if not compiling and point.scope not in RNN_GATES and "permutation" in metrics:  # a few small ops on at most PERM_TOKENS tokens
+        if not compiling and point.scope not in RNN_GATES and point.score == "dot" and "permutation" in metrics:  # <= PERM_TOKENS tokens
             row.perm_max_abs_diff = permutation_max_abs_diff(point, dtype, torch.device(device))
         if point.scope in PATH_SCOPES and "path_length" in metrics:  # float64, at the point's n and d_model (measure/path_length.py)
             sensitivity = input_sensitivity(point, torch.device(device))
             row.grad_by_distance, row.grad_far_near_ratio = sensitivity_json(sensitivity), far_near_ratio(sensitivity)
+        if point.pos_enc == "rope":  # a logit depends on m - n only: q at m+s, k at n+s against q at m, k at n
+            row.rope_shift_max_abs_diff = rope_shift_max_abs_diff(point.head_dim, point.seq_len, dtype=dtype,
+                                                                  device=device, seed=point.seed)
     if compiling and "permutation" in metrics:  # at the point's own size and shape (every thread): the code compiled above
         _compiled_permutation_check(point, dtype, device, row)
     row.status, row.error, row.metrics = "ok", "", metrics_label(metrics)

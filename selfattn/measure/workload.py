@@ -22,6 +22,7 @@ from selfattn.inputs import make_qkv, make_x, point_masks, randn
 from selfattn.layer import MultiHeadSelfAttention
 from selfattn.masks import Masks
 from selfattn.point import RNN_GATES, Point, parse_scale
+from selfattn.positions import query_positions, rope, rope_qk
 from selfattn.recurrent import Recurrent
 from selfattn.reference import attention_reference
 from selfattn.validate import check_masks, check_qkv, resolve_scale
@@ -90,7 +91,14 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
     upstream = _randn((b, h, q_len, d), point.seed + UPSTREAM_SEED_OFFSET, dtype, device) if grad else None
     rows_dev = rows.to(device)
 
-    forward, masks = _checked_attention(point.backend, q, k, v, scale=scale, options=options, **mask_args)
+    if point.score == "additive":  # its own computation, outside the back ends' dot-product contract
+        from selfattn.additive import build_core
+
+        return build_core(point, q, k, v, masks, upstream, rows, _stability_upstream(point, len(rows), dtype, device))
+    # pos_enc=rope: q and k rotated inside the timed call (its cost), before the back end sees them
+    rotate_qk = rope_qk(q_len, seq_len, d, dtype=dtype, device=device) if point.pos_enc == "rope" else None
+    forward, masks = _checked_attention(point.backend, q, k, v, scale=scale, options=options, rotate_qk=rotate_qk,
+                                        **mask_args)
 
     if grad:
         sparse_upstream = _on_rows(upstream, rows_dev, 2)
@@ -115,15 +123,18 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
     def reference() -> Result:
         q64, k64, v64 = (t.detach().to(torch.float64).requires_grad_(grad) for t in (q, k, v))
         with torch.enable_grad() if grad else torch.no_grad():
-            ref = attention_reference(q64, k64, v64, scale=scale, rows=rows_dev, **mask_args)
+            q64r, k64r = (rope(q64, query_positions(q_len, seq_len)), rope(k64, torch.arange(seq_len))) \
+                if rotate_qk else (q64, k64)
+            ref = attention_reference(q64r, k64r, v64, scale=scale, rows=rows_dev, **mask_args)
             if not grad:
                 return Result(ref, None)
             loss = (ref * upstream[:, :, rows_dev].to(torch.float64)).sum()
             dq, dk, dv = torch.autograd.grad(loss, (q64, k64, v64))
         return Result(ref.detach(), [dq[:, :, rows_dev], dk, dv])
 
-    def stability_inputs():
-        return q.detach()[:, :, rows_dev], k.detach(), v.detach(), rows
+    def stability_inputs():  # what the back end multiplies: q and k rotated with rope
+        q_, k_ = rotate_qk(q.detach(), k.detach()) if rotate_qk else (q.detach(), k.detach())
+        return q_[:, :, rows_dev], k_, v.detach(), rows
 
     def kernel_ran() -> str | None:
         return _backend_hook("kernel_ran", point, q, k, v, masks, dtype, None)
@@ -136,12 +147,13 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
 
 
 def _checked_attention(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None,
-                       options: dict[str, Any], **mask_args: Any) -> tuple[Callable[[], torch.Tensor], Masks]:
+                       options: dict[str, Any], rotate_qk: Callable | None = None,
+                       **mask_args: Any) -> tuple[Callable[[], torch.Tensor], Masks]:
     """selfattn.attention(q, k, v, backend=..., scale=..., **mask_args, **options) as a call whose checks
     are done here, once, and the checked Masks it passes. The timed calls run the back end alone:
     checking padding and document ids reads their values on the host (on a GPU, a wait for the queue
     in every call), and the back ends keep their Python-side decisions on the Masks they are given
-    (Masks.decision), so every call and `prepare` must share one."""
+    (Masks.decision), so every call and `prepare` must share one. `rotate_qk` (RoPE) runs inside each call."""
     from selfattn.backends import get_backend, resolve_options
 
     module = get_backend(backend)
@@ -152,7 +164,8 @@ def _checked_attention(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.
     resolved = resolve_options(backend, options, q.device, q.dtype)
 
     def forward() -> torch.Tensor:
-        return module.attention(q, k, v, masks=masks, scale=scale_value, **resolved)
+        q_, k_ = rotate_qk(q, k) if rotate_qk else (q, k)
+        return module.attention(q_, k_, v, masks=masks, scale=scale_value, **resolved)
 
     return forward, masks
 
@@ -182,7 +195,9 @@ def _stability_upstream(point: Point, rows: int, dtype: torch.dtype, device: tor
 def _seeded_layer(point: Point, dtype: torch.dtype, device: torch.device) -> MultiHeadSelfAttention:
     """The point's layer (its heads, K/V heads, back end, mask and scale), weights from its seed."""
     layer = MultiHeadSelfAttention(point.d_model, point.heads, kv_heads=point.kv_heads_resolved, backend=point.backend,
-                                   causal=point.causal, scale=parse_scale(point.scale), **dict(point.backend_options))
+                                   causal=point.causal, scale=parse_scale(point.scale), pos_enc=point.pos_enc,
+                                   max_len=point.seq_len if point.pos_enc != "none" else None,
+                                   **dict(point.backend_options))
     if point.seed != 0:  # the constructor already initialized from seed 0
         layer.reset_parameters(seed=point.seed)
     return layer.to(device=device, dtype=dtype)
@@ -222,6 +237,7 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
     def reference() -> Result:
         # A float64 copy of the same layer and X; Q projected for the sampled rows only.
         layer64 = copy.deepcopy(layer).to(torch.float64).requires_grad_(grad)
+        layer64.reset_positions()  # sinusoidal and RoPE tables computed in float64, not cast up from the dtype's
         x64 = x.detach().to(torch.float64).requires_grad_(grad)
         with torch.enable_grad() if grad else torch.no_grad():
             q64_rows, k64, v64 = _project_rows(layer64, x64, rows_dev)
@@ -256,9 +272,11 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
 
 
 def _project_rows(layer: MultiHeadSelfAttention, x_BLD: torch.Tensor, rows: torch.Tensor):
-    """The layer's q for the sampled rows only, (B, H, rows, d_k), and its full k, v (B, kv_heads, L, d_k)."""
-    split = layer.split_heads
-    return split(layer.w_q(x_BLD[:, rows])), split(layer.w_k(x_BLD)), split(layer.w_v(x_BLD))
+    """The layer's q for the sampled rows only, (B, H, rows, d_k), and its full k, v (B, kv_heads, L, d_k),
+    positions encoded as the layer's forward does (added to X, or q and k rotated)."""
+    split, x_BLD = layer.split_heads, layer.encode(x_BLD)
+    q_rows, k = layer.rotate(split(layer.w_q(x_BLD[:, rows])), rows), layer.rotate(split(layer.w_k(x_BLD)))
+    return q_rows, k, split(layer.w_v(x_BLD))
 
 
 def _build_generate(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor) -> Workload:
