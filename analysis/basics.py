@@ -7,24 +7,26 @@ import numpy as np
 import pandas as pd
 
 from analysis.claim import Evidence, claim
+from analysis.slices import plain
 
 # max |attn(PQ,PK,PV) - P attn(Q,K,V)| still counted as equal: a few roundings of outputs of size ~1
 # (summing in another order); a causal mask must break it by far more.
 PERM_TOLERANCE = {"fp64": 1e-12, "fp32": 1e-5, "tf32": 1e-2, "bf16": 3e-2, "fp16": 4e-3}
 PERM_BROKEN_MIN = 0.1
 HEAD_GROUP = ["device_label", "precision", "backend", "backend_options", "scope", "mode", "batch", "seq_len", "causal",
-              "scale", "input_std", "d_model"]
+              "scale", "input_std", "d_model", "score", "pos_enc"]
 SOFTMAX_EXAMPLE = ((2.0, 1.0, 0.5), (0.63, 0.23, 0.14))  # the chapter's worked example, to 2 decimals
 
 
 @claim("permutation_equivariant", "Self-attention is permutation equivariant: permuting the tokens permutes the "
        "outputs (a causal mask breaks it: what a token sees depends on its position)",
-       rule="without a mask, every back end's max |attn(PQ,PK,PV) - P attn(Q,K,V)| <= its precision's tolerance "
+       rule="rows without a positional encoding (pos_enc=none); without a mask, every back end's max |attn(PQ,PK,PV) - P attn(Q,K,V)| <= its precision's tolerance "
             f"({', '.join(f'{p} {t:g}' for p, t in PERM_TOLERANCE.items())}); with a causal mask, every back end's "
             f"> {PERM_BROKEN_MIN} (the mask breaks it)",
        metrics=("permutation",), experiment="quick")
 def permutation_equivariant(rows: pd.DataFrame) -> Evidence:
-    ok = rows[(rows["status"] == "ok") & rows["perm_max_abs_diff"].notna()]
+    # without a positional encoding (each encoding breaking it is a claim of analysis/positions.py)
+    ok = rows[(rows["status"] == "ok") & rows["perm_max_abs_diff"].notna() & plain(rows, "pos_enc")]
     if ok.empty:
         return Evidence("no row has perm_max_abs_diff")
     passes, parts = [], []

@@ -186,6 +186,8 @@ def _derive(rows: pd.DataFrame) -> pd.DataFrame:
     rows["d_model"] = rows["d_model"].fillna(rows["heads"] * rows["head_dim"])
     for axis in ("batch", "input_std", "seed", "pad_frac", "new_tokens"):  # older files lack these: they measured the default
         rows[axis] = rows[axis].fillna(axis_default(axis))
+    for axis in ("score", "pos_enc"):  # text axes older files lack: they measured the default (dot, none)
+        rows[axis] = rows[axis].where(rows[axis] != "", axis_default(axis))
     rows["kv_heads"] = rows["kv_heads"].fillna(rows["heads"])  # null kv_heads means one per query head
     # The factor applied to the logits: recorded, or implied by the scale label.
     implied = np.where(rows["scale"] == "auto", 1.0 / np.sqrt(rows["head_dim"]),

@@ -60,9 +60,10 @@ def self_attention(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 # Axes a figure that neither fixes nor varies them holds at their plain value (no window, no
-# padding, one document, a K/V head per query head), so rows of the masks and GQA studies never
-# mix into the figures of the chapter's cost and stability studies.
-PLAIN_UNLESS_NAMED = ("window", "pad_frac", "documents", "kv_heads")
+# padding, one document, a K/V head per query head, dot-product scores, no positional encoding),
+# so rows of the masks, GQA, additive and positions studies never mix into the figures of the
+# chapter's cost and stability studies.
+PLAIN_UNLESS_NAMED = ("window", "pad_frac", "documents", "kv_heads", "score", "pos_enc")
 
 
 def plain(rows: pd.DataFrame, axis: str) -> pd.Series:
@@ -73,6 +74,12 @@ def plain(rows: pd.DataFrame, axis: str) -> pd.Series:
         return rows[axis].isna() | (rows[axis] == rows["heads"])
     default = axis_default(axis)
     return rows[axis].isna() | (rows[axis] == default) if default is not None else rows[axis].isna()
+
+
+def dot_without_positions(rows: pd.DataFrame) -> pd.Series:
+    """Rows of dot-product scores without a positional encoding: what the chapter's cost and stability
+    studies measure (the additive and positions studies have claims of their own)."""
+    return plain(rows, "score") & plain(rows, "pos_enc")
 
 
 def fix_axes(rows: pd.DataFrame, fixed: Sequence[str], vary: Sequence[str],

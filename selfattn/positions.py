@@ -56,11 +56,27 @@ def rope_tables(positions: torch.Tensor, head_dim: int, *, dtype: torch.dtype,
     return (torch.cos(angle_LI).to(device=device, dtype=dtype), torch.sin(angle_LI).to(device=device, dtype=dtype))
 
 
-def rotate(x_BHLD: torch.Tensor, cos_LI: torch.Tensor, sin_LI: torch.Tensor) -> torch.Tensor:
-    """Each feature pair (2i, 2i+1) of x at position l rotated by its angle (cos_LI[l, i], sin_LI[l, i])."""
+def rotate(x_BHLD: torch.Tensor, cos_LI: torch.Tensor, sin_LI: torch.Tensor,
+           turn_LI: torch.Tensor | None = None) -> torch.Tensor:
+    """Each feature pair (2i, 2i+1) of x at position l rotated by its angle (cos_LI[l, i], sin_LI[l, i]).
+
+    In float32 and float64 the pair is a complex number and the rotation one complex product with
+    turn = cos + i·sin (`turn_LI`, or made here from the tables): one kernel, where the real form below
+    is seven (four products, a sum, a difference, a stack), each a pass over q or k. fp16 and bf16 have
+    no complex type torch multiplies on every device, so they take the real form.
+    """
+    if x_BHLD.dtype in (torch.float32, torch.float64):
+        turn_LI = torch.complex(cos_LI, sin_LI) if turn_LI is None else turn_LI
+        pairs = x_BHLD if x_BHLD.stride(-1) == 1 else x_BHLD.contiguous()
+        return torch.view_as_real(torch.view_as_complex(pairs.unflatten(-1, (-1, 2))) * turn_LI).flatten(-2)
     pairs = x_BHLD.unflatten(-1, (-1, 2))
     even, odd = pairs[..., 0], pairs[..., 1]
     return torch.stack((even * cos_LI - odd * sin_LI, even * sin_LI + odd * cos_LI), dim=-1).flatten(-2)
+
+
+def turn_table(cos_LI: torch.Tensor, sin_LI: torch.Tensor) -> torch.Tensor | None:
+    """cos + i·sin, the complex form `rotate` multiplies float32 and float64 pairs by (None for other dtypes)."""
+    return torch.complex(cos_LI, sin_LI) if cos_LI.dtype in (torch.float32, torch.float64) else None
 
 
 def rope(x_BHLD: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -78,9 +94,10 @@ def rope_qk(q_len: int, seq_len: int, head_dim: int, *, dtype: torch.dtype, devi
     """(q, k) -> (q, k) rotated at their positions (queries bottom-right aligned), tables made once here."""
     cos_q, sin_q = rope_tables(query_positions(q_len, seq_len), head_dim, dtype=dtype, device=device)
     cos_k, sin_k = rope_tables(torch.arange(seq_len), head_dim, dtype=dtype, device=device)
+    turn_q, turn_k = turn_table(cos_q, sin_q), turn_table(cos_k, sin_k)
 
     def rotate_qk(q_BHMD: torch.Tensor, k_BKND: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return rotate(q_BHMD, cos_q, sin_q), rotate(k_BKND, cos_k, sin_k)
+        return rotate(q_BHMD, cos_q, sin_q, turn_q), rotate(k_BKND, cos_k, sin_k, turn_k)
     return rotate_qk
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ def task_dict(cfg):
 def test_the_issue_lists_every_experiment():
     assert set(EXPERIMENTS) == {"quick", "quadratic_cost", "scaling_stability", "causal_mask", "heads",
                                 "precision_accuracy", "cross_gpu", "masks", "gqa", "decode", "compiled", "rnn_vs_attention",
-                                "training", "smoke"}
+                                "training", "additive", "positions", "smoke"}
 
 
 @pytest.mark.parametrize("name", STUDIES)
@@ -85,7 +86,9 @@ def test_quick_is_the_union_of_its_grids(composer):
     cost, stability_grid = 2 * 3 * 2 * 9, 4 * 2  # two passes x back ends x masks x sizes; head_dim x scale
     overflow, scale_on_q, heads, layer = 2 * 2 * 2 * 5, 2 * 5, 3 * 4, 2 * 2 * 5
     recurrence = 2 * 2 + 2  # lstm, gru x two sizes; the layer at the same two
-    assert count_jobs(cfg) == len(points) == cost + stability_grid + overflow + scale_on_q + heads + layer + recurrence
+    additive, rope, encodings = 2 + 2, 2, 3  # additive and sdpa x d_k; RoPE x two passes; three encodings
+    before = cost + stability_grid + overflow + scale_on_q + heads + layer + recurrence
+    assert count_jobs(cfg) == len(points) == before + additive + rope + encodings
     flat = task_dict(cfg)
     built = {point_of({**flat, "grid_point": i}).point_id() for i in range(len(points))}
     assert len(built) == len(points)  # no grid repeats another's point
@@ -94,11 +97,22 @@ def test_quick_is_the_union_of_its_grids(composer):
     on_q = point_of({**flat, "grid_point": cost + stability_grid + overflow})
     assert (on_q.backend, dict(on_q.backend_options)["scale_at"], on_q.precision, on_q.scale) == (
         "naive", "query", "fp16", "auto")
-    layer_point = point_of({**flat, "grid_point": len(points) - recurrence - 1})
+    layer_point = point_of({**flat, "grid_point": before - recurrence - 1})
     assert (layer_point.backend, layer_point.scope, layer_point.batch, layer_point.seed) == ("sdpa", "layer", 4, 1)
-    rnn, last = (point_of({**flat, "grid_point": i}) for i in (len(points) - recurrence, len(points) - 1))
+    rnn, last = (point_of({**flat, "grid_point": i}) for i in (before - recurrence, before - 1))
     assert (rnn.scope, rnn.backend, rnn.d_model, last.scope, last.backend, last.d_model) == (
         "lstm", "naive", 128, "layer", "sdpa", 128)
+    # the additive and RoPE points have their dot-product / no-encoding twins in the other grids
+    def key(p):  # the point, the back end's options aside (naive's at their defaults everywhere here)
+        return tuple(v for k, v in p.columns().items() if k != "backend_options")
+
+    built_points = [point_of({**flat, "grid_point": i}) for i in range(len(points))]
+    keys = {key(p) for p in built_points}
+    for p in built_points[before:]:
+        if p.score == "additive":
+            assert key(replace(p, score="dot")) in keys and key(replace(p, score="dot", backend="sdpa")) in keys
+        if p.pos_enc == "rope" and p.scope == "core":
+            assert key(replace(p, pos_enc="none")) in keys
 
 
 def test_help_lists_groups_and_experiments():
