@@ -8,6 +8,7 @@ each fact is written once and validation, error messages, ids and help all read 
 Errors are one line that names the key and what is allowed:
     seq_len: expected an integer >= 1, got 0
     seqlen: unknown key; did you mean seq_len?
+    pos_enc: expected one of none, sinusoidal, learned, rope, got 'rop'; did you mean rope?
 Pure Python on purpose: analysis/ and the runner's config checks import it without torch.
 """
 
@@ -126,7 +127,8 @@ def check_value(key: str, value: Any, f: dataclasses.Field, annotation: Any) -> 
     if base is str and not isinstance(value, str):
         raise bad()
     if meta.get("choices") is not None and value not in meta["choices"]:
-        raise bad()
+        near = nearest(value, [c for c in meta["choices"] if isinstance(c, str)]) if isinstance(value, str) else None
+        raise ValueError(f"{bad()}; did you mean {near}?") if near else bad()
     if base in (int, float):
         if meta.get("gt") is not None and not value > meta["gt"]:
             raise bad()

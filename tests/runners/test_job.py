@@ -82,7 +82,7 @@ def test_a_bad_wandb_setting_stops_a_single_run_but_not_a_sweep(tmp_path, fake_m
 
     monkeypatch.setattr(SINK, "disabled", False)  # restored afterwards: the sink is per process
     bad = {**BASE, "wandb": {"mode": "offlne"}}
-    with pytest.raises(job.InvalidPoint, match=r"^wandb.mode: expected one of offline, online, disabled, got 'offlne'$"):
+    with pytest.raises(job.InvalidPoint, match=r"^wandb.mode: expected one of offline, online, disabled, got 'offlne'; did you mean offline\?$"):
         job.run_job(bad, ctx(tmp_path / "single", multirun=False))
     assert job.run_job(bad, ctx(tmp_path))["status"] == "ok"
     assert capsys.readouterr().err.count("warning: wandb off") == 1
