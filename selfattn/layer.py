@@ -8,8 +8,8 @@ concat heads -> W_O. scope=layer measures its forward pass, and the generation l
 
 `pos_enc` (selfattn/positions.py): sinusoidal or learned tables of `max_len` positions added to X
 before the projections, or rope rotating q and k per head after them; none by default. Tables
-are buffers (cast with the layer, like its weights); `reset_positions` recomputes them in float64
-and casts them to the layer's dtype (the float64 reference's copy calls it: exact tables).
+are buffers, recomputed in float64 and rounded once to the layer's dtype whenever the layer moves
+or casts (`_apply`): a float64 copy of an fp16 layer has exact tables, not fp16 ones cast up.
 """
 
 from __future__ import annotations
@@ -79,6 +79,12 @@ class MultiHeadSelfAttention(nn.Module):
         if pos_enc == "rope" and self.head_dim % 2:
             raise ValueError(f"pos_enc: rope rotates pairs of features, so head_dim must be even, got {self.head_dim}")
         return pos_enc, check_positive_int("max_len", max_len)
+
+    def _apply(self, fn, *args, **kwargs):  # .to(), .double(), .cuda(): the tables follow, computed afresh
+        out = super()._apply(fn, *args, **kwargs)
+        if getattr(self, "pos_enc", "none") != "none":
+            self.reset_positions()
+        return out
 
     @torch.no_grad()
     def reset_positions(self) -> None:

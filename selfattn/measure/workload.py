@@ -237,7 +237,6 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
     def reference() -> Result:
         # A float64 copy of the same layer and X; Q projected for the sampled rows only.
         layer64 = copy.deepcopy(layer).to(torch.float64).requires_grad_(grad)
-        layer64.reset_positions()  # sinusoidal and RoPE tables computed in float64, not cast up from the dtype's
         x64 = x.detach().to(torch.float64).requires_grad_(grad)
         with torch.enable_grad() if grad else torch.no_grad():
             q64_rows, k64, v64 = _project_rows(layer64, x64, rows_dev)

@@ -19,6 +19,18 @@ def test_a_causal_mask_breaks_it(backend):
     assert permutation_max_abs_diff(point, torch.float32, "cpu") > 0.1
 
 
+@pytest.mark.parametrize("at_point_shape", [False, True], ids=["short", "point-shape"])
+@pytest.mark.parametrize("backend", ["naive", "sdpa", "chunked"])
+@pytest.mark.parametrize("scope, pos_enc", [("core", "rope"), ("layer", "rope"), ("layer", "sinusoidal"),
+                                            ("layer", "learned")])
+def test_each_positional_encoding_breaks_it(scope, pos_enc, backend, at_point_shape):
+    point = Point(backend=backend, scope=scope, pos_enc=pos_enc, seq_len=48, heads=2, head_dim=8, device="cpu")
+    assert point.validate() is None
+    plain = Point(backend=backend, scope=scope, seq_len=48, heads=2, head_dim=8, device="cpu")
+    assert permutation_max_abs_diff(plain, torch.float32, "cpu", at_point_shape=at_point_shape) < 1e-5
+    assert permutation_max_abs_diff(point, torch.float32, "cpu", at_point_shape=at_point_shape) > 0.1
+
+
 # --- compiled back ends: the check runs at the point's own shape, so it reuses the point's compiled code ---
 
 @pytest.mark.parametrize("extra, broken", [

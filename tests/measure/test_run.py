@@ -329,3 +329,23 @@ def test_path_length_is_a_metric_of_the_layer_scopes():
     assert off.status == on.status == "ok" and off.grad_far_near_ratio is None and not off.grad_by_distance
     assert on.metrics == "path_length" and on.grad_far_near_ratio is not None and on.grad_by_distance.startswith("[")
     assert on.rel_rms_err is None and off.rel_rms_err is not None
+
+
+# --- positional encodings: every back end gets q and k rotated; the row's accuracy is against a float64 RoPE ---
+
+@pytest.mark.parametrize("backend", ["naive", "sdpa", "chunked"])
+@pytest.mark.parametrize("scope, pos_enc, extra", [
+    ("core", "rope", {"causal": True}), ("core", "rope", {"q_len": 5, "kv_heads": 1}), ("layer", "rope", {}),
+    ("layer", "sinusoidal", {"causal": True}), ("layer", "learned", {}),
+], ids=["core-rope-causal", "core-rope-decode-gqa", "layer-rope", "layer-sinusoidal-causal", "layer-learned"])
+@pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
+def test_a_positioned_point_matches_its_float64_reference(backend, scope, pos_enc, extra, mode):
+    from selfattn.measure import measure_point
+    from selfattn.measure.budget import Budget
+
+    point = Point(backend=backend, scope=scope, pos_enc=pos_enc, mode=mode, seq_len=24, heads=2, head_dim=8, **extra)
+    row = measure_point(point, Budget(timing_s=0.01, accuracy_rows=6, measure_device_peak=False))
+    assert row.status == "ok", row.error
+    assert row.rel_rms_err < 1e-5 and (mode == "fwd" or row.grad_rel_rms_err < 1e-5)
+    assert row.pos_enc == pos_enc and (row.rope_shift_max_abs_diff is not None) == (pos_enc == "rope")
+    assert row.rope_shift_max_abs_diff is None or row.rope_shift_max_abs_diff < 1e-5
