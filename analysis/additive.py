@@ -11,13 +11,19 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.claim import Evidence, claim
-from analysis.cost import memory_metric, variant_names
+from analysis.cost import _options, memory_metric, variant_names
 from analysis.slices import number_text, plain
 
 EXPERIMENT = "additive"
 MATCH = ("device_label", "precision", "scope", "mode", "batch", "heads", "kv_heads", "q_len", "seq_len", "head_dim",
          "causal", "window", "pad_frac", "documents", "input_std")
 DOT_BACKENDS = ("naive", "sdpa")  # the materialised dot product and the fused one
+
+
+def _naive_defaults(text: str) -> bool:
+    """naive's options at their defaults (the same path additive scores take: no upcast, the scale after QKᵀ)."""
+    options = _options(text) or {}
+    return not options.get("upcast_softmax", False) and options.get("scale_at", "logits") == "logits"
 
 
 def additive_ratios(rows: pd.DataFrame) -> pd.DataFrame:
@@ -28,7 +34,7 @@ def additive_ratios(rows: pd.DataFrame) -> pd.DataFrame:
     metric = memory_metric(ok)
     additive = ok[(ok["score"] == "additive") & (ok["backend"] == "naive")]
     dot = ok[(ok["score"] == "dot") & ok["backend"].isin(DOT_BACKENDS)]
-    dot = dot[(dot["backend"] != "naive") | (dot["kernel"] == "materialized")]  # naive at its default options
+    dot = dot[(dot["backend"] != "naive") | dot["backend_options"].map(_naive_defaults)]
     columns = [*MATCH, "backend", "time_ratio", "mem_ratio", "metric"]
     if additive.empty or dot.empty:
         return pd.DataFrame(columns=columns)

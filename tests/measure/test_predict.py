@@ -253,3 +253,20 @@ def test_accuracy_pass_model_covers_the_reference_and_stability_peaks(kv_heads, 
     assert measured <= predicted < 1.6 * measured
     # the negative control: without the full-size terms the model is far below what runs
     assert predicted - _full_size_pass_bytes(point, point.seq_len) < 0.5 * measured
+
+
+@pytest.mark.parametrize("scope, mode, pos_enc", [
+    ("core", "fwd", "rope"), ("core", "fwd_bwd", "rope"), ("layer", "fwd", "sinusoidal"), ("layer", "fwd_bwd", "learned"),
+    ("layer", "fwd_bwd", "rope"),
+])
+def test_an_encoding_s_memory_is_covered_by_the_model(scope, mode, pos_enc):
+    """The rotated q and k (rope), X + PE (added): measured on naive, whose own model is exact forward."""
+    from selfattn.measure import measure_point
+    from selfattn.measure.budget import Budget
+
+    budget = Budget(timing_s=0.01, accuracy_rows=8, measure_device_peak=False)
+    plain, encoded = (measure_point(Point(backend="naive", scope=scope, mode=mode, pos_enc=p, seq_len=256, heads=4,
+                                          head_dim=32), budget) for p in ("none", pos_enc))
+    assert encoded.status == "ok", encoded.error
+    assert encoded.peak_alloc_bytes <= encoded.predicted_mem_bytes <= 1.7 * encoded.peak_alloc_bytes
+    assert encoded.predicted_mem_bytes - plain.predicted_mem_bytes >= encoded.peak_alloc_bytes - plain.peak_alloc_bytes
