@@ -260,6 +260,8 @@ def _check_scores_positions(point: Point) -> None:
     """score and pos_enc: which scopes each exists for (a back end that cannot run one is `unsupported`)."""
     if point.score == "additive" and point.scope != "core":
         raise ValueError(f"score: additive scores are measured on the attention core, so they need scope=core, got scope={point.scope}")
+    if point.score == "additive" and point.pos_enc != "none":
+        raise ValueError(f"pos_enc: RoPE rotates q and k for a dot product (q·k then depends on m - n); additive scores are measured without an encoding, got {point.pos_enc}")
     if point.score == "additive" and point.scale != axis_default("scale"):
         raise ValueError(f"scale: additive scores v^T tanh(W_q q + W_k k) are not scaled, so scale must stay auto, got {point.scale!r}")
     if point.pos_enc in ("sinusoidal", "learned") and point.scope != "layer":

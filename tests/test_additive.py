@@ -143,6 +143,7 @@ def test_a_back_end_that_cannot_run_additive_scores_gets_an_unsupported_row(back
 @pytest.mark.parametrize("fields, message", [
     (dict(scope="layer"), "score: additive scores are measured on the attention core, so they need scope=core"),
     (dict(scale="none"), "scale: additive scores v^T tanh(W_q q + W_k k) are not scaled"),
+    (dict(pos_enc="rope"), "pos_enc: RoPE rotates q and k for a dot product"),
     (dict(score="additve"), "score: expected one of dot, additive, got 'additve'; did you mean additive?"),
 ])
 def test_an_additive_point_it_cannot_be_says_why(fields, message):

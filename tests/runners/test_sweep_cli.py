@@ -204,3 +204,30 @@ def test_wandb_offline_run_holds_the_logged_metrics(tmp_path, per_point):
         for step in steps:
             assert step["time_ms"] == pytest.approx(float(by_backend[step["backend"]]["time_ms"]))
             assert step["point_id"] == by_backend[step["backend"]]["point_id"]
+
+
+def test_scores_and_encodings_sweep_with_unsupported_and_invalid_rows_naming_the_key(tmp_path):
+    out = run_sweep("-m", "backend=naive,flex", "score=dot,additive", "pos_enc=none,sinusoidal,rope", "seq_len=16",
+                    "experiment=smoke", f"hydra.sweep.dir={tmp_path}", timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    table = read_csv(tmp_path / "results.csv")
+    assert len(table) == 12 and len({r["point_id"] for r in table}) == 12
+    by = {(r["backend"], r["score"], r["pos_enc"]): r for r in table}
+    assert by[("naive", "additive", "none")]["status"] == "ok" and by[("naive", "dot", "rope")]["status"] == "ok"
+    assert float(by[("naive", "dot", "rope")]["rope_shift_max_abs_diff"]) < 1e-5
+    assert by[("flex", "additive", "none")]["status"] == "unsupported"
+    assert by[("flex", "additive", "none")]["error"].startswith(
+        "Unsupported: score=additive: only naive materialises additive scores; flex computes scaled dot products")
+    assert by[("naive", "dot", "sinusoidal")]["status"] == "invalid"
+    assert by[("naive", "dot", "sinusoidal")]["error"] == (
+        "pos_enc: sinusoidal is added to the layer's input X, so it needs scope=layer, got scope=core")
+    assert by[("naive", "additive", "rope")]["error"].startswith("pos_enc: RoPE rotates q and k for a dot product")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("pos_enc=rop", "pos_enc: expected one of none, sinusoidal, learned, rope, got 'rop'; did you mean rope?"),
+    ("score=additve", "score: expected one of dot, additive, got 'additve'; did you mean additive?"),
+])
+def test_a_single_run_with_a_misspelt_score_or_encoding_says_which_was_meant(tmp_path, override, message):
+    out = run_sweep(override, "experiment=smoke", f"hydra.run.dir={tmp_path}")
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [f"error: {message}"]
