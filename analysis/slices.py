@@ -73,6 +73,8 @@ def plain(rows: pd.DataFrame, axis: str) -> pd.Series:
     if axis == "kv_heads":
         return rows[axis].isna() | (rows[axis] == rows["heads"])
     default = axis_default(axis)
+    if isinstance(default, str):  # a text axis: an empty cell (a row written before it existed) is its default
+        return rows[axis].isna() | (rows[axis] == default) | (rows[axis] == "")
     return rows[axis].isna() | (rows[axis] == default) if default is not None else rows[axis].isna()
 
 

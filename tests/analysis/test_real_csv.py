@@ -3,7 +3,7 @@ behind docs/report.md, copied here) loads cleanly and gives the verdicts of that
 
 from pathlib import Path
 
-from analysis.claims import CHAPTER, HOLDS, check_claims
+from analysis.claims import CHAPTER, HOLDS, NOT_MEASURED, check_claims
 from analysis.figures import Made
 from analysis.figures.cost import memory_vs_seq_len, time_vs_seq_len
 from analysis.figures.stability import scaling_stability
@@ -20,10 +20,16 @@ def test_real_sweep_csv_loads_without_problems():
     assert loaded.rows["grad_norm_logits"].notna().any()
 
 
+# Claims added after this run was recorded: its rows hold none of their points (additive scores, encodings).
+ADDED_SINCE = ("dot_beats_additive", "positions_break_equivariance", "rope_relative", "rope_cost")
+
+
 def test_every_claim_of_the_real_run_holds():
     claims = check_claims(load([REAL], warn=False).rows, study=CHAPTER)
-    assert len(claims) == 14
-    assert {c.key: c.verdict for c in claims} == {c.key: HOLDS for c in claims}, [c.evidence for c in claims]
+    measured = [c for c in claims if c.key not in ADDED_SINCE]
+    assert len(measured) == 14 and len(claims) == 14 + len(ADDED_SINCE)
+    assert {c.key: c.verdict for c in measured} == {c.key: HOLDS for c in measured}, [c.evidence for c in measured]
+    assert {c.verdict for c in claims if c.key in ADDED_SINCE} == {NOT_MEASURED}
 
 
 def test_real_csv_draws_cost_and_stability_figures(tmp_path):
