@@ -7,7 +7,7 @@ path: the (batch, heads, q_len, seq_len, d_k) tensor W_q q_i + W_k k_j is materi
 and reduced against v; then the masks, softmax and A·V as naive does. No scale (the score has none).
 
 It lives outside `selfattn.attention`, whose contract is the scaled dot product: the workload
-(selfattn/measure/workload.py) calls `additive_attention` for a point with score=additive, and
+(selfattn/measure/workload.py) times `additive_call`'s forward for a point with score=additive, and
 any back end but plain naive is `unsupported` (`unsupported_reason`). W_q, W_k (d_k x d_k, shared
 by the heads) and v (d_k) are seeded (`weights`), N(0, 1/d_k): W_q q keeps q's scale, and the
 score's std stays near 1 at any d_k. `additive_reference` is the float64 reference, written apart
@@ -17,7 +17,7 @@ score's std stays near 1 at any d_k. `additive_reference` is the float64 referen
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Callable
 
 import torch
 
@@ -114,48 +114,17 @@ def predict_mem_bytes(point: Point) -> int:
     return (3 * hidden + 3 * scores) * s + 2 * projections + mask + point.out_bytes + point.grad_bytes
 
 
-def build_core(point: Point, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, masks: Masks,
-               upstream: torch.Tensor | None, rows: torch.Tensor, stability_upstream: torch.Tensor) -> Any:
-    """scope=core's Workload for score=additive: the same seeded Q, K, V, the timed call through
-    `additive_attention`, the accuracy against `additive_reference`. No stability metrics (they read the
-    dot product's logits) and no permutation check (measure/run.py leaves both out for additive scores)."""
-    from selfattn.measure.workload import Result, Workload, _on_rows
-
+def additive_call(point: Point, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  masks: Masks) -> tuple[Callable[[], torch.Tensor], Callable[..., torch.Tensor]]:
+    """For the workload (selfattn/measure/workload.py): the point's timed forward on q, k, v, and its float64
+    reference `(q64, k64, v64, rows) -> out rows`, both with the point's seeded weights and masks."""
     w_q, w_k, w_v = weights(point.head_dim, seed=point.seed, dtype=q.dtype, device=q.device)
-    rows_dev = rows.to(q.device)
-    grad = point.mode == "fwd_bwd"
     masks.prepare(q.shape[2], k.shape[2])
 
     def forward() -> torch.Tensor:
         return additive_attention(q, k, v, w_q, w_k, w_v, masks=masks)
 
-    if grad:
-        sparse_upstream = _on_rows(upstream, rows_dev, 2)
+    def reference(q64: torch.Tensor, k64: torch.Tensor, v64: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        return additive_reference(q64, k64, v64, w_q, w_k, w_v, masks=masks, rows=rows)
 
-        def call() -> Any:
-            out = forward()
-            return out, torch.autograd.grad(out, (q, k, v), upstream)
-
-        def check_call() -> Result:
-            out = forward()
-            dq, dk, dv = torch.autograd.grad(out, (q, k, v), sparse_upstream)
-            return Result(out.detach()[:, :, rows_dev], [dq[:, :, rows_dev], dk, dv])
-    else:
-        def call() -> Any:
-            with torch.no_grad():
-                return forward()
-
-        def check_call() -> Result:
-            return Result(call()[:, :, rows_dev], None)
-
-    def reference() -> Result:
-        q64, k64, v64 = (t.detach().to(torch.float64).requires_grad_(grad) for t in (q, k, v))
-        with torch.enable_grad() if grad else torch.no_grad():
-            ref = additive_reference(q64, k64, v64, w_q, w_k, w_v, masks=masks, rows=rows_dev)
-            if not grad:
-                return Result(ref, None)
-            loss = (ref * upstream[:, :, rows_dev].to(torch.float64)).sum()
-            dq, dk, dv = torch.autograd.grad(loss, (q64, k64, v64))
-        return Result(ref.detach(), [dq[:, :, rows_dev], dk, dv])
-
-    return Workload(call, check_call, reference, None, stability_upstream, rows, masks)
+    return forward, reference

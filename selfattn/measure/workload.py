@@ -91,14 +91,21 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
     upstream = _randn((b, h, q_len, d), point.seed + UPSTREAM_SEED_OFFSET, dtype, device) if grad else None
     rows_dev = rows.to(device)
 
-    if point.score == "additive":  # its own computation, outside the back ends' dot-product contract
-        from selfattn.additive import build_core
+    rotate_qk = None
+    if point.score == "additive":  # its own computation (selfattn/additive.py), outside the back ends' contract
+        from selfattn.additive import additive_call
 
-        return build_core(point, q, k, v, masks, upstream, rows, _stability_upstream(point, len(rows), dtype, device))
-    # pos_enc=rope: q and k rotated inside the timed call (its cost), before the back end sees them
-    rotate_qk = rope_qk(q_len, seq_len, d, dtype=dtype, device=device) if point.pos_enc == "rope" else None
-    forward, masks = _checked_attention(point.backend, q, k, v, scale=scale, options=options, rotate_qk=rotate_qk,
-                                        **mask_args)
+        forward, reference_rows = additive_call(point, q, k, v, masks)
+    else:
+        # pos_enc=rope: q and k rotated inside the timed call (its cost), before the back end sees them
+        rotate_qk = rope_qk(q_len, seq_len, d, dtype=dtype, device=device) if point.pos_enc == "rope" else None
+        forward, masks = _checked_attention(point.backend, q, k, v, scale=scale, options=options,
+                                            rotate_qk=rotate_qk, **mask_args)
+
+        def reference_rows(q64: torch.Tensor, k64: torch.Tensor, v64: torch.Tensor, rows_: torch.Tensor):
+            if rotate_qk:
+                q64, k64 = rope(q64, query_positions(q_len, seq_len)), rope(k64, torch.arange(seq_len))
+            return attention_reference(q64, k64, v64, scale=scale, rows=rows_, **mask_args)
 
     if grad:
         sparse_upstream = _on_rows(upstream, rows_dev, 2)
@@ -123,9 +130,7 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
     def reference() -> Result:
         q64, k64, v64 = (t.detach().to(torch.float64).requires_grad_(grad) for t in (q, k, v))
         with torch.enable_grad() if grad else torch.no_grad():
-            q64r, k64r = (rope(q64, query_positions(q_len, seq_len)), rope(k64, torch.arange(seq_len))) \
-                if rotate_qk else (q64, k64)
-            ref = attention_reference(q64r, k64r, v64, scale=scale, rows=rows_dev, **mask_args)
+            ref = reference_rows(q64, k64, v64, rows_dev)
             if not grad:
                 return Result(ref, None)
             loss = (ref * upstream[:, :, rows_dev].to(torch.float64)).sum()
@@ -142,8 +147,9 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
     def prepare() -> dict[str, float]:
         return _backend_hook("prepare", point, q, k, v, masks, dtype, {})
 
-    return Workload(call, check_call, reference, stability_inputs, _stability_upstream(point, len(rows), dtype, device),
-                    rows, masks, kernel_ran, prepare)
+    # additive scores: no stability metrics (they read the dot product's logits)
+    return Workload(call, check_call, reference, stability_inputs if point.score == "dot" else None,
+                    _stability_upstream(point, len(rows), dtype, device), rows, masks, kernel_ran, prepare)
 
 
 def _checked_attention(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None,
