@@ -54,6 +54,8 @@ class Row:
     scale: str = ""  # "auto" | "none" | number, as configured
     scale_value: float | None = None  # the factor actually applied to the logits
     input_std: float | None = None
+    input_outliers: float | None = None  # probability of an extra N(0, outlier_std^2) term per entry of Q, K, V
+    outlier_std: float | None = None
     seed: int | None = None
     # time (median and 20th/80th percentiles over time_samples timed calls)
     time_ms: float | None = None
@@ -130,6 +132,13 @@ class Row:
     nonfinite_loss_steps: int | None = None
     scaler_startup_skips: int | None = None  # fp16: of nonfinite_steps, GradScaler lowering its initial scale (loop.py)
     loss_curve: str = ""
+    # precision=fp8_* (selfattn/fp8.py), on the sampled rows: quantized Q, K, V at the format's max and non-finite;
+    # mean |1 - sum of a row of dequantized P|; a raw cast of the logits, saturated and non-finite
+    fp8_saturated_frac: float | None = None
+    fp8_nonfinite_frac: float | None = None
+    p_mass_err: float | None = None
+    raw_logit_saturated_frac: float | None = None
+    raw_logit_nonfinite_frac: float | None = None
     # harness cost: seconds spent in warm-up + timed calls, and the whole job's wall time
     measure_s: float | None = None
     job_wall_s: float | None = None

@@ -29,7 +29,7 @@ RECURRENT_EFFICIENCY = 0.1
 DEFAULT_EFFICIENCY = 0.5  # a back end without a module (never runs; only its row is predicted)
 # Without a measured peak (Budget.measure_device_peak=False): nominal TFLOP/s by element size,
 # deliberately low for a CPU (fp16/bf16 matmuls are slow on CPUs without AMX).
-NOMINAL_CPU_TFLOPS = {8: 0.02, 4: 0.05, 2: 0.002}
+NOMINAL_CPU_TFLOPS = {8: 0.02, 4: 0.05, 2: 0.002, 1: 0.05}  # fp8 (1 byte) computes on fp32 values on a CPU
 NOMINAL_CUDA_TFLOPS = 50.0
 # The point's own calls besides the timer's: the warm-up (its output is checked for accuracy)
 # and the memory measurement. A CPU point measures memory twice (peak RSS, then the allocator's

@@ -44,6 +44,7 @@ from selfattn.measure.predict import (
 from selfattn.measure.stability import SATURATED_WEIGHT, stability
 from selfattn.measure.timing import time_call, wall_call
 from selfattn.metrics import ALL as ALL_METRICS, metrics_label
+from selfattn.fp8_formats import fp8_format
 from selfattn.point import RNN_GATES, Point
 from selfattn.results import Row
 
@@ -88,7 +89,7 @@ def _environment_columns(device: str) -> dict[str, Any]:
 def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: frozenset[str]) -> None:
     from selfattn.backends import compiles, kernel_label, resolve_options
     from selfattn.measure.workload import build
-    from selfattn.precision import precision_context
+    from selfattn.precision import precision_context, storage_dtype
 
     point.validate()
     if not isinstance(point.backend_options, Mapping):
@@ -98,15 +99,23 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
     point = point.with_device(device)
     if point.scope in RNN_GATES:
         _check_no_options(point)
-    with precision_context(point.precision, device) as dtype:
+    with precision_context(point.precision, device) as precision_dtype:
+        dtype = precision_dtype
+        if storage_dtype(precision_dtype) != precision_dtype and point.scope == "train":
+            raise Unsupported(f"precision {point.precision}: scope=train has no FP8 path (only the FP8 forward is built)")
         if point.scope == "train":  # a training run, not a timed call: selfattn/train/loop.py
             from selfattn.train.loop import train_point
 
             row.kernel = kernel_label(point.backend, dict(point.backend_options), device=device, dtype=dtype)
             return train_point(point, device, dtype, row, max_point_s=budget.max_point_s, saturated_weight=SATURATED_WEIGHT)
-        options = resolve_options(point.backend, dict(point.backend_options), device, dtype)
+        # fp8: the options read the float8 dtype (selfattn/fp8.py); every tensor is made in float32
+        options = resolve_options(point.backend, dict(point.backend_options), device, precision_dtype)
         row.kernel = (f"torch.nn.{point.scope.upper()}" if point.scope in RNN_GATES else
-                      kernel_label(point.backend, dict(point.backend_options), device=device, dtype=dtype))
+                      kernel_label(point.backend, dict(point.backend_options), device=device, dtype=precision_dtype))
+        dtype = storage_dtype(precision_dtype)
+        if dtype != precision_dtype and point.mode == "fwd_bwd":
+            raise Unsupported(f"precision {point.precision}: only the FP8 forward is built (no FP8 backward), "
+                              "so mode=fwd_bwd cannot run")
         compiling = compiles(point.backend, options)
         if compiling and point.scope == "generate":
             raise Unsupported("scope=generate with a compiled back end: every step's cache length is a new shape to "
@@ -277,9 +286,22 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         if point.scope in PATH_SCOPES and "path_length" in metrics:  # float64, at the point's n and d_model (measure/path_length.py)
             sensitivity = input_sensitivity(point, torch.device(device))
             row.grad_by_distance, row.grad_far_near_ratio = sensitivity_json(sensitivity), far_near_ratio(sensitivity)
+        if fp8_format(point.precision) and workload.stability_inputs is not None:
+            _fp8_columns(point, workload, row)
     if compiling and "permutation" in metrics:  # at the point's own size and shape (every thread): the code compiled above
         _compiled_permutation_check(point, dtype, device, row)
     row.status, row.error, row.metrics = "ok", "", metrics_label(metrics)
+
+
+def _fp8_columns(point: Point, workload: Any, row: Row) -> None:
+    """The FP8 columns (saturated, non-finite, P's lost mass, raw-cast logits) of the sampled rows."""
+    from selfattn import fp8
+    from selfattn.backends import resolve_options
+
+    q_rows, k, v, _ = workload.stability_inputs()
+    options = resolve_options(point.backend, point.call_options, q_rows.device, q_rows.dtype)
+    for name, value in fp8.diagnostics(q_rows, k, v, scale=point.scale_value, options=options).items():
+        setattr(row, name, value)
 
 
 def _compiled_permutation_check(point: Point, dtype: torch.dtype, device: str, row: Row) -> None:
