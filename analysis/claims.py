@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import basics, compiled, cost, cost_claims, decode, masks, overflow, recurrence, stability, training
+from analysis import basics, compiled, cost, cost_claims, decode, fp8, masks, overflow, recurrence, stability, training
 from analysis.claim import (  # noqa: F401  (re-exported: the verdicts and the record of a claim)
     CHAPTER, CLAIMS, FAILS, HOLDS, NOT_DECIDED, NOT_MEASURED, TABLES, Claim, ClaimSpec, Evidence, claims_frame,
     studies_in_order,
@@ -19,7 +19,7 @@ from analysis.claim import (  # noqa: F401  (re-exported: the verdicts and the r
 # cost.py holds the chapter's last claim (layer_crossover, beside layer_shares); masks.py both the
 # Masks and the GQA studies.
 MODULES = tuple(m.__name__ for m in (cost_claims, stability, overflow, basics, cost, masks, decode, compiled,
-                                     recurrence, training))
+                                     recurrence, training, fp8))
 
 
 def _order(spec: ClaimSpec) -> tuple[int, int, int]:

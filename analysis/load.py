@@ -184,7 +184,7 @@ def _derive(rows: pd.DataFrame) -> pd.DataFrame:
     rows["scale"] = rows["scale"].map(_scale_label)
     rows["q_len"] = rows["q_len"].fillna(rows["seq_len"])  # null q_len means q_len == seq_len
     rows["d_model"] = rows["d_model"].fillna(rows["heads"] * rows["head_dim"])
-    for axis in ("batch", "input_std", "seed", "pad_frac", "new_tokens"):  # older files lack these: they measured the default
+    for axis in ("batch", "input_std", "seed", "pad_frac", "new_tokens", "input_outliers", "outlier_std"):  # older files lack these: they measured the default
         rows[axis] = rows[axis].fillna(axis_default(axis))
     rows["kv_heads"] = rows["kv_heads"].fillna(rows["heads"])  # null kv_heads means one per query head
     # The factor applied to the logits: recorded, or implied by the scale label.

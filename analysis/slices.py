@@ -62,7 +62,7 @@ def self_attention(rows: pd.DataFrame) -> pd.DataFrame:
 # Axes a figure that neither fixes nor varies them holds at their plain value (no window, no
 # padding, one document, a K/V head per query head), so rows of the masks and GQA studies never
 # mix into the figures of the chapter's cost and stability studies.
-PLAIN_UNLESS_NAMED = ("window", "pad_frac", "documents", "kv_heads")
+PLAIN_UNLESS_NAMED = ("window", "pad_frac", "documents", "kv_heads", "input_outliers")
 
 
 def plain(rows: pd.DataFrame, axis: str) -> pd.Series:
