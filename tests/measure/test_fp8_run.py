@@ -89,3 +89,18 @@ def test_fp8_bytes_are_one_per_element():
     point = _fp8(seq_len=1000, head_dim=64, heads=4)
     fp16 = Point(heads=4, seq_len=1000, head_dim=64, precision="fp16")
     assert 2 * bytes_moved(point) == bytes_moved(fp16) and 2 * point.kv_bytes == fp16.kv_bytes
+
+
+def test_a_generation_with_an_fp8_cache_is_ok_and_counts_one_byte_per_element():
+    point = Point(precision="fp8_e4m3", scope="generate", causal=True, heads=2, head_dim=16, seq_len=64, new_tokens=4)
+    row = measure_point(point, QUICK)
+    assert row.status == "ok", row.error
+    assert row.kernel.endswith("-dequant") and row.tokens_per_s > 0
+    assert row.kv_cache_bytes == 2 * 2 * 64 * 16
+    assert 1e-3 < row.rel_rms_err < 0.3
+
+
+def test_a_decode_step_with_an_fp8_cache_is_ok():
+    row = measure_point(_fp8(backend="chunked", q_len=1, causal=True, seq_len=256), QUICK)
+    assert row.status == "ok", row.error
+    assert row.gbps > 0 and row.bytes_moved == (2 * 64 + 2 * 2 * 256 * 64 + 2 * 64)
