@@ -201,3 +201,20 @@ def test_fp8_backward_is_unsupported():
     q = Q.detach().requires_grad_(True)
     with pytest.raises(selfattn.Unsupported, match="forward"):
         selfattn.attention(q, K, V, backend="naive", fp8="e4m3")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["naive", "chunked"])
+def test_fp8_on_cuda_matches_the_float64_emulation(backend):
+    """The dequantized path on a GPU (the CUDA casts round as the CPU's): the same emulation, inputs moved."""
+    q, k, v = make_qkv(1, 2, 100, 300, 64, seed=5, outliers=0.001, outlier_std=10.0)
+    x8_cpu = fp8.quant_dequant(q, "e4m3", "block", 32)[0]
+    assert torch.equal(fp8.quant_dequant(q.cuda(), "e4m3", "block", 32)[0].cpu(), x8_cpu)
+    options = dict(fp8_scaling="block", fp8_block=32, p_scale=256.0, hadamard=True)
+    if backend == "chunked":
+        options.update(q_chunk=64, kv_chunk=1024)
+    out = selfattn.attention(q.cuda(), k.cuda(), v.cuda(), backend=backend, fp8="e4m3", **options).cpu()
+    want = attention64(q, k, v, fmt="e4m3", scaling="block", block=32, p_scale=256.0, hadamard=True, scale=1 / 8,
+                       normalize_first=backend == "naive")
+    exact = selfattn.attention_reference(q.double(), k.double(), v.double())
+    assert rel_rms(out, want) < 0.02 * rel_rms(want, exact)
