@@ -63,8 +63,33 @@ def test_block_hadamard_claim_holds_and_a_contradiction_fails():
     assert verdict_of(fp8.fp8_block_hadamard_beats_tensor(frame(error_rows(1.6)))) == HOLDS
     evidence = fp8.fp8_block_hadamard_beats_tensor(frame(error_rows(1.6)))
     assert "1.60" in evidence.text and "FA3 reports 2.6x" in evidence.text
+    assert "block alone 0.09" in evidence.text and "rotation alone 0.09" in evidence.text
     assert verdict_of(fp8.fp8_block_hadamard_beats_tensor(frame(error_rows(1.0)))) == FAILS  # no gain: does not hold
     assert verdict_of(fp8.fp8_block_hadamard_beats_tensor(frame(error_rows(0.8)))) == FAILS
+
+
+def test_block_hadamard_claim_judges_e4m3_and_reports_e5m2():
+    rows = [r if r["precision"] == "fp8_e4m3" else {**r, "rel_rms_err": 0.09} for r in error_rows(1.6)]
+    evidence = fp8.fp8_block_hadamard_beats_tensor(frame(rows))
+    assert verdict_of(evidence) == HOLDS and "fp8_e5m2: median 1.00" in evidence.text
+
+
+def test_fp8_rows_do_not_decide_the_other_studies_claims(tmp_path, fabricate):
+    from analysis.claims import check_claims
+    from analysis.load import load
+
+    def verdicts(f, name):
+        claims = check_claims(load([f.write(tmp_path / name / "results.csv")], warn=False).rows)
+        return {c.key: c.verdict for c in claims if c.study != fp8.FP8}
+
+    f = fabricate().scaling_stability()
+    before = verdicts(f, "before")
+    broken = [{**row, "max_weight": 0.99, "softmax_entropy": 0.01, "logit_std": 50.0, "grad_norm_logits": 1.0}
+              for row in f.rows if row["precision"] == "fp32"]
+    f.rows += [{**row, "precision": "fp8_e4m3"} for row in broken]
+    assert verdicts(f, "fp8") == before
+    f.rows[-len(broken):] = [{**row, "precision": "fp64"} for row in broken]  # the same rows in a chapter precision
+    assert verdicts(f, "fp64") != before
 
 
 def test_block_hadamard_claim_without_outlier_rows_is_not_measured():
