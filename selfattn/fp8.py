@@ -67,6 +67,8 @@ def resolve(options: Mapping[str, Any], dtype: torch.dtype) -> dict[str, Any]:
     resolved = {name: options.get(name, default) if options.get(name) is not None else default
                 for name, default in _DEFAULTS.items()}
     resolved["fp8"] = fp8
+    if fp8 != OFF and options.get("compile"):
+        raise Unsupported(f"precision fp8_{fp8} with backend.compile=true: the FP8 path runs eager only (not built compiled)")
     if fp8 == OFF:
         for name in FP8_OPTION_NAMES:
             if resolved[name] != _DEFAULTS[name]:

@@ -197,6 +197,11 @@ def test_bad_fp8_options_name_the_key(backend, options, match):
     assert "\n" not in str(info.value)
 
 
+def test_fp8_compiled_is_unsupported():
+    with pytest.raises(selfattn.Unsupported, match="compile"):
+        selfattn.attention(Q, K, V, backend="chunked", fp8="e4m3", compile=True)
+
+
 def test_fp8_backward_is_unsupported():
     q = Q.detach().requires_grad_(True)
     with pytest.raises(selfattn.Unsupported, match="forward"):
