@@ -31,7 +31,8 @@ def fp8_error(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     precisions = sorted(part["precision"].unique())
     g = sns.catplot(data=part, kind="point", x="variant", order=variants, y="rel_rms_err", hue="precision",
                     hue_order=precisions, palette={p: precision_color(p) for p in precisions}, col="outliers",
-                    row="P", estimator="median", errorbar=("pi", 100), dodge=0.3, height=3.2, aspect=1.3,
+                    row="P", estimator="median", errorbar=("pi", 100), dodge=0.3 if len(precisions) > 1 else False,
+                    height=3.2, aspect=1.3,
                     sharey=True, legend=False)
     base = rows[(rows["status"] == "ok") & rows["precision"].isin(BASELINES) & (rows["backend"] == "naive")
                 & (rows["input_std"] == 1) & rows["seq_len"].isin(part["seq_len"].unique())

@@ -127,3 +127,15 @@ def test_error_table_sets_the_16_bit_formats_beside_fp8():
     row = table[(table["precision"] == "fp8_e4m3") & (table["Q/K/V"] == "block64+H") & (table["p_scale"] == "256")]
     assert row["outliers 0.001"].iloc[0].startswith("0.0562")
     assert table[table["precision"] == "bf16"]["outliers 0"].iloc[0].startswith("0.005")
+
+
+@pytest.mark.parametrize("precisions", [("fp8_e4m3", "fp8_e5m2", "bf16", "fp16"), ("fp8_e4m3",)])
+def test_the_fp8_figures_are_drawn(tmp_path, precisions):
+    from analysis.figures.common import Context, Made
+    from analysis.figures.fp8 import fp8_error, fp8_overflow
+
+    rows = frame([r for r in error_rows() + overflow_rows() if r["precision"] in precisions])
+    ctx = Context(out_dir=tmp_path, formats=("png",))
+    for draw in (fp8_error, fp8_overflow):
+        made = draw(rows, ctx)
+        assert isinstance(made, Made) and all(path.exists() for path in made.files), made
