@@ -209,7 +209,9 @@ def diagnostics(q_rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale
 
 def mem_bytes(point: Any) -> int:
     """Bytes an FP8 call allocates for its inputs beyond a plain fp32 call: Q, K, V's fp32 copies
-    (and rotated ones), their fp8 tensors and the dequantized values the products read."""
+    (and rotated ones), their fp8 tensors and the dequantized values the products read; 0 without FP8."""
+    if not str(point.precision).startswith("fp8"):
+        return 0
     q = point.batch * point.heads * point.q_len_resolved * point.head_dim
     kv = point.batch * point.kv_heads_resolved * point.seq_len * point.head_dim
     per = 4 + 1 + 4  # x / scale, x8, x8 * scale (the rotation's output replaces the copy)

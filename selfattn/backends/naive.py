@@ -145,9 +145,10 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     scores, out, grads = point.score_elements, point.out_bytes, point.grad_bytes
     # the bool keep mask and the additive -inf mask, per sequence when padding or documents differ
     masks_per = point.batch if point.masks_per_sequence else 1
-    if fp8_format(point.precision):  # fp32 scores, softmax, P's fp8 cast and its fp32 copy; fp32 output
+    if fp8_format(point.precision):  # fp32: the scores and softmax stay alive while P's cast makes its fp32
+        # copy and the copy divided by p_scale (measured B1 H4 N1024 D64: 70.3 MB peak allocated, this model 75.2 MB); fp32 output
         mask = masks_per * point.q_len_resolved * point.seq_len * (1 + FP32_BYTES) if point.masked else 0
-        return scores * (2 * FP32_BYTES + 1) + mask + out * FP32_BYTES + fp8_path.mem_bytes(point)
+        return scores * 4 * FP32_BYTES + mask + out * FP32_BYTES + fp8_path.mem_bytes(point)
     out += out if options.get("scale_at", "logits") == "query" else 0
     mask = masks_per * point.q_len_resolved * point.seq_len * (1 + s) if point.masked else 0
     upcast = bool(options.get("upcast_softmax", False)) and point.precision not in ("fp32", "tf32")

@@ -104,3 +104,10 @@ def test_a_decode_step_with_an_fp8_cache_is_ok():
     row = measure_point(_fp8(backend="chunked", q_len=1, causal=True, seq_len=256), QUICK)
     assert row.status == "ok", row.error
     assert row.gbps > 0 and row.bytes_moved == (2 * 64 + 2 * 2 * 256 * 64 + 2 * 64)
+
+
+@pytest.mark.parametrize("backend", ["naive", "chunked"])
+def test_the_fp8_memory_model_covers_the_measured_peak(backend):
+    row = measure_point(_fp8(backend=backend, heads=4, seq_len=1024), QUICK)
+    assert row.status == "ok", row.error
+    assert row.peak_alloc_bytes <= row.predicted_mem_bytes <= 4 * row.peak_alloc_bytes
