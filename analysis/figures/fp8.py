@@ -1,5 +1,5 @@
-"""Figures 19-20: FP8 attention. 19: error against float64 per Q/K/V quantization, format, P's scale and
-outliers, beside bf16 and fp16; 20: raw casts of logits and inputs of growing std, the measured fraction
+"""Figures 20-21: FP8 attention. 20: error against float64 per Q/K/V quantization, format, P's scale and
+outliers, beside bf16 and fp16; 21: raw casts of logits and inputs of growing std, the measured fraction
 saturated (e4m3) or non-finite (e5m2) beside the Gaussian tail's prediction."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ VARIANT_ORDER = ("tensor", "tensor+H", "block64", "block64+H")
 
 
 def fp8_error(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
-    name, title = "fig19_fp8_error", "FP8 error by quantization, format and P's scale"
+    name, title = "fig20_fp8_error", "FP8 error by quantization, format and P's scale"
     points = fp8_points(rows)
     part = _scaled_errors(points) if not points.empty else points
     if part.empty:
@@ -60,7 +60,7 @@ def fp8_error(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
 
 
 def fp8_overflow(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
-    name, title = "fig20_fp8_overflow", "FP8 raw casts: saturated and non-finite, measured and predicted"
+    name, title = "fig21_fp8_overflow", "FP8 raw casts: saturated and non-finite, measured and predicted"
     raw = overflow_points(rows)
     if raw.empty:
         return Skipped(name, title, "no raw-cast (fp8_scaling=none) FP8 rows", EXPERIMENT)
