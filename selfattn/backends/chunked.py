@@ -136,7 +136,7 @@ def kernel_label(options: Mapping[str, Any]) -> str:
 
 def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
                q_chunk: int | None = None, kv_chunk: int | None = None, compute: str = "fp32",
-               compile: bool = False) -> str | None:
+               compile: bool = False, **fp8_options: Any) -> str | None:
     """The block sizes an auto option picked for these masks ("q128-kv128"; with documents
     "q256-kv512-cut": blocks end at document starts); None when every size was set."""
     if q_chunk is not None and kv_chunk is not None:
