@@ -43,9 +43,10 @@ def test_sdpa_and_flex_are_unsupported_rows_saying_why(precision, why):
     assert row.status == "unsupported" and "no FP8" in row.error or "none taking FP8" in row.error, row.error
 
 
-@pytest.mark.parametrize("scope", ["lstm", "gru"])
-def test_fp8_recurrent_scopes_are_unsupported_rows(scope):
-    row = measure_point(Point(scope=scope, precision="fp8_e4m3", seq_len=32, heads=2, head_dim=16), QUICK)
+@pytest.mark.parametrize("scope", ["lstm", "gru", "train"])
+def test_fp8_recurrent_and_training_scopes_are_unsupported_rows(scope):
+    mode = "fwd_bwd" if scope == "train" else "fwd"  # a training run has its backward
+    row = measure_point(Point(scope=scope, mode=mode, precision="fp8_e4m3", seq_len=32, heads=2, head_dim=16), QUICK)
     assert row.status == "unsupported" and "no FP8 path" in row.error, row.error
 
 
