@@ -33,7 +33,8 @@ METRIC_OFF = f"{NOT_MEASURED}: metric off"  # the rows it reads left out a metri
 # The report's sections, in its order; a study registered under another name comes after these.
 CHAPTER = "The chapter's claims"
 STUDIES = (CHAPTER, "Masks", "Grouped-query attention", "Decoding and the KV-cache", "Compiled back ends",
-           "Attention against recurrence", "Training with and without the scale")
+           "Attention against recurrence", "Training with and without the scale",
+           "FP8 attention")
 
 
 @dataclass(frozen=True)

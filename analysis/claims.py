@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import (additive, basics, compiled, cost, cost_claims, decode, masks, overflow, positions, recurrence,
-                      stability, training)
+from analysis import (additive, basics, compiled, cost, cost_claims, decode, fp8, masks, overflow, positions,
+                      recurrence, stability, training)
+from selfattn.fp8_formats import FORMAT_OF
 from analysis.claim import (  # noqa: F401  (re-exported: the verdicts and the record of a claim)
     CHAPTER, CLAIMS, FAILS, HOLDS, NOT_DECIDED, NOT_MEASURED, TABLES, Claim, ClaimSpec, Evidence, claims_frame,
     studies_in_order,
@@ -20,7 +21,7 @@ from analysis.claim import (  # noqa: F401  (re-exported: the verdicts and the r
 # cost.py holds the chapter's cost claims' last (layer_crossover, beside layer_shares), then additive scores and
 # positions; masks.py both the Masks and the GQA studies.
 MODULES = tuple(m.__name__ for m in (cost_claims, stability, overflow, basics, cost, additive, positions, masks, decode,
-                                     compiled, recurrence, training))
+                                     compiled, recurrence, training, fp8))
 
 
 def _order(spec: ClaimSpec) -> tuple[int, int, int]:
@@ -33,7 +34,10 @@ def check_claims(rows: pd.DataFrame, study: str | None = None) -> list[Claim]:
     """Every registered claim judged on `rows` (or only `study`'s), in the report's order; a claim whose
     study's rows are absent is left out (the chapter's claims never are: they read "not measured")."""
     specs = sorted((s for s in CLAIMS if study is None or s.study == study), key=_order)
-    return [c for c in (spec.check(rows) for spec in specs) if c is not None]
+    # FP8 rows answer the FP8 study's questions only: the other studies' claims (stability, permutation, cost)
+    # were stated for the fp64..fp16 precisions, and an FP8 row's rounding or its overflow grid would decide them
+    others = rows[~rows["precision"].isin(list(FORMAT_OF))] if "precision" in rows else rows
+    return [c for c in (spec.check(rows if spec.study == fp8.FP8 else others) for spec in specs) if c is not None]
 
 
 def study_tables(rows: pd.DataFrame, study: str | None = None) -> list[tuple[str, str, pd.DataFrame]]:

@@ -86,7 +86,7 @@ def context_series(gen: pd.DataFrame) -> pd.DataFrame:
     """Per (device, back end, cache): ms per token against the context, at the new_tokens most prompts share."""
     if gen.empty:
         return gen
-    keys = ["device_label", "backend", "kv_cache", "batch", "heads"]
+    keys = ["device_label", "backend", "precision", "kv_cache", "batch", "heads"]  # an FP8 cache is its own series
     counts = gen.groupby(keys + ["new_tokens"])["seq_len"].nunique().rename("prompts").reset_index()
     best = counts.sort_values("prompts").groupby(keys).tail(1)[keys + ["new_tokens"]]
     out = gen.merge(best, on=keys + ["new_tokens"])
@@ -97,7 +97,8 @@ def fitted_exponents(gen: pd.DataFrame) -> pd.DataFrame:
     """Per (device, back end, cache): the log-log slope of ms per token against context over its FIT_POINTS largest."""
     series = context_series(gen)
     out = []
-    for (device, backend, cache, _, _), part in series.groupby(["device_label", "backend", "kv_cache", "batch", "heads"]):
+    for (device, backend, precision, cache, _, _), part in series.groupby(
+            ["device_label", "backend", "precision", "kv_cache", "batch", "heads"]):
         part = part.sort_values("context").tail(FIT_POINTS)
         if len(part) < 3:
             continue
@@ -105,7 +106,7 @@ def fitted_exponents(gen: pd.DataFrame) -> pd.DataFrame:
         fit = fit_power_law(part["context"].to_numpy(), part["ms_per_token"].to_numpy(), min_points=len(part))
         if fit is None:
             continue
-        out.append(dict(device_label=device, backend=backend, kv_cache=cache, exponent=fit.exponent,
+        out.append(dict(device_label=device, backend=backend, precision=precision, kv_cache=cache, exponent=fit.exponent,
                         lo=fit.n_min, hi=fit.n_max))
     return pd.DataFrame(out)
 
@@ -115,7 +116,8 @@ def _exponent(rows: pd.DataFrame, cache: bool, band: tuple[float, float]) -> Evi
     part = fits[fits["kv_cache"] == cache] if not fits.empty else fits
     if part.empty:
         return None
-    evidence = "; ".join(f"{r['device_label']} {r['backend']}: {r['exponent']:.2f} "
+    evidence = "; ".join(f"{r['device_label']} {r['backend']}"
+                         + (f" {r['precision']}" if str(r["precision"]).startswith("fp8") else "") + f": {r['exponent']:.2f} "
                          f"(context {number_text(r['lo'])}-{number_text(r['hi'])})" for _, r in part.iterrows())
     return Evidence(evidence, tuple(bool(b) for b in part["exponent"].between(*band)))
 

@@ -184,7 +184,7 @@ def _derive(rows: pd.DataFrame) -> pd.DataFrame:
     rows["scale"] = rows["scale"].map(_scale_label)
     rows["q_len"] = rows["q_len"].fillna(rows["seq_len"])  # null q_len means q_len == seq_len
     rows["d_model"] = rows["d_model"].fillna(rows["heads"] * rows["head_dim"])
-    for axis in ("batch", "input_std", "seed", "pad_frac", "new_tokens"):  # older files lack these: they measured the default
+    for axis in ("batch", "input_std", "seed", "pad_frac", "new_tokens", "input_outliers", "outlier_std"):  # older files lack these: they measured the default
         rows[axis] = rows[axis].fillna(axis_default(axis))
     for axis in ("score", "pos_enc"):  # text axes older files lack: they measured the default (dot, none)
         rows[axis] = rows[axis].where(rows[axis] != "", axis_default(axis))

@@ -62,8 +62,8 @@ def self_attention(rows: pd.DataFrame) -> pd.DataFrame:
 # Axes a figure that neither fixes nor varies them holds at their plain value (no window, no
 # padding, one document, a K/V head per query head, dot-product scores, no positional encoding),
 # so rows of the masks, GQA, additive and positions studies never mix into the figures of the
-# chapter's cost and stability studies.
-PLAIN_UNLESS_NAMED = ("window", "pad_frac", "documents", "kv_heads", "score", "pos_enc")
+# chapter's cost and stability studies (nor the FP8 study's inputs with outliers).
+PLAIN_UNLESS_NAMED = ("window", "pad_frac", "documents", "kv_heads", "score", "pos_enc", "input_outliers")
 
 
 def plain(rows: pd.DataFrame, axis: str) -> pd.Series:

@@ -140,7 +140,9 @@ def _point(values: Mapping[str, Any], d_model: int | None) -> Point:
     # Options at their defaults are spelled out (as conf/backend/NAME.yaml does), so a grid's
     # back end and a command line's hash to the same point; null means "tuned per device".
     given = check_options(name, options, prefix="backend.")
-    options = {k: v for k, v in {**defaults(get_backend(name).Options), **given}.items() if v is not None}
+    # `fp8` comes from the precision (selfattn/fp8.py), never from the config: not spelled out with the rest
+    options = {k: v for k, v in {**defaults(get_backend(name).Options), **given}.items() if v is not None
+               and not (k == "fp8" and v == "none")}
     precision, _ = _node(values.get("precision"))
     axes = {key: values[key] for key in AXES if key in values and key not in NODES}
     if "device" in axes:

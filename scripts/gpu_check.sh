@@ -88,7 +88,7 @@ say() { printf '%s\n' "$*"; }
 # so while the floors fit the total every stage gets at least its floor, a stage that ends early
 # leaves its time to the next ones, and the limits never add up to more than --total-s. The dry
 # run computes them as if each stage used all of its limit.
-ORDER=(tests_gpu tests_compiled quadratic_cost sdpa_kernels scaling_stability flex compile_option results report)
+ORDER=(tests_gpu tests_compiled quadratic_cost sdpa_kernels scaling_stability flex compile_option fp8 results report)
 declare -A WEIGHT=() PER_TEST=() SKIP=()
 FINAL_RESERVE_S=10  # packing, the size check and the summary after the last stage
 MIN_STAGE_S=5       # a stage with less than this is skipped: it could not even start Python
@@ -152,10 +152,10 @@ LIMITS=()
 # checked by the compiled CUDA test).
 if ((ALLOW_CPU)); then
   DEVICE=cpu COST_SEQ=128,256 COST_PREC=fp32 KERNEL_SEQ=128 KERNEL_PREC=fp32,tf32,bf16
-  STAB_SEQ=128 STAB_DIMS=16,64 STAB_STD=1.0 MAX_POINT_S=10 COMPILED_SEQ=256 COMPILED_PREC=fp32
+  STAB_SEQ=128 STAB_DIMS=16,64 STAB_STD=1.0 MAX_POINT_S=10 COMPILED_SEQ=256 COMPILED_PREC=fp32 FP8_SEQ=256
 else
   DEVICE=cuda COST_SEQ=1024,2048,4096,8192,16384 COST_PREC=bf16 KERNEL_SEQ=4096 KERNEL_PREC=fp32,tf32,bf16,fp16
-  STAB_SEQ=2048 STAB_DIMS=16,128,1024 STAB_STD=1.0 MAX_POINT_S=5 COMPILED_SEQ=4096 COMPILED_PREC=bf16
+  STAB_SEQ=2048 STAB_DIMS=16,128,1024 STAB_STD=1.0 MAX_POINT_S=5 COMPILED_SEQ=4096 COMPILED_PREC=bf16 FP8_SEQ=4096
 fi
 if ((PACK)); then
   WORK=$( ((DRY)) && echo "/tmp/gpu_check_sweeps.XXXXXX" || mktemp -d "${TMPDIR:-/tmp}/gpu_check_sweeps.XXXXXX")
@@ -264,7 +264,13 @@ COMPILED=(seq_len=$COMPILED_SEQ causal=true precision=$COMPILED_PREC budget.timi
 SWEEP_FLEX=(-m name=flex_check backend=flex mode=fwd,fwd_bwd "${COMPILED[@]}" hydra.sweep.dir="$WORK/flex")
 SWEEP_COMPILE=(-m name=compile_check backend=naive,chunked backend.compile=true mode=fwd "${COMPILED[@]}"
                hydra.sweep.dir="$WORK/compile_option")
-SWEEP_DIRS=("$WORK/quadratic_cost" "$WORK/sdpa_kernels" "$WORK/scaling_stability" "$WORK/flex" "$WORK/compile_option")
+# FP8 (experiment fp8's question at one size, to fit the total): both formats, per-tensor vs block scaling,
+# without and with the Hadamard rotation, on inputs with 0.1% outliers (the block + Hadamard claim's pairs).
+SWEEP_FP8=(-m name=fp8_check backend=naive precision=fp8_e4m3,fp8_e5m2 backend.fp8_scaling=tensor,block
+           backend.hadamard=false,true input_outliers=0.001 seq_len=$FP8_SEQ budget.timing_s=0.1 "${COMMON[@]}"
+           hydra.sweep.dir="$WORK/fp8")
+SWEEP_DIRS=("$WORK/quadratic_cost" "$WORK/sdpa_kernels" "$WORK/scaling_stability" "$WORK/flex" "$WORK/compile_option"
+            "$WORK/fp8")
 
 # 3. plan: each stage's floor from what it runs; a stage it cannot plan (no Hydra: the sweeps
 # cannot run either) is skipped. Written to sweep.log and the summary.
@@ -272,7 +278,7 @@ PLAN_ARGS=(:: fixed env :: fixed deps :: fixed plan
            :: tests tests_gpu "${TESTS_GPU[@]}" :: tests tests_compiled "${TESTS_COMPILED[@]}"
            :: sweep quadratic_cost "${SWEEP_COST[@]}" :: sweep sdpa_kernels "${SWEEP_KERNELS[@]}"
            :: sweep scaling_stability "${SWEEP_STABILITY[@]}"
-           :: sweep flex "${SWEEP_FLEX[@]}" :: sweep compile_option "${SWEEP_COMPILE[@]}"
+           :: sweep flex "${SWEEP_FLEX[@]}" :: sweep compile_option "${SWEEP_COMPILE[@]}" :: sweep fp8 "${SWEEP_FP8[@]}"
            :: fixed results :: fixed report)
 PLAN_TEXT="" plan_rc=0
 LIMITS+=("plan ${FIXED_LIMIT[plan]}s")
@@ -325,6 +331,7 @@ stage sdpa_kernels "$OUT/sweep.log" "$PY" -m runners.sweep "${SWEEP_KERNELS[@]}"
 stage scaling_stability "$OUT/sweep.log" "$PY" -m runners.sweep "${SWEEP_STABILITY[@]}"
 stage flex "$OUT/sweep.log" "$PY" -m runners.sweep "${SWEEP_FLEX[@]}"
 stage compile_option "$OUT/sweep.log" "$PY" -m runners.sweep "${SWEEP_COMPILE[@]}"
+stage fp8 "$OUT/sweep.log" "$PY" -m runners.sweep "${SWEEP_FP8[@]}"
 
 # 6. results: every sweep's results.csv rebuilt from its row files (a sweep cut off by its limit
 # has rows but no whole CSV), then one table, even of sweeps cut short.

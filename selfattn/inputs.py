@@ -74,6 +74,8 @@ def make_qkv(
     seed: int = 0,
     requires_grad: bool = False,
     kv_heads: int | None = None,
+    outliers: float = 0.0,
+    outlier_std: float = 10.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q (batch, heads, q_len, head_dim) and k, v (batch, kv_heads, seq_len, head_dim), N(0, std^2).
 
@@ -89,7 +91,38 @@ def make_qkv(
     q = randn((batch, heads, q_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)
     k = randn((batch, kv_heads, seq_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)
     v = randn((batch, kv_heads, seq_len, head_dim), dtype=dtype, device=device, std=std, seed=seed, generator=generator)
+    if outliers:  # drawn after q, k, v from their own stream: the Gaussian part stays bit-identical
+        q, k, v = add_outliers((q, k, v), outliers, outlier_std, seed=seed)
     return tuple(t.requires_grad_(requires_grad) for t in (q, k, v))  # type: ignore[return-value]
+
+
+OUTLIER_SEED_OFFSET = 4_000_037
+
+
+def add_outliers(tensors: tuple[torch.Tensor, ...], prob: float, std: float, *, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Each entry plus, with probability `prob`, an extra N(0, std^2) term: the large-magnitude
+    entries FlashAttention-3 validated its FP8 path with ("0.1% of entries"). Seeded (seed +
+    OUTLIER_SEED_OFFSET), drawn where the inputs are, as `randn` draws."""
+    if isinstance(prob, bool) or not 0 <= prob <= 1:
+        raise ValueError(f"input_outliers: expected a probability in [0, 1], got {prob!r}")
+    if not prob:
+        return tensors
+    generator = generator_for(tensors[0].device, seed + OUTLIER_SEED_OFFSET)
+    out = []
+    for t in tensors:
+        hit = randn(tuple(t.shape), dtype=torch.float64 if draws_on_host(t.device) else torch.float32, device=t.device,
+                    generator=generator)
+        where = hit.abs() > _normal_quantile(prob)  # P(|z| > c) = prob: one draw decides which entries
+        extra = randn(tuple(t.shape), dtype=t.dtype, device=t.device, std=std, generator=generator)
+        out.append(t + extra * where.to(t.dtype))
+    return tuple(out)
+
+
+def _normal_quantile(prob: float) -> float:
+    """c with P(|z| > c) = prob for a standard normal z."""
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(1 - prob / 2) if prob < 1 else 0.0
 
 
 def make_x(

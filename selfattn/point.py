@@ -18,9 +18,11 @@ from typing import Any, Mapping
 
 from selfattn.backends import BACKEND_NAMES
 from selfattn.fields import default_of, spec, validate_instance
+from selfattn.fp8_formats import fp8_format
 
-# precision -> bytes per element (tf32 is float32 storage with TF32 matmuls)
-ELEMENT_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
+# precision -> bytes per element (tf32 is float32 storage with TF32 matmuls; fp8_* is what an FP8
+# kernel reads and a KV cache holds, though this harness keeps Q, K, V in fp32 and quantizes them in the call)
+ELEMENT_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
 PRECISIONS: tuple[str, ...] = tuple(ELEMENT_BYTES)
 FP32_BYTES = 4
 FP64_BYTES = 8
@@ -101,6 +103,8 @@ class Point:
     pos_enc: str = spec("none", choices=POS_ENCODINGS, help="none | sinusoidal, learned (added to X: scope=layer) | "
                         "rope (q and k rotated per head: scope=core, layer) (selfattn/positions.py)")
     input_std: float = spec(1.0, gt=0, help="standard deviation of the random inputs (scope=train: of the embeddings)")
+    input_outliers: float = spec(0.0, ge=0, le=1, help="scope=core: probability that an entry of Q, K, V gets an extra N(0, outlier_std^2) term")
+    outlier_std: float = spec(10.0, gt=0, help="standard deviation of that extra term (input_outliers > 0)")
     seed: int = spec(0, ge=0, help="seed of the inputs and of the sampled accuracy rows")
 
     @property
@@ -116,6 +120,12 @@ class Point:
         """The factor the logits are multiplied by."""
         scale = parse_scale(self.scale)
         return 1.0 / math.sqrt(self.head_dim) if scale is None else scale
+
+    @property
+    def call_options(self) -> dict[str, Any]:
+        """The back end's options a call gets: the given ones, plus an FP8 precision's format."""
+        fmt = fp8_format(self.precision)
+        return {**self.backend_options, **({"fp8": fmt} if fmt else {})}
 
     @property
     def d_model(self) -> int:
@@ -203,6 +213,12 @@ class Point:
             for name, plain in (("q_len", None), ("window", None), ("pad_frac", 0.0), ("documents", None)):
                 if getattr(self, name) != plain:
                     raise ValueError(f"{name}: scope=generate takes the prompt length from seq_len and no mask but causal, got {getattr(self, name)!r}")
+        if self.input_outliers and self.scope != "core":
+            raise ValueError(f"input_outliers: only scope=core draws Q, K, V itself, got {self.input_outliers!r} with scope={self.scope}")
+        if not self.input_outliers and self.outlier_std != axis_default("outlier_std"):
+            raise ValueError(f"outlier_std: only input_outliers > 0 uses it, got {self.outlier_std!r} without outliers")
+        if isinstance(self.backend_options, Mapping) and self.backend_options.get("fp8") not in (None, "none"):
+            raise ValueError(f"backend.fp8: set by precision=fp8_e4m3|fp8_e5m2, not a config key, got {self.backend_options['fp8']!r}")
         if self.scope in ("layer", "train"):  # the layer runs self-attention over X, causal or not, with no other mask
             for name, plain in (("window", None), ("pad_frac", 0.0), ("documents", None)):
                 if getattr(self, name) != plain:

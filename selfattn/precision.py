@@ -8,6 +8,9 @@ Even where TF32 exists, a kernel may ignore the flag: SDPA's fused kernels do (f
 refuse fp32 outright; the memory-efficient kernel computes fp32 with its own scheme), while its
 math kernel and plain matmuls honour it. Which kernel ran is only known at run time, so
 `tf32_ignored` asks the result itself: the same call with TF32 off, compared bit for bit.
+
+fp8_e4m3 and fp8_e5m2 name a float8 dtype: the back ends' options read it (selfattn/fp8.py), while the
+inputs are stored in `storage_dtype`, float32, and quantized inside the call.
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ DTYPES: dict[str, torch.dtype] = {
     "tf32": torch.float32,
     "fp16": torch.float16,
     "bf16": torch.bfloat16,
+    "fp8_e4m3": torch.float8_e4m3fn,
+    "fp8_e5m2": torch.float8_e5m2,
 }
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 PRECISIONS: tuple[str, ...] = tuple(DTYPES)
 TF32_MIN_CAPABILITY = (8, 0)  # Ampere: the first GPUs with TF32 tensor cores
 
@@ -50,6 +56,12 @@ def resolve_dtype(precision: str, device: torch.device | str = "cpu") -> torch.d
                 f"{capability[0]}.{capability[1]} (torch would silently compute plain fp32)"
             )
     return DTYPES[precision]
+
+
+def storage_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a point's tensors are made in: float32 for an FP8 precision (Q, K, V are quantized
+    inside the call, the output comes back in float32), the precision's own dtype otherwise."""
+    return torch.float32 if dtype in FP8_DTYPES else dtype
 
 
 @contextlib.contextmanager

@@ -56,6 +56,8 @@ class Row:
     score: str = ""  # dot | additive (empty in older files: dot)
     pos_enc: str = ""  # none | sinusoidal | learned | rope (empty in older files: none)
     input_std: float | None = None
+    input_outliers: float | None = None  # probability of an extra N(0, outlier_std^2) term per entry of Q, K, V
+    outlier_std: float | None = None
     seed: int | None = None
     # time (median and 20th/80th percentiles over time_samples timed calls)
     time_ms: float | None = None
@@ -134,6 +136,13 @@ class Row:
     loss_curve: str = ""
     # pos_enc=rope: max |logit(q at m+s, k at n+s) - logit(q at m, k at n)| (selfattn/positions.py)
     rope_shift_max_abs_diff: float | None = None
+    # precision=fp8_* (selfattn/fp8.py), on the sampled rows: quantized Q, K, V at the format's max and non-finite;
+    # mean |1 - sum of a row of dequantized P|; a raw cast of the logits, saturated and non-finite
+    fp8_saturated_frac: float | None = None
+    fp8_nonfinite_frac: float | None = None
+    p_mass_err: float | None = None
+    raw_logit_saturated_frac: float | None = None
+    raw_logit_nonfinite_frac: float | None = None
     # harness cost: seconds spent in warm-up + timed calls, and the whole job's wall time
     measure_s: float | None = None
     job_wall_s: float | None = None

@@ -9,6 +9,7 @@ from analysis.figures.compiled import compile_cost, compiled_time_memory
 from analysis.figures.cost import memory_vs_seq_len, throughput_vs_seq_len, time_vs_seq_len
 from analysis.figures.decode import decode_time, generation, roofline
 from analysis.figures.devices import devices_compared
+from analysis.figures.fp8 import fp8_error, fp8_overflow
 from analysis.figures.heads import heads_at_fixed_width
 from analysis.figures.masks import gqa_vs_kv_heads, masks_vs_density
 from analysis.figures.layer import layer_share
@@ -37,6 +38,8 @@ FIGURES = (
     compile_cost,  # 17
     sensitivity_vs_distance,  # 18
     training_curves,  # 19
+    fp8_error,  # 20
+    fp8_overflow,  # 21
 )
 
 __all__ = ["FIGURES", "Context", "Made", "Skipped"]

@@ -67,9 +67,11 @@ def decode_time(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     dashes = {kv: KV_DASHES[i % len(KV_DASHES)] for i, kv in enumerate(kv_values)}
     for ax, (q_len, batch) in zip(axes[0], panels):
         part = dec[(dec["q_len"] == q_len) & (dec["batch"] == batch)]
-        for (backend, kv), group in part.groupby(["backend", "kv_heads"]):
+        fp8 = part["precision"].astype(str).str.startswith("fp8")  # an FP8 K/V cache: its own line, x markers
+        for (backend, kv, is_fp8), group in part.groupby([part["backend"], part["kv_heads"], fp8]):
             line = group.groupby("seq_len")["ms_per_step"].median().sort_index()
-            ax.plot(line.index, line.values, color=palette[backend], linestyle=dashes[kv], marker="o", markersize=3)
+            ax.plot(line.index, line.values, color=palette[backend], linestyle=dashes[kv], marker="x" if is_fp8 else "o",
+                    markersize=5 if is_fp8 else 3)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("cache length (seq_len, tokens)")
@@ -77,6 +79,8 @@ def decode_time(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     axes[0][0].set_ylabel("time per step, median (ms)")
     handles = [plt.Line2D([], [], color=palette[b], label=b) for b in sorted(dec["backend"].unique())]
     handles += [plt.Line2D([], [], color="0.3", linestyle=dashes[kv], label=f"kv_heads={kv:g}") for kv in kv_values]
+    if dec["precision"].astype(str).str.startswith("fp8").any():
+        handles.append(plt.Line2D([], [], color="0.3", marker="x", label="FP8 K/V cache"))
     axes[0][-1].legend(handles=handles, loc="upper left", fontsize=7)
     suptitle(fig, f"One decode step against the cache length (heads={dec['heads'].max():g}), per back end and kv_heads")
     return Made(name, title,
@@ -94,13 +98,14 @@ def generation(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     palette = backend_palette(gen["backend"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.0))
     series = context_series(gen)
-    for (backend, cache, batch), part in series.groupby(["backend", "kv_cache", "batch"]):
+    for (backend, precision, cache, batch), part in series.groupby(["backend", "precision", "kv_cache", "batch"]):
         part = part.sort_values("context")
         if len(part) < 2:  # a lone prompt (the T grid's) is no line against the context
             continue
+        fp8 = str(precision).startswith("fp8")  # an FP8 K/V cache: its own line, dotted
         axes[0].plot(part["context"], part["ms_per_token"], color=palette[backend], marker="o" if cache else "s",
-                     linestyle="-" if cache else "--",
-                     label=f"{backend}, {'cache' if cache else 'no cache'}, batch {batch:g}")
+                     linestyle=":" if fp8 else "-" if cache else "--",
+                     label=f"{backend}, {'cache' if cache else 'no cache'}, batch {batch:g}" + (f", {precision}" if fp8 else ""))
     axes[0].set_xscale("log", base=2)
     axes[0].set_yscale("log")
     axes[0].set_xlabel("context (prompt + half the new tokens)")
@@ -109,7 +114,7 @@ def generation(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     # Cumulative time against T at one prompt: the prompt length with the most new_tokens values.
     per_prompt = gen.groupby("seq_len")["new_tokens"].nunique()
     prompt = per_prompt.idxmax()
-    part = gen[gen["seq_len"] == prompt]
+    part = gen[(gen["seq_len"] == prompt) & ~gen["precision"].astype(str).str.startswith("fp8")]
     for (backend, cache), group in part.groupby(["backend", "kv_cache"]):
         line = group.groupby("new_tokens")["time_ms"].median().sort_index()
         axes[1].plot(line.index, line.values / 1e3, color=palette[backend], marker="o" if cache else "s",

@@ -22,8 +22,9 @@ _COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#0
 COMPILED_SHADE = 0.55  # a compiled variant's colour: its back end's, times this (darker, same hue)
 
 # Widest to narrowest, so panels and legends read fp64, fp32, tf32, bf16, fp16.
-PRECISION_ORDER = ("fp64", "fp32", "tf32", "bf16", "fp16")
-PRECISION_COLORS = {"fp64": "#000000", "fp32": "#0072B2", "tf32": "#56B4E9", "bf16": "#009E73", "fp16": "#D55E00"}
+PRECISION_ORDER = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8_e5m2", "fp8_e4m3")
+PRECISION_COLORS = {"fp64": "#000000", "fp32": "#0072B2", "tf32": "#56B4E9", "bf16": "#009E73", "fp16": "#D55E00",
+                    "fp8_e5m2": "#CC79A7", "fp8_e4m3": "#E69F00"}
 SCALE_COLORS = {"auto": "#0072B2", "none": "#D55E00"}  # with the 1/sqrt(d_k) scale, without it
 # A precision drawn as a line style (where colour already says something else), as seaborn dashes.
 PRECISION_DASHES = {"fp64": (1, 1), "fp32": "", "tf32": (5, 1, 1, 1), "bf16": (4, 1.5, 1, 1.5), "fp16": (4, 2)}

@@ -16,6 +16,7 @@ and optionally
     kernel_ran(q, k, v, *, masks, scale, **resolved_options) -> str   the kernel an `auto` picks
     compiles(resolved_options) -> bool  whether the call runs torch.compile'd code (its first call
                                        compiles: timed apart as compile_s, see selfattn/compile.py)
+    FP8_UNSUPPORTED: str               why it has no FP8 path (precision=fp8_*: an unsupported row)
     prepare(q, k, v, *, masks, scale, **resolved_options) -> dict[str, float]
                                        one-time set-up the calls reuse (flex: its block mask; chunked:
                                        its block plan, so a timed call reads no tensor on the host),
@@ -85,6 +86,11 @@ def resolve_options(
 
     module = get_backend(name)
     given = {k: v for k, v in check_options(name, options).items() if v is not None}
+    why_not = getattr(module, "FP8_UNSUPPORTED", None)  # a back end without an FP8 path says why
+    if why_not and dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        from selfattn.errors import Unsupported
+
+        raise Unsupported(why_not)
     return module.resolve_options(given, torch.device(device), torch.float32 if dtype is None else dtype)
 
 

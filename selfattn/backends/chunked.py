@@ -35,16 +35,21 @@ unroll one graph per block, hundreds at n = 4096). Block shapes vary within one 
 last block), so the block functions compile with dynamic shapes: one graph serves every size,
 and a sweep compiles them once. Compiled blocks run on the calling thread (inductor's kernels
 have their own threads).
+
+precision=fp8_*: one hook, selfattn/fp8.py's: Q, K, V enter dequantized, and each block's P is cast
+to fp8 (with p_scale) before its P.V product (`p_cast` of _forward_block).
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
 
+from selfattn import fp8 as fp8_path
 from selfattn.backends import chunked_pool
 from selfattn.compile import compiled
 from selfattn.fields import spec
@@ -58,7 +63,7 @@ EFFICIENCY = 0.6
 
 
 @dataclass(frozen=True)
-class Options:
+class Options(fp8_path.Fp8Options):
     q_chunk: int | None = spec(None, ge=1, help="query rows per block; null: auto, sized to the mask (chunk_sizes: the "
                                                 "tuned 256 x 512, a window's own size, blocks cut at document starts)")
     kv_chunk: int | None = spec(None, ge=1, help="key rows per block; null: auto, sized to the mask like q_chunk")
@@ -116,6 +121,7 @@ def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtyp
         "kv_chunk": options.get("kv_chunk"),
         "compute": compute,
         "compile": bool(options.get("compile", False)),
+        **fp8_path.resolve(options, dtype),
     }
 
 
@@ -125,12 +131,12 @@ def kernel_label(options: Mapping[str, Any]) -> str:
     q_chunk, kv_chunk = options.get("q_chunk"), options.get("kv_chunk")
     label = "auto" if q_chunk is None and kv_chunk is None else f"q{q_chunk or 'auto'}-kv{kv_chunk or 'auto'}"
     label += "-mm_input" if options.get("compute") == "input" else ""
-    return label + ("-compiled" if options.get("compile", False) else "")
+    return label + ("-compiled" if options.get("compile", False) else "") + fp8_path.label(options)
 
 
 def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
                q_chunk: int | None = None, kv_chunk: int | None = None, compute: str = "fp32",
-               compile: bool = False) -> str | None:
+               compile: bool = False, **fp8_options: Any) -> str | None:
     """The block sizes an auto option picked for these masks ("q128-kv128"; with documents
     "q256-kv512-cut": blocks end at document starts); None when every size was set."""
     if q_chunk is not None and kv_chunk is not None:
@@ -155,7 +161,14 @@ def attention(
     kv_chunk: int | None = None,
     compute: str = "fp32",
     compile: bool = False,
+    **fp8_options: Any,
 ) -> torch.Tensor:
+    if fp8_path.active(fp8_options):  # the FP8 hook: dequantized inputs, P cast before each P.V
+        fp8_path.check_call(q_BHMD, k_BKND, v_BKND, fp8_options)
+        q8, k8, v8 = fp8_path.inputs(q_BHMD, k_BKND, v_BKND, fp8_options)
+        out_BHMD, _ = _forward(q8, k8, v8, masks, scale, q_chunk, kv_chunk, "fp32", compile,
+                               p_cast=fp8_path.p_cast(fp8_options))
+        return out_BHMD.to(q_BHMD.dtype)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q_BHMD, k_BKND, v_BKND)):
         return _ChunkedAttention.apply(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk, compute, compile)
     out_BHMD, _ = _forward(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk, compute, compile)
@@ -287,7 +300,7 @@ def _with_mask_ids(plan: list, lo: torch.Tensor, hi: torch.Tensor) -> list:
 
 def prepare(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
             q_chunk: int | None = None, kv_chunk: int | None = None, compute: str = "fp32",
-            compile: bool = False) -> dict[str, float]:
+            compile: bool = False, **fp8_options: Any) -> dict[str, float]:
     """Decide the block plan of these inputs' masks before the timed calls (no row column: it is quick)."""
     group = q_BHMD.shape[1] // k_BKND.shape[1]
     _block_plans(masks, group, q_BHMD.shape[2], k_BKND.shape[2], q_chunk, kv_chunk)
@@ -347,7 +360,7 @@ class _HiddenMasks:
 
 
 def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, kv_chunk: int, compute: str,
-             compile: bool = False):
+             compile: bool = False, p_cast=None):
     """Returns out (B, H, M, D) and logsumexp (X, R), both in the accumulator dtype (+inf: a row that sees no key)."""
     b, h, q_len, d = q_BHMD.shape
     kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
@@ -356,6 +369,8 @@ def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, k
     k_XND, v_XND = _flat(k_BKND, cdtype), _flat(v_BKND, cdtype)
     plan = _plan(masks, b, kv_heads, h // kv_heads, q_len, seq_len, q_chunk, kv_chunk, q_BHMD.device)
     block = compiled(_forward_block, dynamic=True) if compile else None  # None: eager, lazy rescaling where it applies
+    if p_cast is not None:  # fp8: P cast before each P.V, in the exact step only (the lazy step's P can pass 1)
+        block = functools.partial(block or _forward_block, p_cast=p_cast)
     outs, lses = [], []
     for x, lo, hi, kv_plan, empty in zip(plan.x_slices, plan.lo, plan.hi, plan.blocks, plan.empty_rows):
         out_XRD, lse_XR = chunked_pool.over_heads(_forward_flat, "forward", (q_XRD[x], k_XND[x], v_XND[x]), lo, hi,
@@ -457,7 +472,7 @@ def _lazy_block(q_ext_XmD, kT_ext_XDn, v_XnD, mask_1mn, acc_XmD, row_sum_Xm1) ->
     return True
 
 
-def _forward_block(q_XmD, kT_XDn, v_XnD, mask_1mn, acc_XmD, row_max_Xm1, row_sum_Xm1):
+def _forward_block(q_XmD, kT_XDn, v_XnD, mask_1mn, acc_XmD, row_max_Xm1, row_sum_Xm1, p_cast=None):
     """One key block of the online softmax: (acc, running max, running sum) after it; acc and the
     sum are updated in place. Before the first block they are zeros and the max is -inf, so the
     first correction is exp(-inf) = 0. `mask_1mn`: None or _hidden's (bias, keep)."""
@@ -470,7 +485,7 @@ def _forward_block(q_XmD, kT_XDn, v_XnD, mask_1mn, acc_XmD, row_max_Xm1, row_sum
     p_Xmn = _masked_exp_(s_Xmn.sub_(new_max_Xm1), mask_1mn)
     correction_Xm1 = torch.exp(row_max_Xm1 - new_max_Xm1)
     row_sum_Xm1.mul_(correction_Xm1).add_(p_Xmn.sum(dim=-1, keepdim=True))
-    _mm_add(acc_XmD.mul_(correction_Xm1), p_Xmn, v_XnD)
+    _mm_add(acc_XmD.mul_(correction_Xm1), p_Xmn if p_cast is None else p_cast(p_Xmn), v_XnD)  # fp8: P's cast
     return acc_XmD, new_max_Xm1, row_sum_Xm1
 
 
@@ -587,7 +602,7 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     fwd += hidden
     if device == "cpu" and not low:  # lazy rescaling's Q and K with one feature more (an upper bound:
         fwd += (bh * q_len + bkv * seq_len) * (d + 1) * a  # plans with few key blocks per query block skip it)
-    fwd += out if low else 0
+    fwd += (out if low else 0) + fp8_path.mem_bytes(point)  # fp8: the quantized and dequantized Q, K, V
     if point.mode == "fwd":
         return fwd
     # backward: saved output + lse, scaled q, fp32 casts of k, v and dO, delta; then either the

@@ -37,6 +37,8 @@ from selfattn.masks import Masks
 from selfattn.point import FP32_BYTES, Point
 
 NAME = "flex"
+FP8_UNSUPPORTED = ("precision fp8: flex_attention generates fp16, bf16 and fp32 kernels, none taking FP8 inputs; "
+                   "naive and chunked quantize Q, K, V and P themselves")
 # A compiled kernel with block sparsity, but generated rather than hand-tuned: the time guard's
 # optimistic share of the matmul peak.
 EFFICIENCY = 0.6

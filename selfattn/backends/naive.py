@@ -9,17 +9,22 @@ internally, so on a CPU the two differ only by the final rounding.)
 `scale_at` decides where the scale goes, which decides fp16 overflow: `logits` is the chapter's
 order (Q K^T, then multiply), so the product can pass 65504 before the scale shrinks it;
 `query` multiplies Q first, as the fused kernels do, so the product itself is already scaled.
+
+precision=fp8_*: Q, K, V quantized (and dequantized) before step 1 and P cast to fp8 before step 5,
+in fp32 otherwise (selfattn/fp8.py holds all of it; the fp8 options are its Fp8Options).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
+from selfattn import fp8 as fp8_path
 from selfattn.compile import compiled
 from selfattn.fields import defaults, spec
+from selfattn.fp8_formats import fp8_format
 from selfattn.point import FP32_BYTES, Point
 from selfattn.masks import Masks, keep_from_intervals, no_empty_rows
 
@@ -30,7 +35,7 @@ EFFICIENCY = 0.6
 
 
 @dataclass(frozen=True)
-class Options:
+class Options(fp8_path.Fp8Options):
     upcast_softmax: bool = spec(False, help="softmax in float32 even for fp16/bf16 inputs")
     scale_at: str = spec("logits", choices=("logits", "query"),
                          help="logits: Q K^T, then scale (the chapter's order); query: scale Q first (as fused kernels do)")
@@ -42,13 +47,13 @@ def available(device: torch.device | str) -> bool:
 
 
 def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
-    return {**defaults(Options), **options}
+    return {**defaults(Options), **options, **fp8_path.resolve(options, dtype)}
 
 
 def kernel_label(options: Mapping[str, Any]) -> str:
     label = "materialized-upcast" if options.get("upcast_softmax", False) else "materialized"
     label += "-scaleq" if options.get("scale_at", "logits") == "query" else ""
-    return label + ("-compiled" if options.get("compile", False) else "")
+    return label + ("-compiled" if options.get("compile", False) else "") + fp8_path.label(options)
 
 
 def compiles(options: Mapping[str, Any]) -> bool:
@@ -66,7 +71,14 @@ def attention(
     upcast_softmax: bool = False,
     scale_at: str = "logits",
     compile: bool = False,
+    **fp8_options: Any,
 ) -> torch.Tensor:
+    p_cast = None
+    if fp8_path.active(fp8_options):  # the dequantized fp32 inputs, and P's cast before A V
+        fp8_path.check_call(q_BHMD, k_BKND, v_BKND, fp8_options)
+        dtype = q_BHMD.dtype
+        q_BHMD, k_BKND, v_BKND = fp8_path.inputs(q_BHMD, k_BKND, v_BKND, fp8_options)
+        p_cast = fp8_path.p_cast(fp8_options)
     lo_bM = hi_bM = None
     empty_rows = False
     if masks.causal or not masks.only_causal:
@@ -75,7 +87,8 @@ def attention(
         # and once per masks (Masks.decision), so a timed call does not wait on the GPU to read it
         empty_rows = masks.empty_rows(q_BHMD.shape[2], k_BKND.shape[2])
     steps = compiled(_steps) if compile else _steps
-    return steps(q_BHMD, k_BKND, v_BKND, lo_bM, hi_bM, scale, upcast_softmax, scale_at, empty_rows)
+    out = steps(q_BHMD, k_BKND, v_BKND, lo_bM, hi_bM, scale, upcast_softmax, scale_at, empty_rows, p_cast)
+    return out if p_cast is None else out.to(dtype)
 
 
 def _steps(
@@ -88,8 +101,10 @@ def _steps(
     upcast_softmax: bool,
     scale_at: str,
     empty_rows: bool,
+    p_cast: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """The chapter's steps; lo/hi (batch or 1, q_len): the keys each query sees (None: all)."""
+    """The chapter's steps; lo/hi (batch or 1, q_len): the keys each query sees (None: all);
+    p_cast: what A becomes before A V (fp8: its cast and back)."""
     b, h, q_len, d = q_BHMD.shape
     kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
     group = h // kv_heads
@@ -114,6 +129,8 @@ def _steps(
         weights_BKRN = torch.softmax(scores_BKRN.float(), dim=-1).to(q_BHMD.dtype)
     else:
         weights_BKRN = torch.softmax(scores_BKRN, dim=-1)
+    if p_cast is not None:
+        weights_BKRN = p_cast(weights_BKRN)
     out_BHMD = (weights_BKRN @ v_BKND).view(b, h, q_len, d)  # step 5: A V
     if sees_bM1 is not None:
         out_BHMD = out_BHMD * sees_bM1[:, None]  # rows that see no key: zeros, not an average of all keys
@@ -126,9 +143,13 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     scale_at=query adds a scaled copy of Q (the size of the output) instead of the scaled scores."""
     s = point.element_bytes
     scores, out, grads = point.score_elements, point.out_bytes, point.grad_bytes
-    out += out if options.get("scale_at", "logits") == "query" else 0
     # the bool keep mask and the additive -inf mask, per sequence when padding or documents differ
     masks_per = point.batch if point.masks_per_sequence else 1
+    if fp8_format(point.precision):  # fp32: the scores and softmax stay alive while P's cast makes its fp32
+        # copy and the copy divided by p_scale (measured B1 H4 N1024 D64: 70.3 MB peak allocated, this model 75.2 MB); fp32 output
+        mask = masks_per * point.q_len_resolved * point.seq_len * (1 + FP32_BYTES) if point.masked else 0
+        return scores * 4 * FP32_BYTES + mask + out * FP32_BYTES + fp8_path.mem_bytes(point)
+    out += out if options.get("scale_at", "logits") == "query" else 0
     mask = masks_per * point.q_len_resolved * point.seq_len * (1 + s) if point.masked else 0
     upcast = bool(options.get("upcast_softmax", False)) and point.precision not in ("fp32", "tf32")
     if point.mode == "fwd":

@@ -26,6 +26,8 @@ from selfattn.masks import Masks, no_empty_rows
 from selfattn.point import FP32_BYTES, Point
 
 NAME = "sdpa"
+FP8_UNSUPPORTED = ("precision fp8: torch's scaled_dot_product_attention has no FP8 kernel (it takes fp16, bf16, fp32, "
+                   "fp64); naive and chunked quantize Q, K, V and P themselves")
 # Fused SDPA is mostly matmul: the time guard's optimistic share of the matmul peak.
 EFFICIENCY = 0.9
 KERNELS: dict[str, SDPBackend | None] = {

@@ -56,7 +56,7 @@ def permutation_max_abs_diff(point: Point, dtype: torch.dtype, device: torch.dev
     seed = point.seed + PERM_SEED_OFFSET
     inputs = _token_inputs(point, 1, n, n, point.heads, dtype, device, seed)
     perm = torch.randperm(n, generator=torch.Generator(device="cpu").manual_seed(seed)).to(device)
-    options = dict(point.backend_options)
+    options = point.call_options
     scale = parse_scale(point.scale)
 
     def run(q_: torch.Tensor, k_: torch.Tensor, v_: torch.Tensor) -> torch.Tensor:
@@ -116,7 +116,7 @@ def _at_point_shape(point: Point, dtype: torch.dtype, device: torch.device | str
     masks = None if layer else _neutral(point_masks(point, device), q_len, seq_len)  # a layer: causal only
     mask_args = dict(causal=point.causal) if masks is None else dict(
         causal=masks.causal, window=masks.window, key_lengths=masks.key_lengths, document_ids=masks.document_ids)
-    options = dict(point.backend_options)
+    options = point.call_options
     scale = parse_scale(point.scale)
 
     def as_called(t_BHLD: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,8 @@ from dataclasses import replace
 from typing import Any
 
 from selfattn.measure.flops import point_flops
-from selfattn.point import ELEMENT_BYTES, FP64_BYTES, RNN_GATES, Point
+from selfattn.fp8_formats import fp8_format
+from selfattn.point import ELEMENT_BYTES, FP32_BYTES, FP64_BYTES, RNN_GATES, Point
 
 # The time guard divides FLOPs by the measured matmul peak times the back end's EFFICIENCY (in
 # its module). Optimistic on purpose: a skipped point that would have fit is a lost measurement;
@@ -29,13 +30,19 @@ RECURRENT_EFFICIENCY = 0.1
 DEFAULT_EFFICIENCY = 0.5  # a back end without a module (never runs; only its row is predicted)
 # Without a measured peak (Budget.measure_device_peak=False): nominal TFLOP/s by element size,
 # deliberately low for a CPU (fp16/bf16 matmuls are slow on CPUs without AMX).
-NOMINAL_CPU_TFLOPS = {8: 0.02, 4: 0.05, 2: 0.002}
+NOMINAL_CPU_TFLOPS = {8: 0.02, 4: 0.05, 2: 0.002, 1: 0.05}  # fp8 (1 byte) computes on fp32 values on a CPU
 NOMINAL_CUDA_TFLOPS = 50.0
 # The point's own calls besides the timer's: the warm-up (its output is checked for accuracy)
 # and the memory measurement. A CPU point measures memory twice (peak RSS, then the allocator's
 # peak under the profiler); a tf32 point adds one call with TF32 off (precision.tf32_ignored).
 # The timer's own untimed and timed calls come from timing.plan.
 POINT_CALLS = 2
+
+
+def stored_bytes(point: Point) -> int:
+    """Bytes per element of the tensors a point holds: an FP8 precision's are float32 (quantized inside the
+    call, selfattn/fp8.py), so the harness's own memory is counted at 4 bytes, the kernel's traffic at 1."""
+    return FP32_BYTES if fp8_format(point.precision) else point.element_bytes
 
 
 def point_calls(device: str, precision: str) -> int:
@@ -45,7 +52,7 @@ def point_calls(device: str, precision: str) -> int:
 
 def input_bytes(point: Point) -> int:
     """Bytes of what exists before a call: Q, K, V (or X and the layer weights), upstream grad."""
-    s = point.element_bytes
+    s = stored_bytes(point)
     b, h, d = point.batch, point.heads, point.head_dim
     q_len, seq_len = point.q_len_resolved, point.seq_len
     if point.scope == "layer" or point.scope in RNN_GATES:
@@ -62,7 +69,7 @@ def _layer_bytes(point: Point) -> int:
     """Projections around the core: q, k, v heads, the merged heads and the output projection
     (forward); fwd_bwd keeps them for backward and adds their gradients and the weights' grads.
     k and v (and their gradients) have kv_heads heads: GQA shrinks them."""
-    s = point.element_bytes
+    s = stored_bytes(point)
     act = point.batch * point.seq_len * point.d_model * s
     act_kv = point.batch * point.seq_len * point.kv_heads_resolved * point.head_dim * s  # k or v
     if point.mode == "fwd":
@@ -143,7 +150,7 @@ def _generate_step(point: Point) -> Point:
 def _generate_state_bytes(point: Point) -> int:
     """What a generation keeps between steps: the token buffer, the K/V cache (with it), and the
     step's projections of its tokens (one token with the cache, the whole prefix without)."""
-    s, total = point.element_bytes, point.seq_len + point.new_tokens
+    s, total = stored_bytes(point), point.seq_len + point.new_tokens
     kv = point.kv_heads_resolved
     tokens = point.batch * (total + 1) * point.d_model * s
     cache = 2 * point.batch * kv * total * point.head_dim * s if point.kv_cache else 0
@@ -167,7 +174,7 @@ def accuracy_bytes(point: Point, rows: int) -> int:
     stability pass (they never overlap). The pass: float64 and own-precision scores of the sampled
     rows, with their gradients, float64 copies of the inputs, and the larger of the reference's
     full-size work and the stability pass's (`_full_size_pass_bytes`)."""
-    s = point.element_bytes
+    s = stored_bytes(point)
     if point.scope in RNN_GATES:  # a float64 copy of X and the whole recurrence, then the path-length pass
         reference = recurrent_mem_bytes(point, FP64_BYTES) + input_bytes(point) * (FP64_BYTES // s)
         return max(reference, path_length_bytes(point), input_draw_bytes(point, rows))
@@ -207,7 +214,7 @@ def _full_size_pass_bytes(point: Point, keys: int) -> int:
     to every head in the point's precision and the repeated K's gradient. The reference's are freed
     before the stability pass runs. Measured on a CPU: B1 H8 N4096 D64, kv_heads 8 and 1, fwd and
     fwd_bwd, fp32 and bf16, the model is 0-35% above the profiler's peak of each pass."""
-    s = point.element_bytes
+    s = stored_bytes(point)
     expanded = point.batch * point.heads * keys * point.head_dim  # elements of one of K, V at every head
     reference = 2 * expanded * FP64_BYTES * (2 if point.mode == "fwd_bwd" else 1)
     if point.scope == "generate":  # no stability pass
@@ -260,7 +267,7 @@ def input_draw_bytes(point: Point, rows: int = 0) -> int:
 
     drawn = HOST_DRAW_DTYPE if draws_on_host(resolve_device(point.device)) else DEVICE_DRAW_DTYPE
     draw_bytes = drawn.itemsize
-    return 0 if draw_bytes == point.element_bytes else max(_drawn_tensors(point, rows)) * draw_bytes
+    return 0 if draw_bytes == stored_bytes(point) else max(_drawn_tensors(point, rows)) * draw_bytes
 
 
 def nominal_peak_tflops(device: str, precision: str) -> float:

@@ -45,6 +45,7 @@ from selfattn.measure.stability import SATURATED_WEIGHT, stability
 from selfattn.positions import rope_shift_max_abs_diff
 from selfattn.measure.timing import time_call, wall_call
 from selfattn.metrics import ALL as ALL_METRICS, metrics_label
+from selfattn.fp8_formats import fp8_format
 from selfattn.point import RNN_GATES, Point
 from selfattn.results import Row
 
@@ -89,7 +90,7 @@ def _environment_columns(device: str) -> dict[str, Any]:
 def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: frozenset[str]) -> None:
     from selfattn.backends import compiles, kernel_label, resolve_options
     from selfattn.measure.workload import build
-    from selfattn.precision import precision_context
+    from selfattn.precision import precision_context, storage_dtype
 
     point.validate()
     from selfattn.additive import unsupported_reason
@@ -103,15 +104,26 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
     point = point.with_device(device)
     if point.scope in RNN_GATES:
         _check_no_options(point)
-    with precision_context(point.precision, device) as dtype:
+    with precision_context(point.precision, device) as precision_dtype:
+        dtype = precision_dtype
+        if storage_dtype(precision_dtype) != precision_dtype and point.scope == "train":
+            raise Unsupported(f"precision {point.precision}: scope=train has no FP8 path (only the FP8 forward is built)")
         if point.scope == "train":  # a training run, not a timed call: selfattn/train/loop.py
             from selfattn.train.loop import train_point
 
             row.kernel = kernel_label(point.backend, dict(point.backend_options), device=device, dtype=dtype)
             return train_point(point, device, dtype, row, max_point_s=budget.max_point_s, saturated_weight=SATURATED_WEIGHT)
-        options = resolve_options(point.backend, dict(point.backend_options), device, dtype)
+        # fp8: the options read the float8 dtype (selfattn/fp8.py); every tensor is made in float32
+        options = resolve_options(point.backend, dict(point.backend_options), device, precision_dtype)
         row.kernel = (f"torch.nn.{point.scope.upper()}" if point.scope in RNN_GATES else
-                      kernel_label(point.backend, dict(point.backend_options), device=device, dtype=dtype))
+                      kernel_label(point.backend, dict(point.backend_options), device=device, dtype=precision_dtype))
+        dtype = storage_dtype(precision_dtype)
+        if dtype != precision_dtype and point.mode == "fwd_bwd":
+            raise Unsupported(f"precision {point.precision}: only the FP8 forward is built (no FP8 backward), "
+                              "so mode=fwd_bwd cannot run")
+        if dtype != precision_dtype and point.scope in RNN_GATES:  # it would run fp32 under an fp8 label
+            raise Unsupported(f"precision {point.precision}: scope={point.scope} (torch.nn.{point.scope.upper()}) has no "
+                              "FP8 path; FP8 is built for the attention back ends naive and chunked")
         compiling = compiles(point.backend, options)
         if compiling and point.scope == "generate":
             raise Unsupported("scope=generate with a compiled back end: every step's cache length is a new shape to "
@@ -285,9 +297,22 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         if point.pos_enc == "rope":  # a logit depends on m - n only: q at m+s, k at n+s against q at m, k at n
             row.rope_shift_max_abs_diff = rope_shift_max_abs_diff(point.head_dim, point.seq_len, dtype=dtype,
                                                                   device=device, seed=point.seed)
+        if fp8_format(point.precision) and workload.stability_inputs is not None:
+            _fp8_columns(point, workload, row)
     if compiling and "permutation" in metrics:  # at the point's own size and shape (every thread): the code compiled above
         _compiled_permutation_check(point, dtype, device, row)
     row.status, row.error, row.metrics = "ok", "", metrics_label(metrics)
+
+
+def _fp8_columns(point: Point, workload: Any, row: Row) -> None:
+    """The FP8 columns (saturated, non-finite, P's lost mass, raw-cast logits) of the sampled rows."""
+    from selfattn import fp8
+    from selfattn.backends import resolve_options
+
+    q_rows, k, v, _ = workload.stability_inputs()
+    options = resolve_options(point.backend, point.call_options, q_rows.device, q_rows.dtype)
+    for name, value in fp8.diagnostics(q_rows, k, v, scale=point.scale_value, options=options).items():
+        setattr(row, name, value)
 
 
 def _compiled_permutation_check(point: Point, dtype: torch.dtype, device: str, row: Row) -> None:

@@ -80,10 +80,11 @@ def build(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Te
 def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor) -> Workload:
     b, h, q_len, seq_len, d = point.batch, point.heads, point.q_len_resolved, point.seq_len, point.head_dim
     scale = parse_scale(point.scale)
-    options = dict(point.backend_options)
+    options = point.call_options
     grad = point.mode == "fwd_bwd"
     q, k, v = make_qkv(b, h, q_len, seq_len, d, dtype=dtype, device=device, std=point.input_std, seed=point.seed,
-                       requires_grad=grad, kv_heads=point.kv_heads_resolved)
+                       requires_grad=grad, kv_heads=point.kv_heads_resolved,
+                       outliers=point.input_outliers, outlier_std=point.outlier_std)
     masks = point_masks(point, device)
     mask_args = dict(causal=masks.causal, window=masks.window, key_lengths=masks.key_lengths,
                      document_ids=masks.document_ids)
@@ -187,7 +188,7 @@ def _backend_hook(hook: str, point: Point, q: torch.Tensor, k: torch.Tensor, v: 
         masks.prepare(q.shape[2], k.shape[2])
     if not hasattr(module, hook):
         return absent
-    options = resolve_options(point.backend, dict(point.backend_options), q.device, dtype)
+    options = resolve_options(point.backend, point.call_options, q.device, dtype)
     with torch.no_grad():
         return getattr(module, hook)(q.detach(), k.detach(), v.detach(), masks=masks, scale=point.scale_value, **options)
 
@@ -203,7 +204,7 @@ def _seeded_layer(point: Point, dtype: torch.dtype, device: torch.device) -> Mul
     layer = MultiHeadSelfAttention(point.d_model, point.heads, kv_heads=point.kv_heads_resolved, backend=point.backend,
                                    causal=point.causal, scale=parse_scale(point.scale), pos_enc=point.pos_enc,
                                    max_len=point.seq_len if point.pos_enc != "none" else None,
-                                   **dict(point.backend_options))
+                                   **point.call_options)
     if point.seed != 0:  # the constructor already initialized from seed 0
         layer.reset_parameters(seed=point.seed)
     return layer.to(device=device, dtype=dtype)

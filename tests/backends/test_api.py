@@ -23,11 +23,12 @@ def test_registry_is_a_plain_dict_of_the_four_backends():
 
 
 def test_default_options_are_resolved():
+    fp8_off = {"fp8": "none", "fp8_scaling": "tensor", "fp8_block": 64, "p_scale": 256.0, "hadamard": False}
     assert backends.default_options("naive", "cpu", torch.float32) == {"upcast_softmax": False, "scale_at": "logits",
-                                                                       "compile": False}
+                                                                       "compile": False, **fp8_off}
     assert backends.default_options("sdpa", "cpu", torch.float32) == {"kernel": "auto", "bool_mask": False}
     chunked = backends.default_options("chunked", "cpu", torch.float32)
-    assert set(chunked) == {"q_chunk", "kv_chunk", "compute", "compile"} and chunked["compute"] == "fp32"
+    assert set(chunked) == {"q_chunk", "kv_chunk", "compute", "compile", *fp8_off} and chunked["compute"] == "fp32"
     assert backends.default_options("flex", "cpu", torch.float32) == {}
     assert chunked["q_chunk"] is None and chunked["kv_chunk"] is None  # auto: sized to each call's masks
 
@@ -52,7 +53,8 @@ def test_forced_sdpa_kernel_that_cannot_run_raises_unsupported(kernel):
 
 
 def test_precisions():
-    assert PRECISIONS == ("fp64", "fp32", "tf32", "fp16", "bf16")
+    assert PRECISIONS == ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+    assert resolve_dtype("fp8_e4m3", "cpu") is torch.float8_e4m3fn
     assert resolve_dtype("fp16", "cpu") is torch.float16
     assert resolve_dtype("bf16", "cpu") is torch.bfloat16
     with pytest.raises(Unsupported, match="tf32"):

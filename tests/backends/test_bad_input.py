@@ -62,8 +62,11 @@ def test_unknown_backend_lists_valid_names():
 def test_unknown_option_names_the_nearest_or_the_allowed_ones():
     with pytest.raises(ValueError, match=r"^chunk: unknown key; did you mean q_chunk\?$"):
         call(backend="chunked", chunk=64)
-    with pytest.raises(ValueError, match=r"^blocks: unknown key; allowed: q_chunk, kv_chunk, compute, compile$"):
+    with pytest.raises(ValueError, match=r"^blocks: unknown key; did you mean fp8_block\?$"):
         call(backend="chunked", blocks=64)
+    with pytest.raises(ValueError, match=r"^xyz: unknown key; allowed: fp8, fp8_scaling, fp8_block, p_scale, hadamard, "
+                                         r"q_chunk, kv_chunk, compute, compile$"):
+        call(backend="chunked", xyz=64)
 
 
 def test_device_mismatch():

@@ -36,7 +36,7 @@ def _helper():
 
 
 STAGES = ["env", "deps", "plan", "tests_gpu", "tests_compiled", "quadratic_cost", "sdpa_kernels",
-          "scaling_stability", "flex", "compile_option", "results", "report"]
+          "scaling_stability", "flex", "compile_option", "fp8", "results", "report"]
 RESERVE_S = 10
 DEFAULT_TOTAL_S = 480  # one 10-minute call of the device tool, with room for a second in 15 minutes
 
@@ -76,7 +76,7 @@ def test_dry_run_prints_the_plan_and_every_stage_and_writes_nothing(dry_run) -> 
     commands = [line for line in text.splitlines() if line.startswith("+ ")]
     assert any("pip install -q --no-index --no-deps --target" in c and str(wheels) in c for c in commands)
     sweeps = [c for c in commands if "-m runners.sweep" in c]
-    assert len(sweeps) == 5
+    assert len(sweeps) == 6
     assert all("device=cuda" in c and "report=false" in c and "budget.max_point_s=" in c for c in sweeps)
     assert all("wandb.mode=disabled" in c for c in sweeps)  # the GPU image has no wandb
     joined = " ".join(sweeps)
@@ -93,6 +93,7 @@ def test_dry_run_prints_the_plan_and_every_stage_and_writes_nothing(dry_run) -> 
     assert list(plan) == STAGES
     assert plan["quadratic_cost"]["points"] == "30" and plan["sdpa_kernels"]["points"] == "20"
     assert plan["flex"]["points"] == "2" and plan["compile_option"]["points"] == "2"
+    assert plan["fp8"]["points"] == "8" and "precision=fp8_e4m3,fp8_e5m2" in joined  # the FP8 grid, cut to fit
     assert int(plan["tests_gpu"]["points"]) > 0 and int(plan["tests_compiled"]["points"]) > 0
     assert "cold fwd_bwd compiles x 40 s" in plan["flex"]["why"] and "cold fwd compiles" in plan["compile_option"]["why"]
     assert "skipped" not in " ".join(row["why"] for row in plan.values())

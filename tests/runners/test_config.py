@@ -26,7 +26,7 @@ def task_dict(cfg):
 def test_the_issue_lists_every_experiment():
     assert set(EXPERIMENTS) == {"quick", "quadratic_cost", "scaling_stability", "causal_mask", "heads",
                                 "precision_accuracy", "cross_gpu", "masks", "gqa", "decode", "compiled", "rnn_vs_attention",
-                                "training", "additive", "positions", "smoke"}
+                                "training", "additive", "positions", "fp8", "smoke"}
 
 
 @pytest.mark.parametrize("name", STUDIES)
@@ -148,7 +148,7 @@ BASE = {"backend": {"name": "naive", "upcast_softmax": False}, "precision": {"na
     ({"backend": {"name": "flash"}}, "backend:", "naive, sdpa, chunked"),
     ({"backend": {"name": "sdpa", "kernel": "fast"}}, "backend.kernel:", "flash"),
     ({"backend": {"name": "chunked", "q_chunk": 0, "kv_chunk": None}}, "backend.q_chunk:", "integer >= 1"),
-    ({"backend": {"name": "naive", "kernel": "math"}}, "backend.kernel:", "unknown key; allowed: backend.upcast_softmax"),
+    ({"backend": {"name": "naive", "kernel": "math"}}, "backend.kernel:", "unknown key; allowed: backend.fp8, backend.fp8_scaling"),
     ({"scale": "big"}, "scale:", "auto, none"),
     ({"device": "tpu"}, "device:", "auto, cpu, cuda"),
     ({"causal": "yes"}, "causal:", "true or false"),

@@ -51,9 +51,10 @@ def _decode_points(composer, device: str):
 def test_decode_runs_bf16_on_a_gpu_and_keeps_fp32_on_a_cpu(composer):
     _, gpu = _decode_points(composer, "cuda")
     _, cpu = _decode_points(composer, "cpu")
-    assert {p.precision for p in gpu if p.scope == "core"} == {"bf16"}  # the decode grid: fused kernels
-    assert {p.precision for p in gpu if p.scope == "generate"} == {"fp32"}  # no GQA there: fused in fp32
-    assert {p.precision for p in cpu} == {"fp32"}  # the CPU grid as before
+    assert {p.precision for p in gpu if p.scope == "core"} == {"bf16", "fp8_e4m3"}  # the decode grid: fused kernels
+    assert {p.precision for p in gpu if p.scope == "generate"} == {"fp32", "fp8_e4m3"}  # no GQA there: fused in fp32
+    assert {p.precision for p in cpu} == {"fp32", "fp8_e4m3"}  # the CPU grid as before, and the FP8 cache's points
+    assert {p.backend for p in gpu if p.precision == "fp8_e4m3"} <= {"naive", "chunked"}  # the back ends with FP8
 
 
 @pytest.mark.parametrize("device, precision", [("cuda", "bf16"), ("cpu", "fp32")])
@@ -74,7 +75,7 @@ def test_decode_gpu_grid_fits_an_h200_and_finishes_in_minutes(composer):
         total_s += (JOB_OVERHEAD_S + harness_s + call_s
                     + after_warmup_s("cuda", call_s, cfg.budget.timing_s, point.precision))
         assert input_draw_s(point, ROWS) < 1.0  # drawn on the device: no point waits on one host thread
-    assert len(points) == 132 and total_s < 6 * 60, f"{len(points)} points, ~{total_s / 60:.1f} min"
+    assert len(points) == 140 and total_s < 6 * 60, f"{len(points)} points, ~{total_s / 60:.1f} min"
     # the negative control: the old grid's 256K cache at batch 8 x 32 K/V heads does not fit
     largest = max(points, key=lambda p: input_bytes(p) + predict_mem_bytes(p) + accuracy_bytes(p, ROWS))
     old = replace(largest, seq_len=262144)

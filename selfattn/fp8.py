@@ -1,0 +1,218 @@
+"""FP8 attention, the way FlashAttention-3 computes it, for naive and chunked (forward).
+
+precision=fp8_e4m3|fp8_e5m2 keeps Q, K, V in float32 storage (the reference dtype: the output
+comes back in it) and quantizes inside the call:
+
+1. `hadamard=true` (incoherent processing): Q and K are multiplied by the same random orthogonal
+   matrix R = diag(signs) H_d / sqrt(d) (H_d the Sylvester Hadamard matrix, so d must be a power
+   of two): (QR)(KR)^T = QK^T exactly, while an outlier coordinate is spread over all d.
+2. Q, K, V are quantized with a scale per tensor (`fp8_scaling=tensor`), per block of
+   `fp8_block` rows of each (batch, head) (`block`, FA3's block quantization), or not at all
+   (`none`: a raw cast, which saturates or overflows as the format does). scale = amax / max,
+   x8 = fp8(x / scale) (round to nearest even), and the products see x8 * scale.
+3. QK^T is accumulated in fp32, softmax in fp32, then P is cast to fp8 with the static scale
+   `p_scale` (FA3/FA4 use 2^8: P <= 1 would otherwise waste the top of e4m3's range and lose
+   small probabilities to its subnormals) and P.V accumulated in fp32.
+
+On a CPU the products run on the dequantized values (fp8 x fp8 products are exact in fp32, so
+this is the fp32-accumulating FP8 matmul up to summation order); the kernel label ends in
+"-fp8<fmt>-dequant". (The CUDA _scaled_mm path of issue 26 is not built: on every device the
+label says dequant.) Only the forward exists: with a backward asked for, Unsupported.
+
+`diagnostics` gives a point's FP8 columns (selfattn/measure/run.py): saturated and non-finite
+fractions of the quantized Q, K, V, the probability mass the P cast loses, and what a raw cast of
+the logits does (the overflow study of analysis/fp8.py predicts them from the Gaussian tail).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import torch
+
+from selfattn.errors import Unsupported
+from selfattn.fields import spec
+from selfattn.fp8_formats import FORMAT_MAX, FORMAT_NAMES
+
+DTYPES: dict[str, torch.dtype] = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+FORMAT_OF_DTYPE: dict[torch.dtype, str] = {dtype: name for name, dtype in DTYPES.items()}
+SCALINGS = ("tensor", "block", "none")
+HADAMARD_SEED = 20_240_711  # one fixed rotation: Q and K must share it, and reruns must too
+OFF = "none"
+
+
+@dataclass(frozen=True)
+class Fp8Options:
+    """The options naive and chunked share for precision=fp8_* (their Options inherit them)."""
+
+    fp8: str = spec(OFF, choices=(OFF, *FORMAT_NAMES),
+                    help="set from precision=fp8_e4m3|fp8_e5m2 (not a config key): the FP8 format Q, K, V and P are cast to")
+    fp8_scaling: str = spec("tensor", choices=SCALINGS,
+                            help="fp8: Q, K, V scale per tensor | per block of fp8_block rows (FA3) | none (a raw cast)")
+    fp8_block: int = spec(64, ge=1, help="fp8_scaling=block: rows (tokens) per scale, per batch and head")
+    p_scale: float = spec(256.0, gt=0, help="fp8: P is multiplied by this before its cast (FA3: 2^8), divided after")
+    hadamard: bool = spec(False, help="fp8: multiply Q and K by one random orthogonal (Hadamard) matrix before quantizing")
+
+
+FP8_OPTION_NAMES = tuple(name for name in Fp8Options.__dataclass_fields__ if name != "fp8")
+_DEFAULTS = {name: f.default for name, f in Fp8Options.__dataclass_fields__.items()}
+
+
+def resolve(options: Mapping[str, Any], dtype: torch.dtype) -> dict[str, Any]:
+    """The FP8 options of a call, filled in: `fp8` from a float8 dtype (the precision's), the rest
+    defaults. An FP8 option changed without FP8 is refused (two ids would name one measurement)."""
+    fp8 = FORMAT_OF_DTYPE.get(dtype, options.get("fp8") or OFF)
+    resolved = {name: options.get(name, default) if options.get(name) is not None else default
+                for name, default in _DEFAULTS.items()}
+    resolved["fp8"] = fp8
+    if fp8 != OFF and options.get("compile"):
+        raise Unsupported(f"precision fp8_{fp8} with backend.compile=true: the FP8 path runs eager only (not built compiled)")
+    if fp8 == OFF:
+        for name in FP8_OPTION_NAMES:
+            if resolved[name] != _DEFAULTS[name]:
+                raise ValueError(f"backend.{name}: only fp8 precisions (fp8_e4m3, fp8_e5m2) use it, "
+                                 f"got {resolved[name]!r} without fp8")
+    return resolved
+
+
+def label(options: Mapping[str, Any]) -> str:
+    """The kernel label's FP8 part: "-fp8e4m3-block64-had-p256-dequant", "" without FP8."""
+    if options.get("fp8", OFF) == OFF:
+        return ""
+    scaling = options["fp8_scaling"]
+    text = f"-fp8{options['fp8']}-{scaling}" + (str(options["fp8_block"]) if scaling == "block" else "")
+    return text + ("-had" if options["hadamard"] else "") + f"-p{options['p_scale']:g}-dequant"
+
+
+def active(options: Mapping[str, Any]) -> bool:
+    return options.get("fp8", OFF) != OFF
+
+
+def check_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: Mapping[str, Any]) -> None:
+    """What an FP8 call refuses: a backward, a Hadamard rotation of a d that is no power of two."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise Unsupported(f"precision fp8_{options['fp8']}: only the forward is built (no FP8 backward: mode=fwd)")
+    d = q.shape[-1]
+    if options["hadamard"] and d & (d - 1):
+        raise ValueError(f"backend.hadamard: the Hadamard construction needs head_dim a power of two, got {d}")
+
+
+# --- the pieces, each tested against a float64 emulation (tests/backends/test_fp8.py) ---
+
+def rotation(d: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """R = diag(signs) H_d / sqrt(d), orthogonal (d x d): the randomized Hadamard matrix, seeded."""
+    if d < 1 or d & (d - 1):
+        raise ValueError(f"backend.hadamard: the Hadamard construction needs head_dim a power of two, got {d}")
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.shape[0] < d:  # Sylvester: H_2m = [[H, H], [H, -H]]
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return (signs(d)[:, None] * h / math.sqrt(d)).to(device=device, dtype=dtype)
+
+
+def signs(d: int) -> torch.Tensor:
+    """The rotation's random signs (float64, +-1), from HADAMARD_SEED."""
+    generator = torch.Generator().manual_seed(HADAMARD_SEED)
+    return torch.randint(0, 2, (d,), generator=generator).to(torch.float64) * 2 - 1
+
+
+def scales(x_XLD: torch.Tensor, fmt: str, scaling: str, block: int) -> torch.Tensor:
+    """The fp32 scale of every row of x (..., L, D), broadcastable to x: amax / the format's max
+    over the tensor (`tensor`) or over each block of `block` rows (`block`); 1 for `none`. An all-zero
+    block gets 1."""
+    if scaling not in SCALINGS:
+        raise ValueError(f"backend.fp8_scaling: expected one of {', '.join(SCALINGS)}, got {scaling!r}")
+    if scaling == "none":
+        return torch.ones((1,) * x_XLD.dim(), dtype=torch.float32, device=x_XLD.device)
+    x = x_XLD.detach().float().abs()
+    if scaling == "tensor":
+        amax = x.amax().reshape((1,) * x.dim())
+    else:
+        if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+            raise ValueError(f"backend.fp8_block: expected an integer >= 1, got {block!r}")
+        length = x.shape[-2]
+        pad = (-length) % block  # a ragged last block: zeros never raise an amax
+        padded = torch.nn.functional.pad(x, (0, 0, 0, pad))
+        amax_b = padded.reshape(*x.shape[:-2], (length + pad) // block, block, x.shape[-1]).amax(dim=(-1, -2))
+        amax = amax_b.repeat_interleave(block, dim=-1)[..., :length, None]
+    scale = amax / FORMAT_MAX[fmt]
+    return torch.where(scale > 0, scale, torch.ones_like(scale))
+
+
+def quantize(x: torch.Tensor, fmt: str, scale: torch.Tensor) -> torch.Tensor:
+    """fp8(x / scale): division in fp32, then the cast (round to nearest even, e4m3 saturating)."""
+    return (x.float() / scale).to(DTYPES[fmt])
+
+
+def quant_dequant(x: torch.Tensor, fmt: str, scaling: str, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the fp32 values a product sees, x8 * scale; the fp8 tensor itself)."""
+    scale = scales(x, fmt, scaling, block)
+    x8 = quantize(x, fmt, scale)
+    return x8.float() * scale, x8
+
+
+def inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: Mapping[str, Any]
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The dequantized fp32 Q, K, V an FP8 call multiplies (rotated first when hadamard)."""
+    fmt, scaling, block = options["fp8"], options["fp8_scaling"], options["fp8_block"]
+    q, k, v = q.float(), k.float(), v.float()
+    if options["hadamard"]:
+        r_DD = rotation(q.shape[-1], q.device)
+        q, k = q @ r_DD, k @ r_DD
+    return tuple(quant_dequant(t, fmt, scaling, block)[0] for t in (q, k, v))  # type: ignore[return-value]
+
+
+def p_cast(options: Mapping[str, Any]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """P -> fp8(P * p_scale) / p_scale in fp32: what the P.V product sees."""
+    dtype, p_scale = DTYPES[options["fp8"]], float(options["p_scale"])
+
+    def cast(p: torch.Tensor) -> torch.Tensor:
+        return (p * p_scale).to(dtype).float() / p_scale
+
+    return cast
+
+
+# --- a point's FP8 columns, from its sampled rows (selfattn/measure/run.py) ---
+
+def diagnostics(q_rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float,
+                options: Mapping[str, Any]) -> dict[str, float]:
+    """fp8_saturated_frac, fp8_nonfinite_frac: of the quantized Q (sampled rows), K, V values, the
+    share at the format's largest magnitude and the share non-finite; p_mass_err: mean over rows of
+    |1 - sum of the dequantized P| (the probability mass the P cast loses, or gains); the same two
+    fractions for a raw cast of the logits (point's scale, no quantization scale): raw_logit_*.
+    The rows' keys are all keys (the masks are left out: a diagnostic of the format, not the mask)."""
+    fmt = options["fp8"]
+    group = q_rows.shape[1] // k.shape[1]
+    k_full, v_full = (t.repeat_interleave(group, dim=1) for t in (k, v))
+    top = FORMAT_MAX[fmt]
+    q32, k32, v32 = q_rows.float(), k_full.float(), v_full.float()
+    if options["hadamard"]:
+        r_DD = rotation(q32.shape[-1], q32.device)
+        q32, k32 = q32 @ r_DD, k32 @ r_DD
+    # Q's block scales come from its sampled rows only: close to, not exactly, the call's blocks
+    quantized = [quant_dequant(t, fmt, options["fp8_scaling"], options["fp8_block"])[1].float() for t in (q32, k32, v32)]
+    values = torch.cat([t.flatten() for t in quantized])
+    qd, kd = (t8 * scales(t, fmt, options["fp8_scaling"], options["fp8_block"]) for t8, t in zip(quantized[:2], (q32, k32)))
+    logits = (qd @ kd.transpose(-1, -2)) * scale
+    p = torch.softmax(logits, dim=-1)
+    mass = p_cast(options)(p).double().sum(dim=-1)
+    raw = ((q_rows.double() @ k_full.double().transpose(-1, -2)) * scale).float().to(DTYPES[fmt]).float()
+    return {
+        "fp8_saturated_frac": float((values.abs() == top).double().mean()),
+        "fp8_nonfinite_frac": float((~values.isfinite()).double().mean()),
+        "p_mass_err": float((1 - mass).abs().mean()),
+        "raw_logit_saturated_frac": float((raw.abs() == top).double().mean()),
+        "raw_logit_nonfinite_frac": float((~raw.isfinite()).double().mean()),
+    }
+
+
+def mem_bytes(point: Any) -> int:
+    """Bytes an FP8 call allocates for its inputs beyond a plain fp32 call: Q, K, V's fp32 copies
+    (and rotated ones), their fp8 tensors and the dequantized values the products read; 0 without FP8."""
+    if not str(point.precision).startswith("fp8"):
+        return 0
+    q = point.batch * point.heads * point.q_len_resolved * point.head_dim
+    kv = point.batch * point.kv_heads_resolved * point.seq_len * point.head_dim
+    per = 4 + 1 + 4  # x / scale, x8, x8 * scale (the rotation's output replaces the copy)
+    return (q + 2 * kv) * per
