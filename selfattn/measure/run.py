@@ -124,6 +124,9 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
         if dtype != precision_dtype and point.scope in RNN_GATES:  # it would run fp32 under an fp8 label
             raise Unsupported(f"precision {point.precision}: scope={point.scope} (torch.nn.{point.scope.upper()}) has no "
                               "FP8 path; FP8 is built for the attention back ends naive and chunked")
+        if dtype != precision_dtype and point.score == "additive":  # it too would run fp32 under an fp8 label
+            raise Unsupported(f"precision {point.precision}: score=additive (selfattn/additive.py) has no FP8 path; "
+                              "FP8 is built for the dot product of naive and chunked")
         compiling = compiles(point.backend, options)
         if compiling and point.scope == "generate":
             raise Unsupported("scope=generate with a compiled back end: every step's cache length is a new shape to "

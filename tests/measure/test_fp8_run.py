@@ -118,3 +118,12 @@ def test_the_fp8_memory_model_covers_the_measured_peak(backend):
     row = measure_point(_fp8(backend=backend, heads=4, seq_len=1024), QUICK)
     assert row.status == "ok", row.error
     assert row.peak_alloc_bytes <= row.predicted_mem_bytes <= 4 * row.peak_alloc_bytes
+
+
+def test_fp8_with_additive_scores_is_an_unsupported_row_not_an_fp32_run_under_an_fp8_label():
+    row = measure_point(Point(backend="naive", score="additive", precision="fp8_e4m3", seq_len=32, heads=2,
+                              head_dim=16), QUICK)
+    assert row.status == "unsupported" and "score=additive" in row.error and "no FP8 path" in row.error, row.error
+    plain = measure_point(Point(backend="naive", score="dot", precision="fp8_e4m3", seq_len=32, heads=2, head_dim=16),
+                          QUICK)
+    assert plain.status == "ok"  # the control: the dot product of the same point runs in FP8
