@@ -150,7 +150,7 @@ def environment(device: str) -> dict[str, Any]:
 
 _PEAKS: dict[tuple[str, torch.dtype, bool], float] = {}
 _SOURCES: dict[Any, str] = {}  # a peak's key (or ("gbps", device)) -> where its value came from
-_REMEASURED: dict[tuple[str, torch.dtype, bool], int] = {}
+_REMEASURED: dict[Any, int] = {}  # a peak's key (or ("gbps", device)) -> times measured again
 # How often one process may measure a peak again (see `remeasure` below): bounded, so a sweep
 # full of truly oversized points pays for it a few times, not once per point.
 MAX_REMEASURES = 3
@@ -236,11 +236,12 @@ BANDWIDTH_RUNS = 5  # the best of a few copies: the peak is what the device can 
 _BANDWIDTH: dict[str, float] = {}
 
 
-def device_peak_gbps(device: str) -> float:
+def device_peak_gbps(device: str, *, remeasure: bool = False) -> float:
     """Measured memory bandwidth of `device` in GB/s (1e9 bytes): the fastest of BANDWIDTH_RUNS
     copies of a large buffer, bytes read plus bytes written over its time. Once per process and
-    device, like device_peak_tflops; decode steps are judged against it (their arithmetic per
-    byte is too low for the matmul peak to matter)."""
+    device, like device_peak_tflops (and, like it, `remeasure=True` measures again, at most
+    MAX_REMEASURES times, keeping the better value); decode steps are judged against it (their
+    arithmetic per byte is too low for the matmul peak to matter)."""
     from selfattn.measure import probes
 
     device = resolve_device(device)
@@ -251,6 +252,12 @@ def device_peak_gbps(device: str) -> float:
         else:
             _BANDWIDTH[device], _SOURCES[("gbps", device)] = _measure_bandwidth(device), probes.MEASURED
             probes.store(machine_key(device), "gbps", _BANDWIDTH[device], "GB/s")
+    elif remeasure and _REMEASURED.get(("gbps", device), 0) < MAX_REMEASURES:
+        _REMEASURED[("gbps", device)] = _REMEASURED.get(("gbps", device), 0) + 1
+        again = _measure_bandwidth(device)
+        if again > _BANDWIDTH[device]:  # the better value wins, here and in the cache
+            _BANDWIDTH[device], _SOURCES[("gbps", device)] = again, probes.MEASURED
+            probes.store(machine_key(device), "gbps", again, "GB/s")
     return _BANDWIDTH[device]
 
 

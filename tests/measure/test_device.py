@@ -204,3 +204,32 @@ def test_the_remeasure_command_measures_again_and_shows_the_cache(monkeypatch, c
     out = capsys.readouterr().out
     assert "fp32: matmul peak" in out and "copy bandwidth" in out and str(probes.cache_file(key)) in out
     assert probes.read(key)["probes"]["tflops float32 tf32=off"]["value"] > 1e-6
+
+
+def test_a_low_cached_probe_is_measured_again_when_a_point_beats_it(monkeypatch):
+    """A peak cached while the machine was swamped would stay for every later sweep: a point whose own
+    call is faster than the peak (or moves more bytes per second than the bandwidth) measures it again,
+    and the better value replaces the cache's."""
+    from selfattn import Point
+    from selfattn.measure import Budget, measure_point, probes
+
+    _fresh_process(monkeypatch)
+    monkeypatch.setattr(device_module, "BANDWIDTH_BYTES", {"cpu": 64 * 2**20, "cuda": 2**30})
+    key = device_module.machine_key("cpu")
+    probes.store(key, device_module._probe_name(torch.float32, False), 1e-7, "TFLOP/s")  # 100 kFLOP/s: far too low
+    probes.store(key, "gbps", 1e-4, "GB/s")
+    budget = Budget(timing_s=0.02, accuracy_rows=16)
+    row = measure_point(Point(heads=2, seq_len=256, head_dim=32), budget)
+    assert row.status == "ok", row.error
+    assert row.tflops > 1e-7 and row.device_peak_tflops > 1e-6, (row.tflops, row.device_peak_tflops)
+    assert row.device_peak_tflops_source == probes.MEASURED
+    assert row.device_peak_gbps > 1e-3 and row.device_peak_gbps_source == probes.MEASURED
+    _fresh_process(monkeypatch)  # the next process reads the corrected values
+    assert probes.lookup(key, device_module._probe_name(torch.float32, False))[0] == row.device_peak_tflops
+    assert probes.lookup(key, "gbps")[0] == row.device_peak_gbps
+
+    # the control: a plausible cached peak (far above what the point reaches) is kept, not measured again
+    _fresh_process(monkeypatch)
+    probes.store(key, device_module._probe_name(torch.float32, False), 1e3, "TFLOP/s")
+    again = measure_point(Point(heads=2, seq_len=256, head_dim=32), budget)
+    assert again.device_peak_tflops == 1e3 and again.device_peak_tflops_source.startswith("cache")
