@@ -56,7 +56,7 @@ def additive_ratios(rows: pd.DataFrame) -> pd.DataFrame:
        rule="at every point measured with additive scores (naive) and with the dot product (naive, sdpa), every other "
             "axis equal: time(additive) / time(dot) > 1 and peak memory(additive) / peak memory(dot) > 1, for each "
             "dot-product back end (fastest repeat of each; memory: the allocator's peak where measured)",
-       experiment=EXPERIMENT)
+       experiment=EXPERIMENT, metrics=("memory",))
 def dot_beats_additive(rows: pd.DataFrame) -> Evidence:
     ratios = additive_ratios(rows)
     if ratios.empty:

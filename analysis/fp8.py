@@ -107,7 +107,7 @@ def overflow_points(rows: pd.DataFrame) -> pd.DataFrame:
             f"per-tensor scaling / with block scaling + Hadamard >= {MIN_FACTOR}; the measured factor is set beside "
             f"FA3's {FA3_FACTOR:.1f}x (RMSE {FA3_BASELINE_RMSE:g} -> {FA3_RMSE:g}, Shah et al. 2024, Table 3); e5m2's "
             "factor and each choice alone (block scaling, the rotation) are reported",
-       experiment=EXPERIMENT, study=FP8)
+       metrics=("accuracy",), experiment=EXPERIMENT, study=FP8)
 def fp8_block_hadamard_beats_tensor(rows: pd.DataFrame) -> Evidence | None:
     points = fp8_points(rows)
     if points.empty:

@@ -41,7 +41,7 @@ def _ok(rows: pd.DataFrame) -> pd.DataFrame:
        rule=f"without a mask: every pos_enc=none row's max |attn(PQ,PK,PV) - P attn(Q,K,V)| <= its precision's "
             f"tolerance (claim 11's), every row of each encoding's > {PERM_BROKEN_MIN}; not measured without a "
             "row of some encoding",
-       experiment=EXPERIMENT)
+       metrics=("permutation",), experiment=EXPERIMENT)
 def positions_break_equivariance(rows: pd.DataFrame) -> Evidence:
     ok = _ok(rows)
     ok = ok[ok["perm_max_abs_diff"].notna() & ~ok["causal"].astype(bool)]
