@@ -85,7 +85,7 @@ def test_quick_is_the_union_of_its_grids(composer):
     points = config.grid_points(cfg.grids)
     cost, stability_grid = 2 * 3 * 2 * 9, 4 * 2  # two passes x back ends x masks x sizes; head_dim x scale
     overflow, scale_on_q, heads, layer = 2 * 2 * 2 * 5, 2 * 5, 3 * 4, 2 * 2 * 5
-    recurrence = 2 * 2 + 2  # lstm, gru x two sizes; the layer at the same two
+    recurrence = 2 * 3 + 3  # lstm, gru x three sizes; the layer at the same three
     additive, rope, encodings = 2 + 2, 2, 3  # additive and sdpa x d_k; RoPE x two passes; three encodings
     before = cost + stability_grid + overflow + scale_on_q + heads + layer + recurrence
     assert count_jobs(cfg) == len(points) == before + additive + rope + encodings
