@@ -93,9 +93,9 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     done = None if stored is None else str(stored.get("status"))
     metrics = tuple(parsed.runner["metrics"])
     if done == "ok":
-        missing = set(metrics) - ran_metrics(stored.get("metrics"))
-        if missing:  # measured before with fewer metrics: again, with what it had as well (nothing is lost)
-            metrics = tuple(m for m in ALL_METRICS if m in missing or m in ran_metrics(stored.get("metrics")))
+        had = ran_metrics(stored.get("metrics"))
+        if set(metrics) - had:  # measured before with fewer metrics: again, with what it had as well (nothing is lost)
+            metrics = tuple(m for m in ALL_METRICS if m in had or m in metrics)
             done = None
     if done is not None and (done == "ok" or not parsed.runner["retry_failed"]):
         stub = {**parsed.columns, "status": done}  # enough of a row for the progress line
