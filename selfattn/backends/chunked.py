@@ -10,6 +10,9 @@ the others are trimmed to the keys the block's queries see (a causal block stops
 and only blocks on a boundary are masked. The block sizes are options; left at null (auto) they are
 sized to the mask (chunk_sizes: a window gets blocks of about half its width; packed documents get
 blocks that end at document starts), and the plan is decided once per masks (Masks.decision).
+A window's interior blocks all see one pattern of keys shifted by the block size; the forward
+computes runs of them as a few batched products over strided views of K and V (band runs,
+selfattn/backends/chunked_band.py) instead of block by block.
 
 The backward pass is a custom autograd.Function that keeps only the output and the
 log-sum-exp per row and recomputes each block's probabilities, as FlashAttention does, so
@@ -50,7 +53,7 @@ from typing import Any, Mapping
 import torch
 
 from selfattn import fp8 as fp8_path
-from selfattn.backends import chunked_pool
+from selfattn.backends import chunked_band, chunked_pool
 from selfattn.compile import compiled
 from selfattn.fields import spec
 from selfattn.masks import Masks, blocks, bounds, keep_from_intervals
@@ -138,11 +141,18 @@ def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor,
                q_chunk: int | None = None, kv_chunk: int | None = None, compute: str = "fp32",
                compile: bool = False, **fp8_options: Any) -> str | None:
     """The block sizes an auto option picked for these masks ("q128-kv128"; with documents
-    "q256-kv512-cut": blocks end at document starts); None when every size was set."""
+    "q256-kv512-cut": blocks end at document starts; "-band" when band runs computed some of the
+    blocks, chunked_band.py); None when every size was set."""
     if q_chunk is not None and kv_chunk is not None:
         return None
     q_run, kv_run = chunk_sizes(masks, q_chunk, kv_chunk)
-    return f"q{q_run}-kv{kv_run}" + ("-cut" if masks.document_ids is not None else "")
+    label = f"q{q_run}-kv{kv_run}" + ("-cut" if masks.document_ids is not None else "")
+    if band_applies(q_BHMD.device, q_BHMD.dtype, compute, compile, fp8_path.active(fp8_options)):
+        group = q_BHMD.shape[1] // k_BKND.shape[1]
+        forward_plans = _block_plans(masks, group, q_BHMD.shape[2], k_BKND.shape[2], q_chunk, kv_chunk)[3]
+        if any(isinstance(kv, chunked_band.BandRun) for plan in forward_plans for _, _, kv in plan):
+            label += "-band"
+    return label
 
 
 def compiles(options: Mapping[str, Any]) -> bool:
@@ -171,7 +181,7 @@ def attention(
         return out_BHMD.to(q_BHMD.dtype)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q_BHMD, k_BKND, v_BKND)):
         return _ChunkedAttention.apply(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk, compute, compile)
-    out_BHMD, _ = _forward(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk, compute, compile)
+    out_BHMD, _ = _forward(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk, compute, compile, need_lse=False)
     return out_BHMD.to(q_BHMD.dtype)
 
 
@@ -220,6 +230,7 @@ class _Plan:
     lo: list[torch.Tensor]  # per slice: (1, R) first key each virtual row sees
     hi: list[torch.Tensor]
     blocks: list[list]  # per slice: (m0, m1, [(n0, n1, mask_id or None), ...]) per query block
+    forward_blocks: list[list]  # per slice: the same with band runs, (m0, m1, BandRun) (chunked_band.py)
     empty_rows: list[bool]  # per slice: whether some row sees no key
     kv_bounds: list[list[int]]  # per slice: the key blocks' boundaries (a trimmed block lies inside one)
 
@@ -232,15 +243,16 @@ def _plan(masks: Masks, batch: int, kv_heads: int, group: int, q_len: int, seq_l
         pieces = [(slice(0, batch * kv_heads), lo, hi)]
     else:  # padding or documents: each sequence skips its own blocks
         pieces = [(slice(b * kv_heads, (b + 1) * kv_heads), lo[b:b + 1], hi[b:b + 1]) for b in range(batch)]
-    kv_plans, empty_rows, kv_bounds = _block_plans(masks, group, q_len, seq_len, q_chunk, kv_chunk)
+    kv_plans, empty_rows, kv_bounds, forward_plans = _block_plans(masks, group, q_len, seq_len, q_chunk, kv_chunk)
     return _Plan(x_slices=[p[0] for p in pieces], lo=[p[1] for p in pieces], hi=[p[2] for p in pieces],
-                 blocks=kv_plans, empty_rows=empty_rows, kv_bounds=kv_bounds)
+                 blocks=kv_plans, forward_blocks=forward_plans, empty_rows=empty_rows, kv_bounds=kv_bounds)
 
 
 def _block_plans(masks: Masks, group: int, q_len: int, seq_len: int, q_chunk: int | None,
-                 kv_chunk: int | None) -> tuple[list[list], list[bool], list[list[int]]]:
+                 kv_chunk: int | None) -> tuple[list[list], list[bool], list[list[int]], list[list]]:
     """Per piece of _plan (the batch, or each sequence): its query blocks with their key blocks, whether
-    some row sees no key, and the key blocks' boundaries. Python values read from the intervals, so
+    some row sees no key, the key blocks' boundaries, and the forward's plan with band runs
+    (chunked_band.forward_plan: only auto sizes get them, so set sizes time the block loop itself). Python values read from the intervals, so
     decided once per masks (Masks.decision): made inside every call they would wait on the GPU queue
     each time.
 
@@ -250,12 +262,12 @@ def _block_plans(masks: Masks, group: int, q_len: int, seq_len: int, q_chunk: in
     and reuses it (a causal or window mask repeats the same few patterns along the diagonal).
     """
 
-    def decide(device: torch.device | str) -> tuple[list[list], list[bool], list[list[int]]]:
+    def decide(device: torch.device | str) -> tuple[list[list], list[bool], list[list[int]], list[list]]:
         q_size, kv_size = chunk_sizes(masks, q_chunk, kv_chunk)
         lo, hi = masks.intervals(q_len, seq_len, device)
         lo, hi = lo.repeat(1, group), hi.repeat(1, group)
         rows = group * q_len
-        plans, empties, all_kv_bounds = [], [], []
+        plans, empties, all_kv_bounds, forward_plans = [], [], [], []
         for b in range(lo.shape[0]):
             p_lo, p_hi = lo[b:b + 1], hi[b:b + 1]
             doc_starts = _document_starts(masks, b)
@@ -266,7 +278,9 @@ def _block_plans(masks: Masks, group: int, q_len: int, seq_len: int, q_chunk: in
             plans.append(_with_mask_ids(plan, p_lo, p_hi))
             empties.append(bool((p_lo > p_hi).any()))
             all_kv_bounds.append(kv_bounds)
-        return plans, empties, all_kv_bounds
+            auto = q_chunk is None and kv_chunk is None
+            forward_plans.append(chunked_band.forward_plan(plans[-1], p_lo, p_hi) if auto else plans[-1])
+        return plans, empties, all_kv_bounds, forward_plans
 
     return masks.decision(("chunked_blocks", group, q_len, seq_len, q_chunk, kv_chunk), decide)
 
@@ -359,22 +373,38 @@ class _HiddenMasks:
         return hidden
 
 
+def band_applies(device: torch.device | str, dtype: torch.dtype, compute: str, compile: bool = False,
+                 fp8: bool = False) -> bool:
+    """Whether a forward runs its plan's band runs (chunked_band.py): eager, no FP8 cast of P, on a CPU
+    (where it was measured), with scores in the matmuls' own dtype (fp32/fp64, or fp16/bf16 on fp32 copies)."""
+    return (torch.device(device).type == "cpu" and not compile and not fp8
+            and _matmul_dtype(dtype, compute) == _accumulator_dtype(dtype))
+
+
 def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, kv_chunk: int, compute: str,
-             compile: bool = False, p_cast=None):
-    """Returns out (B, H, M, D) and logsumexp (X, R), both in the accumulator dtype (+inf: a row that sees no key)."""
+             compile: bool = False, p_cast=None, need_lse: bool = True):
+    """Returns out (B, H, M, D) and logsumexp (X, R), both in the accumulator dtype (+inf: a row that sees no key;
+    with need_lse=False the band runs' rows of it are left unset)."""
     b, h, q_len, d = q_BHMD.shape
     kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
     cdtype = _matmul_dtype(q_BHMD.dtype, compute)
-    q_XRD = q_BHMD.reshape(b * kv_heads, (h // kv_heads) * q_len, d).to(cdtype) * scale  # scale folded into Q once
-    k_XND, v_XND = _flat(k_BKND, cdtype), _flat(v_BKND, cdtype)
     plan = _plan(masks, b, kv_heads, h // kv_heads, q_len, seq_len, q_chunk, kv_chunk, q_BHMD.device)
+    band = band_applies(q_BHMD.device, q_BHMD.dtype, compute, compile, p_cast is not None)
+    kv_plans = plan.forward_blocks if band else plan.blocks
+    q_XRD = q_BHMD.reshape(b * kv_heads, (h // kv_heads) * q_len, d).to(cdtype)
+    # The scale folded into Q once (a pass over Q), unless band runs take it as their product's alpha: then
+    # the loop's few blocks scale their own rows, which gives the same values
+    q_scale = scale if any(isinstance(kv, chunked_band.BandRun) for p in kv_plans for _, _, kv in p) else 1.0
+    if q_scale == 1.0:
+        q_XRD = q_XRD * scale
+    k_XND, v_XND = _flat(k_BKND, cdtype), _flat(v_BKND, cdtype)
     block = compiled(_forward_block, dynamic=True) if compile else None  # None: eager, lazy rescaling where it applies
     if p_cast is not None:  # fp8: P cast before each P.V, in the exact step only (the lazy step's P can pass 1)
         block = functools.partial(block or _forward_block, p_cast=p_cast)
     outs, lses = [], []
-    for x, lo, hi, kv_plan, empty in zip(plan.x_slices, plan.lo, plan.hi, plan.blocks, plan.empty_rows):
+    for x, lo, hi, kv_plan, empty in zip(plan.x_slices, plan.lo, plan.hi, kv_plans, plan.empty_rows):
         out_XRD, lse_XR = chunked_pool.over_heads(_forward_flat, "forward", (q_XRD[x], k_XND[x], v_XND[x]), lo, hi,
-                                                  kv_plan, (empty, block), single=compile)
+                                                  kv_plan, (empty, block, need_lse, q_scale), single=compile)
         outs.append(out_XRD)
         lses.append(lse_XR)
     out_XRD, lse_XR = (outs[0], lses[0]) if len(outs) == 1 else (torch.cat(outs), torch.cat(lses))
@@ -386,26 +416,37 @@ def _flat(t_BKLD: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t_BKLD.reshape(b * heads, length, d).to(dtype)
 
 
-def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=None):
-    """The online softmax over key blocks for every block of virtual rows, on flattened heads X."""
+def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=None, need_lse: bool = True,
+                  q_scale: float = 1.0):
+    """The online softmax over key blocks for every block of virtual rows, on flattened heads X (a band
+    run's rows: chunked_band.forward_run). q_XRD is scaled already, or to be scaled by `q_scale`."""
     x, rows, d = q_XRD.shape
     seq_len = k_XND.shape[1]
     kT_XDN = k_XND.transpose(1, 2)
     adtype = _accumulator_dtype(q_XRD.dtype)
     out_XRD = torch.empty(x, rows, d, dtype=adtype, device=q_XRD.device)
     lse_XR = torch.empty(x, rows, dtype=adtype, device=q_XRD.device)
-    lazy = block is None and _lazy_rescale(q_XRD, kv_plan)
+    lazy = block is None and q_scale == 1.0 and _lazy_rescale(q_XRD, kv_plan)  # its Q copy needs the scaled Q
     block = block or _forward_block
     hidden_masks = _HiddenMasks(lo, hi, seq_len, adtype)
+    band_biases: dict[int, torch.Tensor] = {}  # one per band pattern and call
+    band_sizes = [(m1 - m0) * kv.span for m0, m1, kv in kv_plan if isinstance(kv, chunked_band.BandRun)]
+    band_workspace = torch.empty(2 * max(band_sizes), dtype=adtype, device=q_XRD.device) if band_sizes else None
     if lazy:  # Q and K with one feature more: the row's shift (-running max) against a key feature of 1
         q_ext_XRD = torch.cat([q_XRD, q_XRD.new_zeros(x, rows, 1)], dim=2)
         kT_ext_XDN = torch.cat([kT_XDN, kT_XDN.new_ones(x, 1, seq_len)], dim=1)
     for m0, m1, kv_blocks in kv_plan:
+        if isinstance(kv_blocks, chunked_band.BandRun):
+            if kv_blocks.pattern not in band_biases:
+                band_biases[kv_blocks.pattern] = chunked_band.bias(lo, hi, seq_len, m0, kv_blocks, adtype)
+            chunked_band.forward_run(q_XRD, k_XND, v_XND, out_XRD, lse_XR, m0, m1, kv_blocks,
+                                     band_biases[kv_blocks.pattern], need_lse, band_workspace, q_scale)
+            continue
         if not kv_blocks:  # no query of the block sees any key: zeros, and P = exp(S - inf) = 0 in backward
             out_XRD[:, m0:m1] = 0
             lse_XR[:, m0:m1] = float("inf")
             continue
-        q_XmD = q_XRD[:, m0:m1]
+        q_XmD = q_XRD[:, m0:m1] if q_scale == 1.0 else q_XRD[:, m0:m1] * q_scale
         # the running state before any key: empty output and sum, max -inf (every block looks alike,
         # so a compiled block needs one graph, not a second one for the first key block)
         acc_XmD = torch.zeros(x, m1 - m0, d, dtype=adtype, device=q_XRD.device)
@@ -452,7 +493,8 @@ def _lazy_rescale(q_XRD: torch.Tensor, kv_plan: list) -> bool:
     """Whether blocks after a query block's first one take the lazy step: eager code on a CPU, in fp32/fp64,
     with enough key blocks per query block that the lazy ones repay the O(n d) copies of Q and K it makes
     (a window's or documents' plan has one to three, mostly masked: there it measured 10% slower)."""
-    blocks_per_query_block = sum(len(kv) for _, _, kv in kv_plan) / max(1, len(kv_plan))
+    loop = [kv for _, _, kv in kv_plan if not isinstance(kv, chunked_band.BandRun)]  # band runs take no lazy step
+    blocks_per_query_block = sum(len(kv) for kv in loop) / max(1, len(loop))
     return (q_XRD.device.type == "cpu" and q_XRD.dtype in (torch.float32, torch.float64)
             and blocks_per_query_block >= LAZY_MIN_BLOCKS)
 
@@ -572,6 +614,23 @@ class _ChunkedAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None, None
 
 
+def _band_bytes(point: Point, options: Mapping[str, Any], device: str, q_chunk: int, a: int) -> int:
+    """A forward's band runs (chunked_band.py): per worker thread, one run's scores and their softmax.
+    An upper bound: it assumes a window's blocks form runs whenever band_applies allows them."""
+    auto = options.get("q_chunk") is None and options.get("kv_chunk") is None
+    low = point.element_bytes < FP32_BYTES
+    if (point.window is None or point.masks_per_sequence or not auto
+            or str(point.precision).startswith("fp8")
+            or not band_applies(device, torch.float16 if low else torch.float32, options.get("compute", "fp32"),
+                                bool(options.get("compile", False)))):
+        return 0
+    block = chunked_band.band_block(q_chunk)
+    span = block + (point.window - 1) * (1 if point.causal else 2)
+    rows = min(max(1, chunked_band.BAND_ROWS // block) * block, point.q_len_resolved)
+    workers = min(torch.get_num_threads(), point.batch * point.kv_heads_resolved) if device == "cpu" else 1
+    return workers * 2 * rows * span * a
+
+
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
     """O(n d) copies plus a few q_chunk x kv_chunk blocks per (batch, head); never O(n^2)."""
     s = point.element_bytes
@@ -599,7 +658,7 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     # forward: the scaled q (and its fp32 cast), fp32 k/v casts, output, log-sum-exp,
     # two score blocks alive across an iteration, the block's accumulator, the output cast back
     fwd = q_c * (2 if casts else 1) + (2 * kv_c if casts else 0) + out_acc + rows_c + 2 * block + x * q_chunk * d * a
-    fwd += hidden
+    fwd += hidden + _band_bytes(point, options, device, q_chunk, a)
     if device == "cpu" and not low:  # lazy rescaling's Q and K with one feature more (an upper bound:
         fwd += (bh * q_len + bkv * seq_len) * (d + 1) * a  # plans with few key blocks per query block skip it)
     fwd += (out if low else 0) + fp8_path.mem_bytes(point)  # fp8: the quantized and dequantized Q, K, V

@@ -99,7 +99,9 @@ def over_heads(fn, kind: str, tensors_X, lo, hi, kv_plan, extra: tuple, *, singl
 
 def split_plan(kv_plan: list, parts: int) -> list[list]:
     """The query blocks of a plan in `parts` contiguous runs of about equal work (key columns computed)."""
-    work = [(m1 - m0) * sum(n1 - n0 for n0, n1, _ in kv) for m0, m1, kv in kv_plan]
+    # an entry's key side: a list of key blocks, or one object with `columns` per row (a band run)
+    work = [(m1 - m0) * (kv.columns if hasattr(kv, "columns") else sum(n1 - n0 for n0, n1, _ in kv))
+            for m0, m1, kv in kv_plan]
     total, pieces, current, done = sum(work) or 1, [], [], 0
     for block, cost in zip(kv_plan, work):
         current.append(block)

@@ -52,7 +52,7 @@ def test_auto_sizes_follow_the_window_and_explicit_sizes_are_honoured():
     assert chunked.kernel_ran(q, q, q, masks=Masks(window=256), scale=1.0, q_chunk=8, kv_chunk=8) is None
     # explicit sizes: a plain grid, even with documents (no block ends at a document start)
     ids = torch.tensor([[0] * 5 + [1] * 27])
-    plans, _, kv_bounds = chunked._block_plans(Masks(document_ids=ids), 1, 32, 32, 16, 16)
+    plans, _, kv_bounds, _ = chunked._block_plans(Masks(document_ids=ids), 1, 32, 32, 16, 16)
     assert [m0 for m0, _, _ in plans[0]] == [0, 16] and kv_bounds[0] == [0, 16, 32]
 
 
@@ -69,7 +69,7 @@ def test_document_blocks_do_not_straddle_documents_and_compute_less():
     n = 4096
     ids = make_document_ids(1, n, 8, seed=0)
     masks = Masks(document_ids=ids)
-    plans, _, _ = chunked._block_plans(masks, 1, n, n, None, None)
+    plans, _, _, _ = chunked._block_plans(masks, 1, n, n, None, None)
     starts = set((torch.nonzero(ids[0, 1:] != ids[0, :-1]).flatten() + 1).tolist())
     straddled = [c for m0, m1, _ in plans[0] for c in starts if m0 < c < m1]
     assert not straddled, straddled
@@ -81,7 +81,7 @@ def test_document_blocks_do_not_straddle_documents_and_compute_less():
 
 def test_trimmed_key_blocks_stop_at_the_last_query_and_masks_are_shared():
     n = 4096
-    plans, _, _ = chunked._block_plans(Masks(causal=True), 1, n, n, None, None)
+    plans, _, _, _ = chunked._block_plans(Masks(causal=True), 1, n, n, None, None)
     computed = sum((m1 - m0) * (n1 - n0) for m0, m1, kv in plans[0] for n0, n1, _ in kv)
     untrimmed = sum(256 * 512 * -(-(m0 + 256) // 512) for m0 in range(0, n, 256))  # whole 512-key blocks
     assert computed / n ** 2 == pytest.approx(0.5 + 256 / (2 * n), abs=0.01) and computed < 0.95 * untrimmed
