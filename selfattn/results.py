@@ -64,7 +64,7 @@ class Row:
     time_ms_p20: float | None = None
     time_ms_p80: float | None = None
     time_samples: int | None = None
-    timer: str = ""  # what timed the calls: torch_timer (CPU), do_bench or cuda_events (CUDA)
+    timer: str = ""  # what timed the calls: cpu_blocks (CPU; torch_timer in older rows), do_bench or cuda_events (CUDA)
     # compiled back ends (flex, compile=true): the first call, compilation included, timed once and
     # apart from time_ms; whether it compiled new code (false: reused what an earlier point of this
     # process compiled, so compile_s is one call); flex: building its block mask, also apart

@@ -2,8 +2,10 @@
 
 Three timers; every row says which one measured it (`Timing.timer`, the row's `timer` column):
 
-- `torch_timer` (CPU): `torch.utils.benchmark.Timer` with all of torch's threads (its default
-  is one thread).
+- `cpu_blocks` (CPU): blocks of calls timed with `time.perf_counter` (the stdlib's `timeit`, the
+  garbage collector off, torch's thread count as set), a block sized from the caller's estimate of
+  one call (`time_cpu`). Rows before this timer say `torch_timer`: `torch.utils.benchmark.Timer`'s
+  `blocked_autorange`, which times the same blocks but estimates their size itself first.
 - `do_bench` (CUDA): `triton.testing.do_bench`, CUDA events around each call and an L2 flush
   between calls. Before timing it runs the function once, then 5 times to estimate its time,
   then warms up for `WARMUP_MS`: 7 untimed calls for a slow function. So it times only calls
@@ -24,15 +26,15 @@ its own as described.
 from __future__ import annotations
 
 import time
+import timeit
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 import torch
-import torch.utils.benchmark as torch_benchmark
 
-TIMERS = ("torch_timer", "do_bench", "cuda_events")
+TIMERS = ("cpu_blocks", "do_bench", "cuda_events")
 # Fewer timed samples than this make p20/p80 meaningless; slow calls are repeated this often
 # even when that exceeds timing_s (the budget guard has already counted them).
 MIN_SAMPLES = 3
@@ -46,6 +48,9 @@ DO_BENCH_MIN_CALLS = 10
 # The cuda_events timer's L2 flush buffer: do_bench's size, bigger than any current GPU's L2 (H200: 60 MB).
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 MAX_EVENT_CALLS = 10_000  # events are cheap, but a 10 us call with timing_s=1 would want 100k pairs
+# A CPU block lasts about this long: timeit's own cost per block (a few microseconds) is then under
+# 1% of it, and a 0.05 s window still holds tens of samples. A slower call is a block of one.
+CPU_BLOCK_S = 1e-3
 
 # do_bench in this process: why it cannot run (then cuda_events replaces it), whether it has
 # worked once (later failures are the point's own), and whether the switch was announced.
@@ -106,37 +111,40 @@ def cuda_timer(call_s: float, timing_s: float) -> str:
 def plan(device: str, call_s: float, timing_s: float) -> Plan:
     """How many calls timing a `call_s`-second call for `timing_s` seconds makes on `device`."""
     if device != "cuda":
-        # blocked_autorange's block-size estimate runs one block first (one call for a slow call,
-        # a small fraction of timing_s for a fast one), then blocks until timing_s is covered.
-        return Plan("torch_timer", 1, _timed_calls(call_s, timing_s))
+        # one calibration block first when blocks hold several calls, then blocks until timing_s is covered
+        number = _cpu_block_calls(call_s)
+        return Plan("cpu_blocks", number if number > 1 else 0, max(MIN_SAMPLES * number, _timed_calls(call_s, timing_s)))
     timer = cuda_timer(call_s, timing_s)
     if timer == "do_bench":
         return Plan(timer, DO_BENCH_ESTIMATE_CALLS + _warmup_calls(call_s), _timed_calls(call_s, timing_s))
     return Plan(timer, _warmup_calls(call_s), min(MAX_EVENT_CALLS, _timed_calls(call_s, timing_s)))
 
 
-def time_cpu(fn: Callable[[], object], timing_s: float, call_s_estimate: float) -> Timing:
-    """Time `fn` on the CPU for about `timing_s` seconds, and at least MIN_SAMPLES samples.
+def _cpu_block_calls(call_s: float) -> int:
+    """Calls per CPU block for a call of `call_s` seconds: a block of about CPU_BLOCK_S, at least one call."""
+    return max(1, round(CPU_BLOCK_S / max(call_s, 1e-9)))
 
-    `Timer.blocked_autorange` groups fast calls into blocks and times each block; its
-    `Measurement.times` are already per call (block time / calls per block), so the quantiles
-    below are of per-call times. A call slower than the budget allows for blocks runs in blocks
-    of one, and the run time is stretched to MIN_SAMPLES calls so p20/p80 exist; a run that
-    still ends with fewer samples is topped up with blocks of the same size, timed the way the
-    Timer times a block (a perf_counter around the block, no extra warm-up).
+
+def time_cpu(fn: Callable[[], object], timing_s: float, call_s_estimate: float) -> Timing:
+    """Time `fn` on the CPU for about `timing_s` seconds, and at least MIN_SAMPLES blocks.
+
+    Each sample is one block of calls timed together, divided by its calls (per-call times, as
+    torch.utils.benchmark's `blocked_autorange` reports them). The block's size comes from the
+    caller's estimate: `blocked_autorange` found it by running 1, 10, 100, ... calls until one
+    block cost 1e4 times the timer's own overhead, then rounded blocks up to that power of ten, so
+    a 30 us call spent 33 ms estimating and 0.125 s in all for a 0.05 s window. Here, when a block
+    holds several calls, one untimed block first re-estimates the call (the caller's estimate comes
+    from a cold first call, which may be many times slower) and sizes the blocks from it.
     """
-    timer = torch_benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-    # (MIN_SAMPLES - 0.5) calls of run time yield MIN_SAMPLES blocks when the estimate is right.
-    min_run_time = max(timing_s, (MIN_SAMPLES - 0.5) * call_s_estimate)
-    measurement = timer.blocked_autorange(min_run_time=min_run_time)
-    per_call_s = list(measurement.times)
-    number = measurement.number_per_run
-    while len(per_call_s) < MIN_SAMPLES:
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        per_call_s.append((time.perf_counter() - start) / number)
-    return summarize([t * 1e3 for t in per_call_s], "torch_timer")
+    number = _cpu_block_calls(call_s_estimate)
+    timer = timeit.Timer(stmt="fn()", globals={"fn": fn})  # timeit turns the garbage collector off
+    if number > 1:  # calibration: one block at the estimate's size, untimed in the result
+        number = _cpu_block_calls(timer.timeit(number) / number)
+    per_call_s: list[float] = []
+    start = time.perf_counter()
+    while len(per_call_s) < MIN_SAMPLES or time.perf_counter() - start < timing_s:
+        per_call_s.append(timer.timeit(number) / number)
+    return summarize([t * 1e3 for t in per_call_s], "cpu_blocks")
 
 
 def time_cuda(fn: Callable[[], object], timing_s: float, call_s_estimate: float) -> Timing:

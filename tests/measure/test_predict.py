@@ -55,19 +55,20 @@ def test_inputs_and_time_predictions():
     point = Point(batch=2, heads=4, seq_len=100, head_dim=8, mode="fwd_bwd")
     assert input_bytes(point) == (2 * 4 * 300 * 8 + 2 * 4 * 100 * 8) * 4  # q, k, v + upstream
     assert predict_call_s(point, 2.0) == pytest.approx(predict_call_s(point, 1.0) / 2)
-    # the warm-up and 2 memory calls + the CPU timer's estimate block + the timing budget (or
-    # MIN_SAMPLES calls, if longer) + the accuracy pass on 32 of the 100 rows, about two calls' worth
+    # the warm-up and 2 memory calls + the timing budget (or MIN_SAMPLES calls, if longer; calls this
+    # slow are blocks of one, with no calibration block) + the accuracy pass on 32 of the 100 rows,
+    # about two calls' worth
     call_s = predict_call_s(point, 1e-4)
     assert 0.01 < 3 * call_s < 1.0  # timing_s outlasts 3 calls; the calls still count
     timed = int(1.0 / call_s)
     draw_s = input_draw_s(point, 32)  # q, k, v, the upstream and the stability upstream, on one host thread
     assert draw_s == pytest.approx((2 * 4 * 300 * 8 + 2 * 4 * 100 * 8 + 2 * 4 * 32 * 8) / HOST_DRAW_VALUES_PER_S)
     assert predict_point_s(point, 1e-4, timing_s=1.0, rows=32) == pytest.approx(
-        draw_s + (3 + 1 + timed) * call_s + 2 * call_s * 0.32)
+        draw_s + (3 + timed) * call_s + 2 * call_s * 0.32)
     slow_s = predict_call_s(point, 1e-6)  # a peak so low that 3 calls outlast timing_s
     assert 3 * slow_s > 1.0
     assert predict_point_s(point, 1e-6, timing_s=1.0, rows=500) == pytest.approx(
-        input_draw_s(point, 500) + (3 + 1 + 3 + 2) * slow_s)
+        input_draw_s(point, 500) + (3 + 3 + 2) * slow_s)
 
 
 def test_drawing_the_inputs_is_guarded_on_the_device_that_draws_them():
@@ -109,9 +110,10 @@ def test_slow_cuda_point_is_guarded_on_what_really_runs(with_do_bench):
     # A 10 s call with max_point_s = 60: the warm-up, the memory call, the events timer's warm-up
     # and 3 timed calls are 60 s. do_bench would have added 1 + 5 estimate calls (120 s in all).
     assert 10.0 + after_warmup_s("cuda", 10.0, 1.0) == pytest.approx(60.0)
-    # tf32 adds its TF32-off call; a CPU its allocator-profile call (torch_timer: 1 estimate block)
+    # tf32 adds its TF32-off call; a CPU its allocator-profile call (cpu_blocks: no calibration block
+    # for blocks of one call)
     assert 10.0 + after_warmup_s("cuda", 10.0, 1.0, "tf32") == pytest.approx(70.0)
-    assert 10.0 + after_warmup_s("cpu", 10.0, 1.0) == pytest.approx(70.0)
+    assert 10.0 + after_warmup_s("cpu", 10.0, 1.0) == pytest.approx(60.0)
 
 
 def test_bad_precision_is_one_line_value_error():
@@ -270,3 +272,10 @@ def test_an_encoding_s_memory_is_covered_by_the_model(scope, mode, pos_enc):
     assert encoded.status == "ok", encoded.error
     assert encoded.peak_alloc_bytes <= encoded.predicted_mem_bytes <= 1.7 * encoded.peak_alloc_bytes
     assert encoded.predicted_mem_bytes - plain.predicted_mem_bytes >= encoded.peak_alloc_bytes - plain.peak_alloc_bytes
+
+
+def test_a_fast_cpu_calls_calibration_block_is_counted():
+    from selfattn.measure.predict import point_calls
+
+    call_s = 1e-5  # 1 ms blocks of 100 calls: one calibration block, then 0.05 s of blocks (5000 calls)
+    assert after_warmup_s("cpu", call_s, 0.05) == pytest.approx((point_calls("cpu", "fp32") - 1 + 100 + 5000) * call_s)

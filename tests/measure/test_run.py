@@ -210,7 +210,7 @@ def test_failed_point_leaves_no_memory_behind(monkeypatch):
 def test_ok_row_says_which_timer_measured_it_and_how_many_samples():
     row = measure_point(_small(), QUICK)
     assert row.status == "ok", row.error
-    assert row.timer == "torch_timer" and row.time_samples >= 3
+    assert row.timer == "cpu_blocks" and row.time_samples >= 3
     assert row.computed_as == "fp32" and row.note == ""
 
 

@@ -25,8 +25,8 @@ def test_summarize_rejects_no_samples():
 
 
 def test_fast_call_is_blocked_and_reported_per_call():
-    # A ~2 ms sleep: blocked_autorange puts several calls in a block; the reported times must
-    # still be per call (not per block), ordered, and close to the sleep.
+    # A ~2 ms sleep: a block holds one call; the reported times must be per call (not per
+    # block), ordered, and close to the sleep.
     timing = time_cpu(lambda: time.sleep(0.002), timing_s=0.2, call_s_estimate=0.002)
     assert timing.samples >= MIN_SAMPLES
     assert timing.p20_ms <= timing.median_ms <= timing.p80_ms
@@ -222,6 +222,27 @@ def test_cpu_timer_is_labelled_and_its_plan_counts_the_estimate_call():
 
     timing = time_cpu(slow, timing_s=0.01, call_s_estimate=0.03)
     expected = plan("cpu", 0.03, 0.01)
-    assert timing.timer == "torch_timer" == expected.timer
+    assert timing.timer == "cpu_blocks" == expected.timer
     assert timing.samples >= expected.timed_calls == MIN_SAMPLES
-    assert len(calls) == expected.untimed_calls + timing.samples  # blocks of one call: one estimate block
+    assert len(calls) == expected.untimed_calls + timing.samples  # blocks of one call: no calibration block
+
+
+def test_fast_calls_are_blocked_from_the_estimate_and_the_window_is_not_stretched():
+    # blocked_autorange estimated its block itself (1 + 10 + 100 + 1000 calls for a 30 us call) and
+    # rounded blocks up to 1000 calls: 2.5x the window. Now: one calibration block, then blocks of
+    # about CPU_BLOCK_S until the window is covered.
+    from selfattn.measure.timing import CPU_BLOCK_S, plan
+
+    calls = []
+
+    def fast():
+        calls.append(None)
+
+    call_s = 2e-6  # an estimate the calibration corrects (a list append is faster than this)
+    timing = time_cpu(fast, timing_s=0.02, call_s_estimate=call_s)
+    expected = plan("cpu", call_s, 0.02)
+    assert expected.untimed_calls == round(CPU_BLOCK_S / call_s)  # the calibration block
+    assert timing.samples >= 10  # tens of blocks in the window, not three
+    per_block = (len(calls) - expected.untimed_calls) / timing.samples
+    assert per_block > 1 and per_block == int(per_block)  # every timed block the same size, several calls each
+    assert timing.median_ms * 1e3 * per_block < 10 * CPU_BLOCK_S * 1e6  # blocks of about CPU_BLOCK_S, not 1000x it
