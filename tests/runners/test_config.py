@@ -83,12 +83,12 @@ def test_sizes_adapt_to_the_device(composer):
 def test_quick_is_the_union_of_its_grids(composer):
     cfg = composer(["experiment=quick", "device=cpu"])
     points = config.grid_points(cfg.grids)
-    cost, stability_grid = 2 * 3 * 2 * 9, 4 * 2  # two passes x back ends x masks x sizes; head_dim x scale
+    cost, stability_grid = 3 * 2 * 9, 4 * 2  # one pass: back ends x masks x sizes; head_dim x scale
     overflow, scale_on_q, heads, layer = 2 * 2 * 2 * 5, 2 * 5, 3 * 4, 2 * 2 * 5
     recurrence = 2 * 3 + 3  # lstm, gru x three sizes; the layer at the same three
     additive, rope, encodings = 2 + 2, 2, 3  # additive and sdpa x d_k; RoPE x two passes; three encodings
     before = cost + stability_grid + overflow + scale_on_q + heads + layer + recurrence
-    assert count_jobs(cfg) == len(points) == before + additive + rope + encodings
+    assert count_jobs(cfg) == len(points) == before + additive + rope + encodings + cost  # + the cost grid's 2nd pass
     flat = task_dict(cfg)
     built = {point_of({**flat, "grid_point": i}).point_id() for i in range(len(points))}
     assert len(built) == len(points)  # no grid repeats another's point
@@ -108,6 +108,11 @@ def test_quick_is_the_union_of_its_grids(composer):
 
     built_points = [point_of({**flat, "grid_point": i}) for i in range(len(points))]
     keys = {key(p) for p in built_points}
+    first_pass, second_pass = built_points[:cost], built_points[-cost:]  # the cost grid's passes: first and last
+    assert {p.seed for p in first_pass} == {0} and {p.seed for p in second_pass} == {1}
+    assert [replace(p, seed=1) for p in first_pass] == second_pass  # the same points, in the same scattered order
+    assert {tuple(p["metrics"]) for p in points[:cost]} == {("memory", "accuracy", "permutation")}
+    assert {tuple(p["metrics"]) for p in points[-cost:]} == {()}  # the second pass: time only
     for p in built_points[before:]:
         if p.score == "additive":
             assert key(replace(p, score="dot")) in keys and key(replace(p, score="dot", backend="sdpa")) in keys
