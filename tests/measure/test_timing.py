@@ -7,6 +7,7 @@ import time
 import types
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -246,3 +247,15 @@ def test_fast_calls_are_blocked_from_the_estimate_and_the_window_is_not_stretche
     per_block = (len(calls) - expected.untimed_calls) / timing.samples
     assert per_block > 1 and per_block == int(per_block)  # every timed block the same size, several calls each
     assert timing.median_ms * 1e3 * per_block < 10 * CPU_BLOCK_S * 1e6  # blocks of about CPU_BLOCK_S, not 1000x it
+
+
+def test_quantile_is_numpys_linear_quantile_to_the_bit():
+    from selfattn.measure.timing import quantile
+
+    rng = np.random.default_rng(0)
+    for n in [1, 2, 3, 4, 5, 7, 10, 31, 64]:
+        for _ in range(50):
+            values = np.sort(rng.lognormal(0, 2, n) * 10 ** rng.uniform(-3, 3))
+            for q in (0.0, 0.2, 0.5, 0.8, 1.0):
+                assert quantile(values, q) == np.quantile(values, q), (n, q)
+    assert quantile(np.array([1.0, 3.0]), 0.5) == 2.0 != quantile(np.array([1.0, 3.0]), 0.8)  # it interpolates
