@@ -182,9 +182,42 @@ def load_rows(paths: Sequence[Path]) -> list[tuple[Path, dict[str, Any]]]:
     return found
 
 
-def read_rows(sweep_dir: Path) -> list[dict[str, Any]]:
-    """Every row under a sweep folder (or a single run's folder), in a stable order."""
-    return [row for _, row in load_rows(row_paths(sweep_dir))]
+def read_rows(sweep_dir: Path, *, cached: bool = False) -> list[dict[str, Any]]:
+    """Every row under a sweep folder (or a single run's folder), in a stable order.
+
+    cached=True (a small sweep's results.csv rebuilt after each job): a file unchanged since this
+    process last parsed it (the same inode, size and mtime: every write replaces the file whole) gives
+    the same row object again, not to be modified; the rest are read as usual."""
+    paths = row_paths(sweep_dir)
+    if not cached:
+        return [row for _, row in load_rows(paths)]
+    rows: list[dict[str, Any] | None] = []
+    stats: dict[Path, tuple[int, int, int]] = {}
+    missing: list[Path] = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        stats[path] = (st.st_ino, st.st_size, st.st_mtime_ns)
+        hit = _PARSED.get(path)
+        if hit is None or hit[0] != stats[path]:
+            missing.append(path)
+    if len(_PARSED) > PARSED_MAX:
+        _PARSED.clear()
+    for path, row in load_rows(missing):
+        _PARSED[path] = (stats[path], row)
+    for path in stats:
+        hit = _PARSED.get(path)
+        if hit is not None and hit[0] == stats[path]:
+            rows.append(hit[1])
+    return rows  # type: ignore[return-value]
+
+
+# Rows parsed by read_rows(cached=True), by file: (inode, size, mtime_ns), row. Bounded: a small
+# sweep's live rebuilds are what it serves (runners/rows.py).
+_PARSED: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+PARSED_MAX = 1000
 
 
 def best_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -294,7 +327,9 @@ def _entry_text(row_file: str, row: Mapping[str, Any]) -> str:
 
 
 def _write_entry(index: Path, point_id: str, row_file: str, row: Mapping[str, Any]) -> None:
-    atomic_write_text(index / _entry_name(point_id), _entry_text(row_file, row))
+    # No fsync (2-3 ms a job here): the row file is the durable record, and after a machine crash an
+    # entry lost with it is found again in the job's folder (point_status), or its point measured once more
+    atomic_write_text(index / _entry_name(point_id), _entry_text(row_file, row), durable=False)
 
 
 def _indexed_row(sweep_dir: Path, point_id: str) -> tuple[Path, dict[str, Any]] | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import types
 import typing
@@ -47,6 +48,13 @@ def spec(
 
 def field_types(cls: type) -> dict[str, Any]:
     """Field name -> its annotation, resolved (the modules use `from __future__ import annotations`)."""
+    return dict(_resolved_hints(cls))
+
+
+@functools.lru_cache(maxsize=None)
+def _resolved_hints(cls: type) -> dict[str, Any]:
+    # get_type_hints evaluates every annotation's text anew: for Row's ~150 fields a few ms, paid by
+    # every job (each Point.validate, each config check) unless kept per class
     return typing.get_type_hints(cls)
 
 

@@ -24,10 +24,38 @@ def leftovers(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*.tmp")]
 
 
-def fail_writes_to(monkeypatch, target: str, code: int) -> None:
+def fail_writes_to(monkeypatch, target: str, code: int, at: str = "fsync") -> None:
     """Make row_store's writes of files named `target` fail with `code`: ENOSPC at the fsync (after the
-    bytes went into the temporary file), EACCES at the temporary file's creation."""
-    if code == errno.ENOSPC:
+    bytes went into the temporary file) or, at="flush", when the bytes are flushed (a file written
+    without fsync, as index entries are); EACCES at the temporary file's creation."""
+    if code == errno.ENOSPC and at == "flush":
+        real_fdopen = row_store.os.fdopen
+
+        class Full:
+            def __init__(self, f):
+                self.f = f
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return self.f.__exit__(*exc)
+
+            def write(self, text):
+                return self.f.write(text)
+
+            def flush(self):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+            def fileno(self):
+                return self.f.fileno()
+
+        def fdopen(fd, *args, **kwargs):
+            f = real_fdopen(fd, *args, **kwargs)
+            return Full(f) if Path(os.readlink(f"/proc/self/fd/{fd}")).name.startswith(f".{target}.") else f
+
+        monkeypatch.setattr(row_store.os, "fdopen", fdopen)
+    elif code == errno.ENOSPC:
         real = row_store.os.fsync
 
         def fsync(fd):
@@ -106,7 +134,7 @@ def test_a_full_disk_at_the_index_entry_keeps_the_row_and_the_rerun_does_not_mea
     job.run_job({**BASE, "seq_len": 16}, ctx(tmp_path, num=0))  # the index exists
     point = job.config.parse_job({**BASE, "seq_len": 32}).point_id
     with monkeypatch.context() as full:
-        fail_writes_to(full, point, errno.ENOSPC)
+        fail_writes_to(full, point, errno.ENOSPC, at="flush")  # index entries are written without fsync
         job.run_job({**BASE, "seq_len": 32}, ctx(tmp_path, num=1))
     assert "ENOSPC" in capsys.readouterr().err and leftovers(tmp_path) == []
     assert json.loads((tmp_path / "1" / "row.json").read_text())["seq_len"] == 32
