@@ -14,10 +14,17 @@ comes back in it) and quantizes inside the call:
    `p_scale` (FA3/FA4 use 2^8: P <= 1 would otherwise waste the top of e4m3's range and lose
    small probabilities to its subnormals) and P.V accumulated in fp32.
 
-On a CPU the products run on the dequantized values (fp8 x fp8 products are exact in fp32, so
-this is the fp32-accumulating FP8 matmul up to summation order); the kernel label ends in
-"-fp8<fmt>-dequant". (The CUDA _scaled_mm path of issue 26 is not built: on every device the
-label says dequant.) Only the forward exists: with a backward asked for, Unsupported.
+How the two products run is option `fp8_matmul` (selfattn/fp8_mm.py holds the products):
+`dequant` multiplies the dequantized fp32 values (fp8 x fp8 products are exact in fp32, so this
+is the fp32-accumulating FP8 matmul up to summation order); `scaled_mm` hands the fp8 tensors and
+their scales to `torch._scaled_mm` (fp32 output), where its CUDA rules allow: head_dim and the key
+counts multiples of 16, not e5m2 x e5m2, and QK^T's rowwise scales (fp8_scaling=block) with an fp32
+output only on capability 9.x with CUDA >= 12.9; a product they refuse runs dequantized. `auto`
+is scaled_mm on CUDA >= 8.9 and dequant elsewhere; forcing scaled_mm on a CPU (torch's CPU
+_scaled_mm) is how the tests check it against the float64 emulation. The kernel label ends in
+"-dequant", "-scaledmm" or, where the products differ, "-qkscaledmm-pvdequant"; a call whose shapes
+send a product back to dequant adds ":dequant-shapes" (kernel_ran). Only the forward exists: with a
+backward asked for, Unsupported.
 
 `diagnostics` gives a point's FP8 columns (selfattn/measure/run.py): saturated and non-finite
 fractions of the quantized Q, K, V, the probability mass the P cast loses, and what a raw cast of
@@ -41,6 +48,8 @@ FORMAT_OF_DTYPE: dict[torch.dtype, str] = {dtype: name for name, dtype in DTYPES
 SCALINGS = ("tensor", "block", "none")
 HADAMARD_SEED = 20_240_711  # one fixed rotation: Q and K must share it, and reruns must too
 OFF = "none"
+MATMULS = ("auto", "dequant", "scaled_mm")
+SCALED_MM_CAPABILITY = (8, 9)  # torch._scaled_mm on CUDA: Ada (8.9) and newer
 
 
 @dataclass(frozen=True)
@@ -54,15 +63,20 @@ class Fp8Options:
     fp8_block: int = spec(64, ge=1, help="fp8_scaling=block: rows (tokens) per scale, per batch and head")
     p_scale: float = spec(256.0, gt=0, help="fp8: P is multiplied by this before its cast (FA3: 2^8), divided after")
     hadamard: bool = spec(False, help="fp8: multiply Q and K by one random orthogonal (Hadamard) matrix before quantizing")
+    fp8_matmul: str = spec("auto", choices=MATMULS,
+                           help="fp8: QK^T and P.V through torch._scaled_mm on the fp8 tensors (scaled_mm, where its CUDA "
+                                "rules allow) | on the dequantized values (dequant) | auto (scaled_mm on CUDA >= 8.9)")
 
 
 FP8_OPTION_NAMES = tuple(name for name in Fp8Options.__dataclass_fields__ if name != "fp8")
 _DEFAULTS = {name: f.default for name, f in Fp8Options.__dataclass_fields__.items()}
 
 
-def resolve(options: Mapping[str, Any], dtype: torch.dtype) -> dict[str, Any]:
+def resolve(options: Mapping[str, Any], dtype: torch.dtype, device: torch.device | str = "cpu") -> dict[str, Any]:
     """The FP8 options of a call, filled in: `fp8` from a float8 dtype (the precision's), the rest
-    defaults. An FP8 option changed without FP8 is refused (two ids would name one measurement)."""
+    defaults. An FP8 option changed without FP8 is refused (two ids would name one measurement).
+    With FP8, `fp8_matmul` is resolved for `device` (auto: scaled_mm on CUDA >= 8.9, else dequant) and
+    `fp8_products` says how each product runs there before shapes are known (fp8_mm.device_products)."""
     fp8 = FORMAT_OF_DTYPE.get(dtype, options.get("fp8") or OFF)
     resolved = {name: options.get(name, default) if options.get(name) is not None else default
                 for name, default in _DEFAULTS.items()}
@@ -74,7 +88,26 @@ def resolve(options: Mapping[str, Any], dtype: torch.dtype) -> dict[str, Any]:
             if resolved[name] != _DEFAULTS[name]:
                 raise ValueError(f"backend.{name}: only fp8 precisions (fp8_e4m3, fp8_e5m2) use it, "
                                  f"got {resolved[name]!r} without fp8")
+        return resolved
+    from selfattn import fp8_mm  # the products' rules; imported here, since fp8_mm imports this module
+
+    resolved["fp8_matmul"] = _matmul(resolved["fp8_matmul"], torch.device(device))
+    resolved["fp8_products"] = fp8_mm.device_products(resolved, torch.device(device))
     return resolved
+
+
+def _matmul(asked: str, device: torch.device) -> str:
+    """auto -> scaled_mm on CUDA >= 8.9, dequant elsewhere; scaled_mm on an older GPU is Unsupported."""
+    if asked not in MATMULS:
+        raise ValueError(f"backend.fp8_matmul: expected one of {', '.join(MATMULS)}, got {asked!r}")
+    capable = device.type != "cuda" or torch.cuda.get_device_capability(device) >= SCALED_MM_CAPABILITY
+    if asked == "scaled_mm" and not capable:
+        major, minor = torch.cuda.get_device_capability(device)
+        raise Unsupported(f"backend.fp8_matmul=scaled_mm: torch._scaled_mm needs CUDA capability >= 8.9 "
+                          f"(FP8 tensor cores), this device has {major}.{minor}")
+    if asked == "auto":
+        return "scaled_mm" if device.type == "cuda" and capable else "dequant"
+    return asked
 
 
 def label(options: Mapping[str, Any]) -> str:
@@ -83,7 +116,14 @@ def label(options: Mapping[str, Any]) -> str:
         return ""
     scaling = options["fp8_scaling"]
     text = f"-fp8{options['fp8']}-{scaling}" + (str(options["fp8_block"]) if scaling == "block" else "")
-    return text + ("-had" if options["hadamard"] else "") + f"-p{options['p_scale']:g}-dequant"
+    return text + ("-had" if options["hadamard"] else "") + f"-p{options['p_scale']:g}-" + products_label(
+        options.get("fp8_products", ("dequant", "dequant")))
+
+
+def products_label(products: tuple[str, str]) -> str:
+    """'dequant', 'scaledmm', or per product where they differ: 'qkscaledmm-pvdequant'."""
+    qk, pv = (way.replace("_", "") for way in products)
+    return qk if qk == pv else f"qk{qk}-pv{pv}"
 
 
 def active(options: Mapping[str, Any]) -> bool:
@@ -152,15 +192,26 @@ def quant_dequant(x: torch.Tensor, fmt: str, scaling: str, block: int) -> tuple[
     return x8.float() * scale, x8
 
 
-def inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: Mapping[str, Any]
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The dequantized fp32 Q, K, V an FP8 call multiplies (rotated first when hadamard)."""
+def operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: Mapping[str, Any]
+             ) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    """(x8, scale) of Q, K, V (rotated first when hadamard): the fp8 tensors and their fp32 scales,
+    broadcastable to them (one per tensor or per row); x8.float() * scale is what a product sees."""
     fmt, scaling, block = options["fp8"], options["fp8_scaling"], options["fp8_block"]
     q, k, v = q.float(), k.float(), v.float()
     if options["hadamard"]:
         r_DD = rotation(q.shape[-1], q.device)
         q, k = q @ r_DD, k @ r_DD
-    return tuple(quant_dequant(t, fmt, scaling, block)[0] for t in (q, k, v))  # type: ignore[return-value]
+    out = []
+    for t in (q, k, v):
+        scale = scales(t, fmt, scaling, block)
+        out.append((quantize(t, fmt, scale), scale))
+    return tuple(out)
+
+
+def inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: Mapping[str, Any]
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The dequantized fp32 Q, K, V an FP8 call multiplies (rotated first when hadamard)."""
+    return tuple(x8.float() * scale for x8, scale in operands(q, k, v, options))  # type: ignore[return-value]
 
 
 def p_cast(options: Mapping[str, Any]) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -40,7 +40,10 @@ and a sweep compiles them once. Compiled blocks run on the calling thread (induc
 have their own threads).
 
 precision=fp8_*: one hook, selfattn/fp8.py's: Q, K, V enter dequantized, and each block's P is cast
-to fp8 (with p_scale) before its P.V product (`p_cast` of _forward_block).
+to fp8 (with p_scale) before its P.V product (`p_cast` of _forward_block). With fp8_matmul=scaled_mm
+the block products read the fp8 tensors through torch._scaled_mm instead (selfattn/fp8_mm.py; the
+fp8 tensors and their row scales ride along with Q, K, V as `_Fp8Blocks`), when every key block of
+the plan and head_dim are multiples of 16 (kernel_ran says when they are not).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from typing import Any, Mapping
 import torch
 
 from selfattn import fp8 as fp8_path
+from selfattn import fp8_mm
 from selfattn.backends import chunked_band, chunked_pool
 from selfattn.compile import compiled
 from selfattn.fields import spec
@@ -124,7 +128,7 @@ def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtyp
         "kv_chunk": options.get("kv_chunk"),
         "compute": compute,
         "compile": bool(options.get("compile", False)),
-        **fp8_path.resolve(options, dtype),
+        **fp8_path.resolve(options, dtype, device),
     }
 
 
@@ -142,17 +146,34 @@ def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor,
                compile: bool = False, **fp8_options: Any) -> str | None:
     """The block sizes an auto option picked for these masks ("q128-kv128"; with documents
     "q256-kv512-cut": blocks end at document starts; "-band" when band runs computed some of the
-    blocks, chunked_band.py); None when every size was set."""
-    if q_chunk is not None and kv_chunk is not None:
-        return None
-    q_run, kv_run = chunk_sizes(masks, q_chunk, kv_chunk)
-    label = f"q{q_run}-kv{kv_run}" + ("-cut" if masks.document_ids is not None else "")
-    if band_applies(q_BHMD.device, q_BHMD.dtype, compute, compile, fp8_path.active(fp8_options)):
-        group = q_BHMD.shape[1] // k_BKND.shape[1]
-        forward_plans = _block_plans(masks, group, q_BHMD.shape[2], k_BKND.shape[2], q_chunk, kv_chunk)[3]
-        if any(isinstance(kv, chunked_band.BandRun) for plan in forward_plans for _, _, kv in plan):
-            label += "-band"
-    return label
+    blocks, chunked_band.py), and with FP8 scaled_mm "dequant-shapes" (or per product) when the plan's
+    key blocks or head_dim send a product back; None when the label says it all."""
+    parts = []
+    if q_chunk is None or kv_chunk is None:
+        q_run, kv_run = chunk_sizes(masks, q_chunk, kv_chunk)
+        label = f"q{q_run}-kv{kv_run}" + ("-cut" if masks.document_ids is not None else "")
+        if band_applies(q_BHMD.device, q_BHMD.dtype, compute, compile, fp8_path.active(fp8_options)):
+            group = q_BHMD.shape[1] // k_BKND.shape[1]
+            forward_plans = _block_plans(masks, group, q_BHMD.shape[2], k_BKND.shape[2], q_chunk, kv_chunk)[3]
+            if any(isinstance(kv, chunked_band.BandRun) for plan in forward_plans for _, _, kv in plan):
+                label += "-band"
+        parts.append(label)
+    if fp8_path.active(fp8_options):
+        fp8_ran = fp8_mm.ran_label(fp8_options, _fp8_products(q_BHMD, k_BKND, masks, q_chunk, kv_chunk, fp8_options))
+        parts += [fp8_ran] if fp8_ran else []
+    return "-".join(parts) or None
+
+
+def _fp8_products(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, masks: Masks, q_chunk: int | None,
+                  kv_chunk: int | None, options: Mapping[str, Any]) -> tuple[str, str]:
+    """How the call's two products run: the device's choice, unless a key block of the plan (or head_dim)
+    breaks _scaled_mm's multiples of 16. (FP8 never takes band runs: its plan is the block loop's.)"""
+    if fp8_mm.SCALED_MM not in options.get("fp8_products", ()):
+        return fp8_mm.DEQUANT, fp8_mm.DEQUANT
+    group = q_BHMD.shape[1] // k_BKND.shape[1]
+    plans = _block_plans(masks, group, q_BHMD.shape[2], k_BKND.shape[2], q_chunk, kv_chunk)[0]
+    key_bounds = {bound for plan in plans for _, _, kv in plan for n0, n1, _ in kv for bound in (n0, n1)}
+    return fp8_mm.call_products(options, q_BHMD.shape[-1], key_bounds)
 
 
 def compiles(options: Mapping[str, Any]) -> bool:
@@ -175,9 +196,12 @@ def attention(
 ) -> torch.Tensor:
     if fp8_path.active(fp8_options):  # the FP8 hook: dequantized inputs, P cast before each P.V
         fp8_path.check_call(q_BHMD, k_BKND, v_BKND, fp8_options)
-        q8, k8, v8 = fp8_path.inputs(q_BHMD, k_BKND, v_BKND, fp8_options)
+        products = _fp8_products(q_BHMD, k_BKND, masks, q_chunk, kv_chunk, fp8_options)
+        ops = fp8_path.operands(q_BHMD, k_BKND, v_BKND, fp8_options)
+        q8, k8, v8 = (x8.float() * s for x8, s in ops)
+        fp8_blocks = _Fp8Blocks(products, ops, fp8_options, scale) if fp8_mm.SCALED_MM in products else None
         out_BHMD, _ = _forward(q8, k8, v8, masks, scale, q_chunk, kv_chunk, "fp32", compile,
-                               p_cast=fp8_path.p_cast(fp8_options))
+                               p_cast=fp8_path.p_cast(fp8_options), fp8_blocks=fp8_blocks)
         return out_BHMD.to(q_BHMD.dtype)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q_BHMD, k_BKND, v_BKND)):
         return _ChunkedAttention.apply(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk, compute, compile)
@@ -382,9 +406,10 @@ def band_applies(device: torch.device | str, dtype: torch.dtype, compute: str, c
 
 
 def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, kv_chunk: int, compute: str,
-             compile: bool = False, p_cast=None, need_lse: bool = True):
+             compile: bool = False, p_cast=None, need_lse: bool = True, fp8_blocks: _Fp8Blocks | None = None):
     """Returns out (B, H, M, D) and logsumexp (X, R), both in the accumulator dtype (+inf: a row that sees no key;
-    with need_lse=False the band runs' rows of it are left unset)."""
+    with need_lse=False the band runs' rows of it are left unset). fp8_blocks: the fp8 tensors the block
+    products read instead (fp8_matmul=scaled_mm)."""
     b, h, q_len, d = q_BHMD.shape
     kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
     cdtype = _matmul_dtype(q_BHMD.dtype, compute)
@@ -401,10 +426,13 @@ def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, k
     block = compiled(_forward_block, dynamic=True) if compile else None  # None: eager, lazy rescaling where it applies
     if p_cast is not None:  # fp8: P cast before each P.V, in the exact step only (the lazy step's P can pass 1)
         block = functools.partial(block or _forward_block, p_cast=p_cast)
+    flat, tensors = _forward_flat, (q_XRD, k_XND, v_XND)
+    if fp8_blocks is not None:  # the fp8 tensors and their row scales, split over heads alongside Q, K, V
+        flat, tensors = _forward_flat_fp8, tensors + fp8_blocks.tensors_X
     outs, lses = [], []
     for x, lo, hi, kv_plan, empty in zip(plan.x_slices, plan.lo, plan.hi, kv_plans, plan.empty_rows):
-        out_XRD, lse_XR = chunked_pool.over_heads(_forward_flat, "forward", (q_XRD[x], k_XND[x], v_XND[x]), lo, hi,
-                                                  kv_plan, (empty, block, need_lse, q_scale), single=compile)
+        out_XRD, lse_XR = chunked_pool.over_heads(flat, "forward", tuple(t[x] for t in tensors), lo, hi,
+                                                  kv_plan, (empty, block, need_lse, q_scale, fp8_blocks), single=compile)
         outs.append(out_XRD)
         lses.append(lse_XR)
     out_XRD, lse_XR = (outs[0], lses[0]) if len(outs) == 1 else (torch.cat(outs), torch.cat(lses))
@@ -416,10 +444,18 @@ def _flat(t_BKLD: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t_BKLD.reshape(b * heads, length, d).to(dtype)
 
 
+def _forward_flat_fp8(q_XRD, k_XND, v_XND, q8_XRD, sq_XR1, k8_XND, sk_XN1, v8T_XDN, sv_XN1, lo, hi, kv_plan,
+                      empty_rows: bool, block, need_lse: bool, q_scale: float, fp8_blocks: _Fp8Blocks):
+    """_forward_flat with the fp8 tensors of these heads (over_heads splits them along X like Q, K, V)."""
+    return _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows, block, need_lse, q_scale,
+                         fp8_blocks.with_tensors(q8_XRD, sq_XR1, k8_XND, sk_XN1, v8T_XDN, sv_XN1))
+
+
 def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=None, need_lse: bool = True,
-                  q_scale: float = 1.0):
+                  q_scale: float = 1.0, fp8_blocks=None):
     """The online softmax over key blocks for every block of virtual rows, on flattened heads X (a band
-    run's rows: chunked_band.forward_run). q_XRD is scaled already, or to be scaled by `q_scale`."""
+    run's rows: chunked_band.forward_run). q_XRD is scaled already, or to be scaled by `q_scale`.
+    fp8_blocks: the fp8 tensors of FP8 scaled_mm (_Fp8Blocks), whose products each block then runs."""
     x, rows, d = q_XRD.shape
     seq_len = k_XND.shape[1]
     kT_XDN = k_XND.transpose(1, 2)
@@ -458,8 +494,9 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=
             if lazy and not shift_stale and _lazy_block(q_ext_XRD[:, m0:m1], kT_ext_XDN[:, :, n0:n1], v_XND[:, n0:n1],
                                                         mask_1mn, acc_XmD, row_sum_Xm1):
                 continue
+            fp8_block = {} if fp8_blocks is None else {"fp8_block": fp8_blocks.block(m0, m1, n0, n1)}
             acc_XmD, row_max_Xm1, row_sum_Xm1 = block(q_XmD, kT_XDN[:, :, n0:n1], v_XND[:, n0:n1], mask_1mn,
-                                                      acc_XmD, row_max_Xm1, row_sum_Xm1)
+                                                      acc_XmD, row_max_Xm1, row_sum_Xm1, **fp8_block)
             if lazy:
                 torch.neg(row_max_Xm1, out=q_ext_XRD[:, m0:m1, d:])
                 shift_stale = False
@@ -514,11 +551,12 @@ def _lazy_block(q_ext_XmD, kT_ext_XDn, v_XnD, mask_1mn, acc_XmD, row_sum_Xm1) ->
     return True
 
 
-def _forward_block(q_XmD, kT_XDn, v_XnD, mask_1mn, acc_XmD, row_max_Xm1, row_sum_Xm1, p_cast=None):
+def _forward_block(q_XmD, kT_XDn, v_XnD, mask_1mn, acc_XmD, row_max_Xm1, row_sum_Xm1, p_cast=None, fp8_block=None):
     """One key block of the online softmax: (acc, running max, running sum) after it; acc and the
     sum are updated in place. Before the first block they are zeros and the max is -inf, so the
-    first correction is exp(-inf) = 0. `mask_1mn`: None or _hidden's (bias, keep)."""
-    s_Xmn = _mm(q_XmD, kT_XDn)
+    first correction is exp(-inf) = 0. `mask_1mn`: None or _hidden's (bias, keep). fp8_block: this
+    block's fp8 tensors (_Fp8Blocks.block), whose products replace the dequantized ones where it says."""
+    s_Xmn = _mm(q_XmD, kT_XDn) if fp8_block is None or not fp8_block.qk else fp8_block.scores()
     if mask_1mn is not None:
         s_Xmn.add_(mask_1mn[0])  # -inf where hidden
     new_max_Xm1 = torch.maximum(row_max_Xm1, s_Xmn.amax(dim=-1, keepdim=True))
@@ -527,8 +565,57 @@ def _forward_block(q_XmD, kT_XDn, v_XnD, mask_1mn, acc_XmD, row_max_Xm1, row_sum
     p_Xmn = _masked_exp_(s_Xmn.sub_(new_max_Xm1), mask_1mn)
     correction_Xm1 = torch.exp(row_max_Xm1 - new_max_Xm1)
     row_sum_Xm1.mul_(correction_Xm1).add_(p_Xmn.sum(dim=-1, keepdim=True))
-    _mm_add(acc_XmD.mul_(correction_Xm1), p_Xmn if p_cast is None else p_cast(p_Xmn), v_XnD)  # fp8: P's cast
+    acc_XmD.mul_(correction_Xm1)
+    if fp8_block is not None and fp8_block.pv:  # fp8 scaled_mm: P cast and multiplied with V8 (fp8_mm.pv)
+        acc_XmD.add_(fp8_block.out(p_Xmn))
+    else:
+        _mm_add(acc_XmD, p_Xmn if p_cast is None else p_cast(p_Xmn), v_XnD)  # fp8: P's cast
     return acc_XmD, new_max_Xm1, row_sum_Xm1
+
+
+class _Fp8Blocks:
+    """The fp8 tensors of an FP8 call with fp8_matmul=scaled_mm, flattened as Q, K, V are ((X, rows, D),
+    V8 transposed per head so that its pieces are column-major), with their scales as rows (X, rows, 1):
+    Q's carry the softmax scale, folded in once as the dequant path folds it into Q."""
+
+    def __init__(self, products: tuple[str, str], ops, options: Mapping[str, Any], scale: float,
+                 tensors_X: tuple | None = None) -> None:
+        self.qk, self.pv = (way == fp8_mm.SCALED_MM for way in products)
+        self.products, self.ops, self.options, self.scale = products, ops, options, scale
+        self.per_tensor = options["fp8_scaling"] != "block"
+        if tensors_X is None:
+            (q8, sq), (k8, sk), (v8, sv) = ops
+            b, h, q_len, d = q8.shape
+            kv_heads, seq_len = k8.shape[1], k8.shape[2]
+            x, rows = b * kv_heads, (h // kv_heads) * q_len
+            tensors_X = (q8.reshape(x, rows, d), fp8_mm.scale_rows(sq, (x, rows, 1)) * scale,
+                         k8.reshape(x, seq_len, d), fp8_mm.scale_rows(sk, (x, seq_len, 1)),
+                         v8.reshape(x, seq_len, d).transpose(1, 2).contiguous(), fp8_mm.scale_rows(sv, (x, seq_len, 1)))
+        self.tensors_X = tensors_X
+
+    def with_tensors(self, *tensors_X: torch.Tensor) -> _Fp8Blocks:
+        """The same call on a share of the heads (chunked_pool.over_heads' slice)."""
+        return _Fp8Blocks(self.products, self.ops, self.options, self.scale, tensors_X)
+
+    def block(self, m0: int, m1: int, n0: int, n1: int) -> _Fp8Block:
+        return _Fp8Block(self, m0, m1, n0, n1)
+
+
+class _Fp8Block:
+    """One (query block, key block) of _Fp8Blocks: its two products on the fp8 tensors."""
+
+    def __init__(self, blocks: _Fp8Blocks, m0: int, m1: int, n0: int, n1: int) -> None:
+        self.blocks, self.qk, self.pv = blocks, blocks.qk, blocks.pv
+        self.rows, self.keys, self.n0 = slice(m0, m1), slice(n0, n1), n0
+
+    def scores(self) -> torch.Tensor:
+        q8, sq, k8, sk, _, _ = self.blocks.tensors_X
+        return fp8_mm.qk(q8[:, self.rows], sq[:, self.rows], k8[:, self.keys], sk[:, self.keys], self.blocks.per_tensor)
+
+    def out(self, p_Xmn: torch.Tensor) -> torch.Tensor:
+        _, _, _, _, v8T, sv = self.blocks.tensors_X
+        return fp8_mm.pv(p_Xmn, self.blocks.options, v8T[:, :, self.keys], sv[:, self.keys], self.blocks.per_tensor,
+                         self.n0)
 
 
 def _backward(grad_BHMD, q_BHMD, k_BKND, v_BKND, out_BHMD, lse_XR, masks: Masks, scale, q_chunk, kv_chunk, compute,

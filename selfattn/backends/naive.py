@@ -11,7 +11,9 @@ order (Q K^T, then multiply), so the product can pass 65504 before the scale shr
 `query` multiplies Q first, as the fused kernels do, so the product itself is already scaled.
 
 precision=fp8_*: Q, K, V quantized (and dequantized) before step 1 and P cast to fp8 before step 5,
-in fp32 otherwise (selfattn/fp8.py holds all of it; the fp8 options are its Fp8Options).
+in fp32 otherwise (selfattn/fp8.py holds all of it; the fp8 options are its Fp8Options). With
+fp8_matmul=scaled_mm, steps 1 and 5 multiply the fp8 tensors through torch._scaled_mm where its rules
+allow (selfattn/fp8_mm.py; `_Fp8Products` below); kernel_ran says when the shapes sent a product back.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from selfattn import fp8 as fp8_path
+from selfattn import fp8_mm
 from selfattn.compile import compiled
 from selfattn.fields import defaults, spec
 from selfattn.fp8_formats import fp8_format
@@ -47,13 +50,26 @@ def available(device: torch.device | str) -> bool:
 
 
 def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
-    return {**defaults(Options), **options, **fp8_path.resolve(options, dtype)}
+    return {**defaults(Options), **options, **fp8_path.resolve(options, dtype, device)}
 
 
 def kernel_label(options: Mapping[str, Any]) -> str:
     label = "materialized-upcast" if options.get("upcast_softmax", False) else "materialized"
     label += "-scaleq" if options.get("scale_at", "logits") == "query" else ""
     return label + ("-compiled" if options.get("compile", False) else "") + fp8_path.label(options)
+
+
+def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
+               **options: Any) -> str | None:
+    """FP8 with scaled_mm: "dequant-shapes" (or per product) when these shapes send a product back to
+    dequant (head_dim or seq_len not a multiple of 16); None when the call runs what the label says."""
+    if not fp8_path.active(options):
+        return None
+    return fp8_mm.ran_label(options, _fp8_products(q_BHMD, k_BKND, options))
+
+
+def _fp8_products(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, options: Mapping[str, Any]) -> tuple[str, str]:
+    return fp8_mm.call_products(options, q_BHMD.shape[-1], (0, k_BKND.shape[2]))
 
 
 def compiles(options: Mapping[str, Any]) -> bool:
@@ -73,12 +89,16 @@ def attention(
     compile: bool = False,
     **fp8_options: Any,
 ) -> torch.Tensor:
-    p_cast = None
+    p_cast = fp8_products = None
     if fp8_path.active(fp8_options):  # the dequantized fp32 inputs, and P's cast before A V
         fp8_path.check_call(q_BHMD, k_BKND, v_BKND, fp8_options)
         dtype = q_BHMD.dtype
-        q_BHMD, k_BKND, v_BKND = fp8_path.inputs(q_BHMD, k_BKND, v_BKND, fp8_options)
+        products = _fp8_products(q_BHMD, k_BKND, fp8_options)
+        ops = fp8_path.operands(q_BHMD, k_BKND, v_BKND, fp8_options)
+        q_BHMD, k_BKND, v_BKND = (x8.float() * s for x8, s in ops)
         p_cast = fp8_path.p_cast(fp8_options)
+        if fp8_mm.SCALED_MM in products:
+            fp8_products = _Fp8Products(products, ops, fp8_options, k_BKND.shape[1])
     lo_bM = hi_bM = None
     empty_rows = False
     if masks.causal or not masks.only_causal:
@@ -87,8 +107,42 @@ def attention(
         # and once per masks (Masks.decision), so a timed call does not wait on the GPU to read it
         empty_rows = masks.empty_rows(q_BHMD.shape[2], k_BKND.shape[2])
     steps = compiled(_steps) if compile else _steps
-    out = steps(q_BHMD, k_BKND, v_BKND, lo_bM, hi_bM, scale, upcast_softmax, scale_at, empty_rows, p_cast)
+    out = steps(q_BHMD, k_BKND, v_BKND, lo_bM, hi_bM, scale, upcast_softmax, scale_at, empty_rows, p_cast, fp8_products)
     return out if p_cast is None else out.to(dtype)
+
+
+class _Fp8Products:
+    """Steps 1 and 5 of an FP8 call on the fp8 tensors (selfattn/fp8_mm.py), each where `products` says
+    scaled_mm; the other runs on the dequantized values as without it. Tensors as (X, rows, D), X = B*kv_heads."""
+
+    def __init__(self, products: tuple[str, str], ops, options: Mapping[str, Any], kv_heads: int) -> None:
+        (q8, sq), (k8, sk), (v8, sv) = ops
+        b, h, q_len, d = q8.shape
+        seq_len = k8.shape[2]
+        x, rows = b * kv_heads, (h // kv_heads) * q_len
+        self.qk_way, self.pv_way = products
+        self.options = options
+        self.per_tensor = options["fp8_scaling"] != "block"
+        self.q8_XRD, self.sq_XR1 = q8.reshape(x, rows, d), fp8_mm.scale_rows(sq, (x, rows, 1))
+        self.k8_XND, self.sk_XN1 = k8.reshape(x, seq_len, d), fp8_mm.scale_rows(sk, (x, seq_len, 1))
+        self.v8T_XDN = v8.reshape(x, seq_len, d).transpose(1, 2).contiguous()  # column-major V8 per head
+        self.sv_XN1 = fp8_mm.scale_rows(sv, (x, seq_len, 1))
+
+    def scores(self, q_BKRD: torch.Tensor, k_BKND: torch.Tensor, q_scale: float) -> torch.Tensor:
+        """(Q K^T) * q_scale, (B, K, R, N) fp32 (q_scale: 1, or the softmax scale when scale_at=query)."""
+        if self.qk_way != fp8_mm.SCALED_MM:
+            return (q_BKRD * q_scale if q_scale != 1 else q_BKRD) @ k_BKND.transpose(-1, -2)
+        s_XRN = fp8_mm.qk(self.q8_XRD, self.sq_XR1 * q_scale, self.k8_XND, self.sk_XN1, self.per_tensor)
+        return s_XRN.view(*q_BKRD.shape[:3], k_BKND.shape[2])
+
+    def out(self, weights_BKRN: torch.Tensor, p_cast, v_BKND: torch.Tensor) -> torch.Tensor:
+        """fp8(P) V, (B, K, R, D) fp32."""
+        if self.pv_way != fp8_mm.SCALED_MM:
+            return p_cast(weights_BKRN) @ v_BKND
+        b, kv_heads, rows, n = weights_BKRN.shape
+        out_XRD = fp8_mm.pv(weights_BKRN.reshape(b * kv_heads, rows, n), self.options, self.v8T_XDN, self.sv_XN1,
+                            self.per_tensor)
+        return out_XRD.view(b, kv_heads, rows, -1)
 
 
 def _steps(
@@ -102,16 +156,21 @@ def _steps(
     scale_at: str,
     empty_rows: bool,
     p_cast: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    fp8_products: _Fp8Products | None = None,
 ) -> torch.Tensor:
     """The chapter's steps; lo/hi (batch or 1, q_len): the keys each query sees (None: all);
-    p_cast: what A becomes before A V (fp8: its cast and back)."""
+    p_cast: what A becomes before A V (fp8: its cast and back); fp8_products: steps 1 and 5 on the
+    fp8 tensors (fp8_matmul=scaled_mm)."""
     b, h, q_len, d = q_BHMD.shape
     kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
     group = h // kv_heads
     # GQA without copying K/V: the `group` query heads that share a K/V head become one taller
     # matrix of queries (head h = kv_head * group + g), so each product still reads K and V once.
     q_BKRD = q_BHMD.reshape(b, kv_heads, group * q_len, d)
-    if scale_at == "query":  # scale Q before the product, as fused kernels do
+    if fp8_products is not None:  # step 1 on the fp8 tensors (the scale folded into Q's when scale_at=query)
+        scores_BKRN = fp8_products.scores(q_BKRD, k_BKND, scale if scale_at == "query" else 1.0)
+        scores_BKRN = scores_BKRN if scale_at == "query" else scores_BKRN * scale
+    elif scale_at == "query":  # scale Q before the product, as fused kernels do
         scores_BKRN = (q_BKRD * scale) @ k_BKND.transpose(-1, -2)
     else:
         scores_BKRN = q_BKRD @ k_BKND.transpose(-1, -2)  # step 1: Q K^T, (q_len x seq_len) per head
@@ -129,9 +188,12 @@ def _steps(
         weights_BKRN = torch.softmax(scores_BKRN.float(), dim=-1).to(q_BHMD.dtype)
     else:
         weights_BKRN = torch.softmax(scores_BKRN, dim=-1)
-    if p_cast is not None:
-        weights_BKRN = p_cast(weights_BKRN)
-    out_BHMD = (weights_BKRN @ v_BKND).view(b, h, q_len, d)  # step 5: A V
+    if fp8_products is not None:  # step 5 on the fp8 tensors: P's cast happens inside
+        out_BHMD = fp8_products.out(weights_BKRN, p_cast, v_BKND).view(b, h, q_len, d)
+    else:
+        if p_cast is not None:
+            weights_BKRN = p_cast(weights_BKRN)
+        out_BHMD = (weights_BKRN @ v_BKND).view(b, h, q_len, d)  # step 5: A V
     if sees_bM1 is not None:
         out_BHMD = out_BHMD * sees_bM1[:, None]  # rows that see no key: zeros, not an average of all keys
     return out_BHMD

@@ -23,7 +23,8 @@ def test_registry_is_a_plain_dict_of_the_four_backends():
 
 
 def test_default_options_are_resolved():
-    fp8_off = {"fp8": "none", "fp8_scaling": "tensor", "fp8_block": 64, "p_scale": 256.0, "hadamard": False}
+    fp8_off = {"fp8": "none", "fp8_scaling": "tensor", "fp8_block": 64, "p_scale": 256.0, "hadamard": False,
+               "fp8_matmul": "auto"}
     assert backends.default_options("naive", "cpu", torch.float32) == {"upcast_softmax": False, "scale_at": "logits",
                                                                        "compile": False, **fp8_off}
     assert backends.default_options("sdpa", "cpu", torch.float32) == {"kernel": "auto", "bool_mask": False}

@@ -64,7 +64,7 @@ def test_unknown_option_names_the_nearest_or_the_allowed_ones():
         call(backend="chunked", chunk=64)
     with pytest.raises(ValueError, match=r"^blocks: unknown key; did you mean fp8_block\?$"):
         call(backend="chunked", blocks=64)
-    with pytest.raises(ValueError, match=r"^xyz: unknown key; allowed: fp8, fp8_scaling, fp8_block, p_scale, hadamard, "
+    with pytest.raises(ValueError, match=r"^xyz: unknown key; allowed: fp8, fp8_scaling, fp8_block, p_scale, hadamard, fp8_matmul, "
                                          r"q_chunk, kv_chunk, compute, compile$"):
         call(backend="chunked", xyz=64)
 
