@@ -69,9 +69,37 @@ def test_block_hadamard_claim_holds_and_a_contradiction_fails():
 
 
 def test_block_hadamard_claim_judges_e4m3_and_reports_e5m2():
+    """e5m2 rows that contradict the claim (no gain) leave e4m3's verdict, and the evidence gives e5m2's
+    factor, its block scaling's alone and why it is not judged."""
     rows = [r if r["precision"] == "fp8_e4m3" else {**r, "rel_rms_err": 0.09} for r in error_rows(1.6)]
     evidence = fp8.fp8_block_hadamard_beats_tensor(frame(rows))
-    assert verdict_of(evidence) == HOLDS and "fp8_e5m2: median 1.00" in evidence.text
+    assert verdict_of(evidence) == HOLDS
+    assert "fp8_e4m3 (judged): median 1.60" in evidence.text
+    assert "fp8_e5m2 (reported, not judged): median 1.00" in evidence.text
+    assert "block scaling alone median 1.00" in evidence.text and fp8.E5M2_REASON in evidence.text
+
+
+def test_block_hadamard_claim_fails_on_e4m3_whatever_e5m2_shows():
+    """The negative control for the judged format: e4m3 without a gain does not hold, even beside an e5m2
+    that gains (as FA3's baseline would)."""
+    rows = [r if r["precision"] == "fp8_e5m2" else {**r, "rel_rms_err": 0.09 if r["input_outliers"] else 0.05}
+            for r in error_rows(1.6)]
+    evidence = fp8.fp8_block_hadamard_beats_tensor(frame(rows))
+    assert verdict_of(evidence) == FAILS
+    assert "fp8_e4m3 (judged): median 1.00" in evidence.text and "fp8_e5m2 (reported, not judged): median 1.60" in evidence.text
+
+
+def test_block_hadamard_claim_pairs_rows_of_the_same_fp8_matmul():
+    """Twins of one point with fp8_matmul=dequant (gpu_check's) pair with each other, not across: the dequant
+    twins without a gain make the claim fail although the auto rows gain."""
+    rows = error_rows(1.6)
+    twins = [{**r, "backend_options": json.dumps({**json.loads(r["backend_options"]), "fp8_matmul": "dequant"}),
+              "rel_rms_err": 0.09 if r["input_outliers"] else 0.05} for r in rows if r["precision"].startswith("fp8")]
+    assert verdict_of(fp8.fp8_block_hadamard_beats_tensor(frame(rows))) == HOLDS
+    evidence = fp8.fp8_block_hadamard_beats_tensor(frame(rows + twins))
+    assert verdict_of(evidence) == FAILS and "(4 points" in evidence.text  # 2 auto pairs + 2 dequant, no cross pairs
+    table = fp8.fp8_error_table(frame(rows + twins))
+    assert "block64+H (dequant)" in set(table["Q/K/V"]) and "block64+H" in set(table["Q/K/V"])
 
 
 def test_fp8_rows_do_not_decide_the_other_studies_claims(tmp_path, fabricate):
