@@ -210,16 +210,32 @@ def test_fp8_backward_is_unsupported():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["naive", "chunked"])
-def test_fp8_on_cuda_matches_the_float64_emulation(backend):
-    """The dequantized path on a GPU (the CUDA casts round as the CPU's): the same emulation, inputs moved."""
-    q, k, v = make_qkv(1, 2, 100, 300, 64, seed=5, outliers=0.001, outlier_std=10.0)
+def test_fp8_on_cuda_matches_the_float64_emulation(backend, monkeypatch):
+    """On a GPU both product paths against the same emulation, inputs moved: `dequant` (the CUDA casts
+    round as the CPU's), and `auto`, which on capability >= 8.9 runs torch._scaled_mm (its label says so,
+    per product), for block and per-tensor scaling. (One test per back end: gpu_check counts its tests.)"""
+    q, k, v = make_qkv(1, 4, 128, 256, 64, kv_heads=2, seed=5, outliers=0.001, outlier_std=10.0)
     x8_cpu = fp8.quant_dequant(q, "e4m3", "block", 32)[0]
     assert torch.equal(fp8.quant_dequant(q.cuda(), "e4m3", "block", 32)[0].cpu(), x8_cpu)
-    options = dict(fp8_scaling="block", fp8_block=32, p_scale=256.0, hadamard=True)
-    if backend == "chunked":
-        options.update(q_chunk=64, kv_chunk=1024)
-    out = selfattn.attention(q.cuda(), k.cuda(), v.cuda(), backend=backend, fp8="e4m3", **options).cpu()
-    want = attention64(q, k, v, fmt="e4m3", scaling="block", block=32, p_scale=256.0, hadamard=True, scale=1 / 8,
-                       normalize_first=backend == "naive")
     exact = selfattn.attention_reference(q.double(), k.double(), v.double())
-    assert rel_rms(out, want) < 0.02 * rel_rms(want, exact)
+    calls = []
+    real = torch._scaled_mm
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *a, **kw: calls.append(a[0].dtype) or real(*a, **kw))
+    scaled_mm = torch.cuda.get_device_capability() >= fp8.SCALED_MM_CAPABILITY
+    for matmul, scaling in (("dequant", "block"), ("auto", "block"), ("auto", "tensor")):
+        options = dict(fp8_scaling=scaling, fp8_block=32, p_scale=256.0, hadamard=True, fp8_matmul=matmul)
+        if backend == "chunked":
+            options.update(q_chunk=64, kv_chunk=1024)
+        resolved = selfattn.backends.resolve_options(backend, {**options, "fp8": "e4m3"}, "cuda")
+        products = resolved["fp8_products"]
+        assert selfattn.kernel_label(backend, {**options, "fp8": "e4m3"}, device="cuda").endswith(
+            "-" + fp8.products_label(products))
+        if matmul == "auto":  # H100/H200 with CUDA >= 12.9: both products; other >= 8.9 GPUs: P.V at least
+            assert products[1] == ("scaled_mm" if scaled_mm else "dequant")
+            assert scaling == "block" or products[0] == products[1]
+        calls.clear()
+        out = selfattn.attention(q.cuda(), k.cuda(), v.cuda(), backend=backend, fp8="e4m3", **options).cpu()
+        assert bool(calls) == ("scaled_mm" in products), (matmul, scaling, products)
+        want = attention64(q, k, v, fmt="e4m3", scaling=scaling, block=32, p_scale=256.0, hadamard=True, scale=1 / 8,
+                           normalize_first=backend == "naive")
+        assert rel_rms(out, want) < 0.005 * rel_rms(want, exact), (matmul, scaling, products)

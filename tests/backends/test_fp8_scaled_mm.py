@@ -5,7 +5,8 @@ order only; what is left is a P entry whose fp32 value sat on an fp8 rounding mi
 which keeps the tolerance a small share of the FP8 error rather than fp32's 1e-7.
 
 On a CPU, scaled_mm is forced (torch's CPU _scaled_mm); the CUDA rules (shapes, formats, rowwise fp32
-output) are checked on every device for shapes and with a stand-in device for the rest.
+output) are checked on every device for shapes and with a stand-in device for the rest. On a GPU,
+tests/backends/test_fp8.py's CUDA test runs `auto` (scaled_mm on capability >= 8.9) and `dequant`.
 """
 
 from __future__ import annotations
@@ -221,27 +222,3 @@ def test_bad_fp8_matmul_names_the_key(backend, options, match):
     with pytest.raises(ValueError, match=match) as info:
         selfattn.attention(q, k, v, backend=backend, **options)
     assert "\n" not in str(info.value)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("backend", ["naive", "chunked"])
-@pytest.mark.parametrize("scaling", ["tensor", "block"])
-def test_auto_on_a_gpu_runs_scaled_mm_and_matches_the_emulation(backend, scaling, scaled_mm_calls):
-    if torch.cuda.get_device_capability() < fp8.SCALED_MM_CAPABILITY:
-        pytest.skip("torch._scaled_mm needs CUDA capability >= 8.9")
-    q, k, v = make_qkv(1, 4, 128, 256, 64, kv_heads=2, seed=5, outliers=0.001, outlier_std=10.0)
-    options = dict(fp8="e4m3", fp8_scaling=scaling, fp8_block=64, hadamard=True)
-    if backend == "chunked":
-        options.update(q_chunk=64, kv_chunk=1024)
-    resolved = selfattn.backends.resolve_options(backend, options, "cuda")
-    products = resolved["fp8_products"]
-    assert resolved["fp8_matmul"] == "scaled_mm" and products[1] == "scaled_mm"
-    assert selfattn.kernel_label(backend, options, device="cuda").endswith("-" + fp8.products_label(products))
-    if scaling == "tensor" or fp8_mm.rowwise_fp32(torch.device("cuda")):
-        assert products == ("scaled_mm", "scaled_mm")
-    out = selfattn.attention(q.cuda(), k.cuda(), v.cuda(), backend=backend, causal=True, **options).cpu()
-    assert scaled_mm_calls
-    want = attention64(q, k, v, fmt="e4m3", scaling=scaling, block=64, p_scale=256.0, hadamard=True, scale=1 / 8,
-                       causal=True, normalize_first=backend == "naive")
-    exact = selfattn.attention_reference(q.double(), k.double(), v.double(), causal=True)
-    assert rel_rms(out, want) < TIGHT * rel_rms(want, exact)

@@ -93,7 +93,8 @@ def test_dry_run_prints_the_plan_and_every_stage_and_writes_nothing(dry_run) -> 
     assert list(plan) == STAGES
     assert plan["quadratic_cost"]["points"] == "30" and plan["sdpa_kernels"]["points"] == "20"
     assert plan["flex"]["points"] == "2" and plan["compile_option"]["points"] == "2"
-    assert plan["fp8"]["points"] == "8" and "precision=fp8_e4m3,fp8_e5m2" in joined  # the FP8 grid, cut to fit
+    assert plan["fp8"]["points"] == "8" and "precision=fp8_e4m3 " in joined  # the FP8 grid, cut to fit
+    assert "backend.fp8_matmul=auto,dequant" in joined  # auto (scaled_mm on the GPU) beside its dequant twins
     assert int(plan["tests_gpu"]["points"]) > 0 and int(plan["tests_compiled"]["points"]) > 0
     assert "cold fwd_bwd compiles x 40 s" in plan["flex"]["why"] and "cold fwd compiles" in plan["compile_option"]["why"]
     assert "skipped" not in " ".join(row["why"] for row in plan.values())
