@@ -258,12 +258,15 @@ def diagnostics(q_rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale
     }
 
 
-def mem_bytes(point: Any) -> int:
+def mem_bytes(point: Any, options: Mapping[str, Any] | None = None) -> int:
     """Bytes an FP8 call allocates for its inputs beyond a plain fp32 call: Q, K, V's fp32 copies
-    (and rotated ones), their fp8 tensors and the dequantized values the products read; 0 without FP8."""
+    (and rotated ones), their fp8 tensors and the dequantized values the products read; 0 without FP8.
+    With a product through _scaled_mm (resolved `options`), also V8's transposed copy and Q's row scales
+    (P's fp8 cast there needs less than the dequant path's P cast, which the back ends' models hold)."""
     if not str(point.precision).startswith("fp8"):
         return 0
     q = point.batch * point.heads * point.q_len_resolved * point.head_dim
     kv = point.batch * point.kv_heads_resolved * point.seq_len * point.head_dim
     per = 4 + 1 + 4  # x / scale, x8, x8 * scale (the rotation's output replaces the copy)
-    return (q + 2 * kv) * per
+    scaled_mm = "scaled_mm" in (options or {}).get("fp8_products", ())
+    return (q + 2 * kv) * per + ((kv + 4 * q // point.head_dim) if scaled_mm else 0)

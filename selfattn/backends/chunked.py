@@ -748,7 +748,7 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     fwd += hidden + _band_bytes(point, options, device, q_chunk, a)
     if device == "cpu" and not low:  # lazy rescaling's Q and K with one feature more (an upper bound:
         fwd += (bh * q_len + bkv * seq_len) * (d + 1) * a  # plans with few key blocks per query block skip it)
-    fwd += (out if low else 0) + fp8_path.mem_bytes(point)  # fp8: the quantized and dequantized Q, K, V
+    fwd += (out if low else 0) + fp8_path.mem_bytes(point, options)  # fp8: the quantized and dequantized Q, K, V
     if point.mode == "fwd":
         return fwd
     # backward: saved output + lse, scaled q, fp32 casts of k, v and dO, delta; then either the

@@ -210,7 +210,7 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     if fp8_format(point.precision):  # fp32: the scores and softmax stay alive while P's cast makes its fp32
         # copy and the copy divided by p_scale (measured B1 H4 N1024 D64: 70.3 MB peak allocated, this model 75.2 MB); fp32 output
         mask = masks_per * point.q_len_resolved * point.seq_len * (1 + FP32_BYTES) if point.masked else 0
-        return scores * 4 * FP32_BYTES + mask + out * FP32_BYTES + fp8_path.mem_bytes(point)
+        return scores * 4 * FP32_BYTES + mask + out * FP32_BYTES + fp8_path.mem_bytes(point, options)
     out += out if options.get("scale_at", "logits") == "query" else 0
     mask = masks_per * point.q_len_resolved * point.seq_len * (1 + s) if point.masked else 0
     upcast = bool(options.get("upcast_softmax", False)) and point.precision not in ("fp32", "tf32")
