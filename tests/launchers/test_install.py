@@ -27,7 +27,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("selfattn", "runners", "analysis")  # source folders installed under their own names
+PACKAGES = ("selfattn", "runners", "analysis", "hydra_plugins/selfattn_launcher")  # source folders installed under their own names
 CONF_PACKAGE = "selfattn_conf"                  # conf/ installs under this name (pyproject.toml)
 TINY = ["experiment=smoke", "device=cpu"]  # one point of 64 keys and one head, the least effort
 # What a copy of the tree needs to build; everything here is output or local state.

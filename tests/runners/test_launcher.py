@@ -1,0 +1,82 @@
+"""The compose_once launcher (hydra_plugins/selfattn_launcher/compose_once.py) gives every job the config
+Hydra's own load_sweep_config composes for it, whether it composed that job in full or not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.utils import JobReturn
+from hydra.types import HydraContext, RunMode
+from hydra._internal.callbacks import Callbacks
+from omegaconf import OmegaConf
+
+from hydra_plugins.selfattn_launcher.compose_once import ComposeOnceLauncher
+from runners import config
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+@pytest.fixture()
+def loader():
+    config.register_resolvers()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        yield GlobalHydra.instance().config_loader()
+
+
+def launcher_for(loader, task_overrides: list[str]) -> tuple[ComposeOnceLauncher, object]:
+    master = loader.load_configuration("config", overrides=task_overrides, run_mode=RunMode.MULTIRUN)
+    launcher = ComposeOnceLauncher()
+    launcher.setup(hydra_context=HydraContext(config_loader=loader, callbacks=Callbacks()),
+                   task_function=lambda cfg: None, config=master)
+    return launcher, master
+
+
+def same_as_hydra(loader, launcher, master, jobs: list[list[str]]) -> None:
+    for overrides in jobs:
+        ours = launcher.job_config(list(overrides))
+        hydras = loader.load_sweep_config(master, list(overrides))
+        assert OmegaConf.to_yaml(ours) == OmegaConf.to_yaml(hydras), overrides
+        assert OmegaConf.is_struct(ours) == OmegaConf.is_struct(hydras)
+
+
+def test_a_grids_jobs_reuse_the_first_composition_and_equal_hydras(loader):
+    launcher, master = launcher_for(loader, ["experiment=quick"])
+    jobs = [["experiment=quick", f"grid_point={i}"] for i in [0, 1, 2, 60, 215, 3]]
+    same_as_hydra(loader, launcher, master, jobs)
+    assert launcher.composed_in_full == 1  # the first job; the others differ in grid_point only
+    job = launcher.job_config(["experiment=quick", "grid_point=60"])
+    assert job.grid_point == 60 and job.hydra.job.override_dirname == "experiment=quick,grid_point=60"
+
+
+def test_a_config_group_change_is_composed_from_the_files(loader):
+    launcher, master = launcher_for(loader, [])
+    jobs = [["backend=naive", "seq_len=64"], ["backend=naive", "seq_len=128"],  # plain: reused
+            ["backend=sdpa", "seq_len=64"],  # a group: composed (the back end's file)
+            ["backend=sdpa", "seq_len=128"], ["backend=chunked", "seq_len=64"]]
+    same_as_hydra(loader, launcher, master, jobs)
+    assert launcher.composed_in_full == 3  # naive, sdpa, chunked
+    assert launcher.job_config(["backend=sdpa", "seq_len=64"]).backend.name == "sdpa"
+
+
+def test_mappings_added_keys_and_other_key_lists_are_composed_in_full(loader):
+    launcher, master = launcher_for(loader, [])
+    jobs = [["budget={timing_s:0.1}"], ["budget={accuracy_rows:8}"],  # a mapping merges: must not keep timing_s
+            ["seq_len=64"], ["seq_len=64", "heads=2"],  # another key list
+            ["+extra=1"], ["+extra=2"]]  # an added key
+    same_as_hydra(loader, launcher, master, jobs)
+    assert launcher.composed_in_full == len(jobs)
+    budget = launcher.job_config(["budget={accuracy_rows:8}"]).budget
+    assert budget.accuracy_rows == 8 and budget.timing_s != 0.1
+
+
+def test_launch_runs_every_job_with_its_number(loader, tmp_path):
+    launcher, master = launcher_for(loader, [f"hydra.sweep.dir={tmp_path}"])
+    seen = []
+    launcher.task_function = lambda cfg: seen.append(cfg.seq_len)
+    runs = launcher.launch([["seq_len=64"], ["seq_len=96"], ["seq_len=128"]], initial_job_idx=0)
+    assert [r.hydra_cfg.hydra.job.num for r in runs] == [0, 1, 2] and seen == [64, 96, 128]
+    assert all(isinstance(r, JobReturn) and r.overrides == [f"seq_len={n}"] for r, n in zip(runs, seen))
+    assert [r.hydra_cfg.hydra.runtime.output_dir for r in runs] == [str(tmp_path / str(i)) for i in range(3)]
