@@ -11,6 +11,7 @@ import functools
 import json
 import math
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -96,14 +97,25 @@ def variant_order(name: str) -> tuple:
 
 def variant_labels(rows: pd.DataFrame) -> pd.Series:
     """'chunked', 'chunked+compile' or, when one variant ran with several other option sets,
-    'chunked (q_chunk=256)'."""
+    'chunked (q_chunk=256)': the options whose values differ between those sets, not every option
+    (a back end's rows spell all of theirs out, e.g. naive's eight)."""
     variants = variant_names(rows)
     labels = variants.copy()
     others = rows["backend_options"].map(other_options)  # `compile` is in the name already
     for variant, group in others.groupby(variants):
         if group.nunique() > 1:
-            labels[group.index] = variant + " (" + group.map(_options_text) + ")"
+            labels[group.index] = variant + " (" + group.map(_differing_text(group.unique())) + ")"
     return labels
+
+
+def _differing_text(option_sets: Sequence[str]):
+    """text -> 'key=value, ...' of the keys whose values differ between these option sets (their JSON)."""
+    parsed = {text: _options(text) for text in option_sets}
+    if any(options is None for options in parsed.values()):
+        return _options_text
+    keys = sorted({k for options in parsed.values() for k in options})
+    varying = [k for k in keys if len({json.dumps(options.get(k), sort_keys=True) for options in parsed.values()}) > 1]
+    return lambda text: ", ".join(f"{k}={parsed[text].get(k)}" for k in varying) if text in parsed else _options_text(text)
 
 
 def other_options(text: str) -> str:

@@ -15,13 +15,21 @@ from analysis.slices import fix_axes, self_attention
 # Colour is the precision here, so the back end is the line style (seaborn dashes) and marker.
 BACKEND_STYLES = {"naive": ("", "o"), "sdpa": ((4, 2), "s"), "chunked": ((4, 1.5, 1, 1.5), "^")}
 OTHER_STYLE = ((1, 1.5), "D")
+# a back end's second, third ... option set (naive with scale_at=query beside its default): styles of their own
+EXTRA_STYLES = [((1, 1.5), "D"), ((6, 2, 1, 2), "v"), ((2, 2), "P"), ((8, 2), "X")]
 ACCURACY_FIXED = ("scope", "mode", "batch", "heads", "head_dim", "scale", "causal", "input_std")
 # Unit roundoff of each precision: the scale its errors are read against.
 UNIT_ROUNDOFF = {"fp64": 2.0**-53, "fp32": 2.0**-24, "tf32": 2.0**-11, "bf16": 2.0**-8, "fp16": 2.0**-11}
 
 
-def _style(label: str) -> tuple:
-    return BACKEND_STYLES.get(label.split(" ")[0], OTHER_STYLE)
+def _styles(labels: list[str]) -> dict[str, tuple]:
+    """(dashes, marker) per label: a back end's first label its own style, its others the next of EXTRA_STYLES."""
+    styles, extra = {}, iter(EXTRA_STYLES * (1 + len(labels) // len(EXTRA_STYLES)))
+    for label in labels:
+        backend = label.split(" ")[0]
+        first = backend in BACKEND_STYLES and not any(k.split(" ")[0] == backend for k in styles)
+        styles[label] = BACKEND_STYLES[backend] if first else next(extra)
+    return styles
 
 
 def accuracy_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
@@ -47,9 +55,10 @@ def accuracy_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     data = pd.concat([ok[ok["rel_rms_err"] > 0] for _, _, ok in panels], ignore_index=True)
     precisions = sorted(data["precision"].unique(), key=precision_order)
     labels = sorted(data["label"].unique())
+    style_of = _styles(labels)
     g = line_grid(data, x="seq_len", y="rel_rms_err", hue="precision", hue_order=precisions,
                   palette={p: precision_color(p) for p in precisions}, style="label", style_order=labels,
-                  dashes={lab: _style(lab)[0] for lab in labels}, markers={lab: _style(lab)[1] for lab in labels},
+                  dashes={lab: style_of[lab][0] for lab in labels}, markers={lab: style_of[lab][1] for lab in labels},
                   col="device_label", col_order=[d for d, _, _ in panels], col_wrap=2, linewidth=1.5,
                   panel_width=7.0, panel_height=3.8)
     g.set(yscale="log")
@@ -63,7 +72,7 @@ def accuracy_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_title(f"{device}\n{chosen.describe(always=('head_dim', 'scale'))}")
         shown = sorted(ok["precision"].unique(), key=precision_order)
         handles = [Line2D([], [], color=precision_color(p), linewidth=3, label=p) for p in shown]
-        handles += [Line2D([], [], color="0.3", linestyle=linestyle_of(_style(lab)[0]), marker=_style(lab)[1], label=lab)
+        handles += [Line2D([], [], color="0.3", linestyle=linestyle_of(style_of[lab][0]), marker=style_of[lab][1], label=lab)
                     for lab in sorted(ok["label"].unique())]
         for p in shown:
             eps = UNIT_ROUNDOFF.get(p)

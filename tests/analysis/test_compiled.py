@@ -213,3 +213,16 @@ def test_report_renders_the_study_section(materialized, tmp_path):
     text = report.path.read_text()
     assert "## Compiled back ends: findings" in text and "break-even calls" in text
     assert "torch.compile fuses naive attention" in text
+
+
+def test_variant_labels_name_only_the_options_that_differ():
+    import json
+
+    import pandas as pd
+
+    naive = {"compile": False, "fp8_block": 64, "p_scale": 256.0, "upcast_softmax": False}
+    frame = pd.DataFrame({
+        "backend": ["naive", "naive", "sdpa"],
+        "backend_options": [json.dumps({**naive, "scale_at": "logits"}), json.dumps({**naive, "scale_at": "query"}), "{}"],
+    })
+    assert list(variant_labels(frame)) == ["naive (scale_at=logits)", "naive (scale_at=query)", "sdpa"]
