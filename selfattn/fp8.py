@@ -41,9 +41,10 @@ import torch
 
 from selfattn.errors import Unsupported
 from selfattn.fields import spec
+from selfattn import fp8_mm
 from selfattn.fp8_formats import FORMAT_MAX, FORMAT_NAMES
+from selfattn.fp8_mm import DTYPES, products_label
 
-DTYPES: dict[str, torch.dtype] = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 FORMAT_OF_DTYPE: dict[torch.dtype, str] = {dtype: name for name, dtype in DTYPES.items()}
 SCALINGS = ("tensor", "block", "none")
 HADAMARD_SEED = 20_240_711  # one fixed rotation: Q and K must share it, and reruns must too
@@ -89,8 +90,6 @@ def resolve(options: Mapping[str, Any], dtype: torch.dtype, device: torch.device
                 raise ValueError(f"backend.{name}: only fp8 precisions (fp8_e4m3, fp8_e5m2) use it, "
                                  f"got {resolved[name]!r} without fp8")
         return resolved
-    from selfattn import fp8_mm  # the products' rules; imported here, since fp8_mm imports this module
-
     resolved["fp8_matmul"] = _matmul(resolved["fp8_matmul"], torch.device(device))
     resolved["fp8_products"] = fp8_mm.device_products(resolved, torch.device(device))
     return resolved
@@ -118,12 +117,6 @@ def label(options: Mapping[str, Any]) -> str:
     text = f"-fp8{options['fp8']}-{scaling}" + (str(options["fp8_block"]) if scaling == "block" else "")
     return text + ("-had" if options["hadamard"] else "") + f"-p{options['p_scale']:g}-" + products_label(
         options.get("fp8_products", ("dequant", "dequant")))
-
-
-def products_label(products: tuple[str, str]) -> str:
-    """'dequant', 'scaledmm', or per product where they differ: 'qkscaledmm-pvdequant'."""
-    qk, pv = (way.replace("_", "") for way in products)
-    return qk if qk == pv else f"qk{qk}-pv{pv}"
 
 
 def active(options: Mapping[str, Any]) -> bool:

@@ -41,8 +41,9 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from selfattn.fp8 import DTYPES
-
+# The torch dtypes of the two formats (selfattn/fp8.py re-exports them): here, below fp8.py, which
+# imports this module for the products' rules, so that neither imports the other back.
+DTYPES: dict[str, torch.dtype] = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 SCALED_MM = "scaled_mm"
 DEQUANT = "dequant"
 MULTIPLE = 16  # _scaled_mm's shape rule: mat1's columns and both of mat2's dims divisible by 16
@@ -79,10 +80,14 @@ def call_products(options: Mapping[str, Any], head_dim: int, key_bounds: Iterabl
     return (qk if fits else DEQUANT), (pv if fits and v_blocks_fit else DEQUANT)
 
 
+def products_label(products: tuple[str, str]) -> str:
+    """'dequant', 'scaledmm', or per product where they differ: 'qkscaledmm-pvdequant'."""
+    qk, pv = (way.replace("_", "") for way in products)
+    return qk if qk == pv else f"qk{qk}-pv{pv}"
+
+
 def ran_label(options: Mapping[str, Any], products: tuple[str, str]) -> str | None:
     """kernel_ran's FP8 part: None when the call runs what the label says, else 'dequant-shapes' or the like."""
-    from selfattn.fp8 import products_label
-
     if products == tuple(options.get("fp8_products", (DEQUANT, DEQUANT))):
         return None
     return f"{products_label(products)}-shapes"
