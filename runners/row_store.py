@@ -191,27 +191,20 @@ def read_rows(sweep_dir: Path, *, cached: bool = False) -> list[dict[str, Any]]:
     paths = row_paths(sweep_dir)
     if not cached:
         return [row for _, row in load_rows(paths)]
-    rows: list[dict[str, Any] | None] = []
     stats: dict[Path, tuple[int, int, int]] = {}
-    missing: list[Path] = []
     for path in paths:
         try:
             st = os.stat(path)
         except OSError:
-            continue
+            continue  # removed since row_paths listed it
         stats[path] = (st.st_ino, st.st_size, st.st_mtime_ns)
-        hit = _PARSED.get(path)
-        if hit is None or hit[0] != stats[path]:
-            missing.append(path)
     if len(_PARSED) > PARSED_MAX:
         _PARSED.clear()
-    for path, row in load_rows(missing):
+    changed = [path for path, stat in stats.items() if _PARSED.get(path, (None,))[0] != stat]
+    for path, row in load_rows(changed):
         _PARSED[path] = (stats[path], row)
-    for path in stats:
-        hit = _PARSED.get(path)
-        if hit is not None and hit[0] == stats[path]:
-            rows.append(hit[1])
-    return rows  # type: ignore[return-value]
+    # a file that did not parse (partial, not a row) has no fresh entry and is left out, as load_rows does
+    return [_PARSED[path][1] for path, stat in stats.items() if path in _PARSED and _PARSED[path][0] == stat]
 
 
 # Rows parsed by read_rows(cached=True), by file: (inode, size, mtime_ns), row. Bounded: a small
