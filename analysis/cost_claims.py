@@ -30,7 +30,8 @@ GROWTH_RULE = (
     f"of the cost at the largest n (interval's lower end), unless one straight log-log line below the band "
     f"follows every size as well; linear when the model follows the rows and its n² share stays below "
     f"{NEGLIGIBLE_SHARE:.0%} (upper end); sub-quadratic when one straight log-log line with its whole CI below "
-    f"{QUADRATIC_BAND[0]} follows every size at least as well as the model; otherwise not decided, with the n at "
+    f"{QUADRATIC_BAND[0]} follows every size at least as well as the model and b's whole CI (the larger sizes, "
+    f"precise) is below {QUADRATIC_BAND[0]} too; otherwise not decided, with the n at "
     f"which the model's n² term would reach {DECIDING_SHARE:.0%}")
 EXPERIMENT = "quadratic_cost"
 MORE = f"{EXPERIMENT} (more seq_len values, longer timing)"  # what to run where a line was not decided
