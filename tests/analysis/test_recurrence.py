@@ -124,6 +124,32 @@ def test_the_flops_claim_is_judged_at_the_largest_matched_n(tmp_path):
     assert verdicts(tmp_path, rows)["rnn_flops_below"].verdict == FAILS
 
 
+def _at_d_model(rows: list[dict], d_model: int) -> list[dict]:
+    return [{**r, "d_model": d_model, "head_dim": d_model // 4} for r in rows]
+
+
+def test_the_flops_claim_is_judged_at_the_largest_d_model(tmp_path):
+    small = study_rows(rnn_tflops=0.04)  # d_model 128: an RNN near the layer (weights in cache, one busy core)
+    rows = small + _at_d_model(study_rows(), 512)
+    found = verdicts(tmp_path, rows)["rnn_flops_below"]
+    assert found.verdict == HOLDS
+    assert "d_model=128 fwd: RNN/layer n=32 0.80" in found.evidence and "(quoted, not judged)" in found.evidence
+    assert "d_model=512 fwd: RNN/layer n=32 0.10" in found.evidence
+    rows = study_rows() + _at_d_model(study_rows(rnn_tflops=0.04), 512)  # negative control: the largest fails
+    assert verdicts(tmp_path, rows)["rnn_flops_below"].verdict == FAILS
+
+
+def test_the_flops_claim_judges_each_mode_at_its_own_largest_d_model(tmp_path):
+    rows = study_rows() + _at_d_model([r for r in study_rows() if r["scope"] != "gru"], 512)
+    rows += [{**r, "mode": "fwd_bwd"} for r in study_rows(rnn_tflops=0.04)]  # fwd_bwd at d_model 128 only
+    found = verdicts(tmp_path, rows)["rnn_flops_below"]
+    assert found.verdict == FAILS
+    parts = {part.split(": RNN/layer")[0]: part for part in found.evidence.split("; ")}
+    assert "not judged" not in parts["Fake CPU 9000 gru d_model=128 fwd"]  # gru fwd ran at d_model 128 only
+    assert "not judged" in parts["Fake CPU 9000 lstm d_model=128 fwd"]
+    assert "not judged" not in parts["Fake CPU 9000 lstm d_model=128 fwd_bwd"]
+
+
 def test_the_flops_claim_compares_only_matched_points(tmp_path):
     rows = [r for r in study_rows() if not (r["scope"] == "layer" and r["seq_len"] == 512)]
     rows.append(_row("lstm", 2048, 0.5, 1.0))  # no layer at n=2048: not compared

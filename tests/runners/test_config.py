@@ -85,7 +85,7 @@ def test_quick_is_the_union_of_its_grids(composer):
     points = config.grid_points(cfg.grids)
     cost, stability_grid = 3 * 2 * 9, 4 * 2  # one pass: back ends x masks x sizes; head_dim x scale
     overflow, scale_on_q, heads, layer = 2 * 2 * 2 * 5, 2 * 5, 3 * 4, 2 * 2 * 5
-    recurrence = 2 * 3 + 3  # lstm, gru x three sizes; the layer at the same three
+    recurrence = 2 * 3 + 3 + 2 + 1  # lstm, gru x three sizes, the layer at the same; the FLOP/s points at d_model 512
     additive, rope, encodings = 2 + 2, 2, 3  # additive and sdpa x d_k; RoPE x two passes; three encodings
     before = cost + stability_grid + overflow + scale_on_q + heads + layer + recurrence
     assert count_jobs(cfg) == len(points) == before + additive + rope + encodings + cost  # + the cost grid's 2nd pass
@@ -101,7 +101,8 @@ def test_quick_is_the_union_of_its_grids(composer):
     assert (layer_point.backend, layer_point.scope, layer_point.batch, layer_point.seed) == ("sdpa", "layer", 4, 1)
     rnn, last = (point_of({**flat, "grid_point": i}) for i in (before - recurrence, before - 1))
     assert (rnn.scope, rnn.backend, rnn.d_model, last.scope, last.backend, last.d_model) == (
-        "lstm", "naive", 128, "layer", "sdpa", 128)
+        "lstm", "naive", 128, "layer", "sdpa", 512)
+    assert points[before - 1]["metrics"] == [] and points[before - recurrence]["metrics"] == ["path_length"]
     # the additive and RoPE points have their dot-product / no-encoding twins in the other grids
     def key(p):  # the point, the back end's options aside (naive's at their defaults everywhere here)
         return tuple(v for k, v in p.columns().items() if k != "backend_options")
