@@ -43,6 +43,7 @@ from selfattn.measure.predict import (
 )
 from selfattn.measure.stability import SATURATED_WEIGHT, stability
 from selfattn.positions import rope_shift_max_abs_diff
+from selfattn.measure.threads import ThreadChoice, choose_threads, on_threads
 from selfattn.measure.timing import time_call, wall_call
 from selfattn.metrics import ALL as ALL_METRICS, metrics_label
 from selfattn.fp8_formats import fp8_format
@@ -263,18 +264,24 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
             f"~{warmup_s + remaining_s:.0f} s > max_point_s={budget.max_point_s:g} s"
         )
         return
+    started = time.perf_counter()
+    # Every thread, or one where a busy machine made every thread's barriers collapse (measure/threads.py)
+    choice = choose_threads(workload.call, device, call_s) if not compiling else ThreadChoice(torch.get_num_threads(), 0.0, 0.0)
+    if choice.collapsed:
+        row.num_threads, row.note = 1, "; ".join(filter(None, [row.note, choice.note()]))
+        call_s = choice.one_thread_s
     memory_call_s = 0.0
     plan_call_s = call_s  # the timer's estimate of one call: the warm-up's, or the memory call's when faster
-    if "memory" in metrics:
-        row.peak_mem_bytes, memory_call_s = measure_peak(workload.call, device)
-        # CUDA's number above already is the allocator's peak; a CPU needs one profiled call for it.
-        row.peak_alloc_bytes = row.peak_mem_bytes if device == "cuda" else alloc_peak_bytes(workload.call)
-        plan_call_s = min(call_s, memory_call_s)
-    started = time.perf_counter()
-    timing = time_call(workload.call, device, budget.timing_s, plan_call_s)
-    # Seconds inside calls of the point (warm-up and compilation, memory call, the timer's run);
-    # everything else in a job's wall time (inputs, accuracy, stability, bookkeeping) is harness overhead.
-    row.measure_s = (row.compile_s or 0.0) + warmup_s + memory_call_s + (time.perf_counter() - started)
+    with on_threads(choice):
+        if "memory" in metrics:
+            row.peak_mem_bytes, memory_call_s = measure_peak(workload.call, device)
+            # CUDA's number above already is the allocator's peak; a CPU needs one profiled call for it.
+            row.peak_alloc_bytes = row.peak_mem_bytes if device == "cuda" else alloc_peak_bytes(workload.call)
+            plan_call_s = min(call_s, memory_call_s)
+        timing = time_call(workload.call, device, budget.timing_s, plan_call_s)
+    # Seconds inside calls of the point (warm-up and compilation, the threads' check, memory call, the timer's
+    # run); everything else in a job's wall time (inputs, accuracy, stability, bookkeeping) is harness overhead.
+    row.measure_s = (row.compile_s or 0.0) + warmup_s + (time.perf_counter() - started)
     row.time_ms, row.time_ms_p20, row.time_ms_p80, row.time_samples = (
         timing.median_ms, timing.p20_ms, timing.p80_ms, timing.samples
     )

@@ -1,0 +1,84 @@
+"""Whether a CPU point's timed calls run on every thread or on one: one, only where every thread collapsed.
+
+On a shared machine, a call on every intra-op thread ends each of its parallel ops in a barrier, and a
+barrier waits until each thread has had its scheduler slice. Beside one busy process per core (the
+2-core VM, `../shared/checks/under-load.sh`), naive attention at n = 256 took 32.0 ms a call on two
+threads, every sample alike (p20 31.96, p80 31.98 ms: about eight ops x one 4 ms slice), against 0.39 ms
+quiet; on one thread it kept to about twice its quiet time. Back ends with fewer parallel ops (sdpa's
+one fused kernel) were spared, so a comparison of back ends turned on how many ops each has, not on
+their work: "dot-product attention beats additive" did not hold in such a run.
+
+So after the warm-up, a short call (under CHECK_MAX_S) is also run once on one thread; where every
+thread was COLLAPSE_FACTOR times slower or more (confirmed by a second call on every thread), the point's
+memory call and timed calls run on one thread, and its row says so (num_threads 1 and a note). A quiet
+machine never comes near the factor: two threads of the same work are not 3x slower than one, whose
+calls then keep every thread, as before. Longer calls are left alone: a slice per op is a small part of
+them (and a second and third call of them would cost more than the check can save).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from selfattn.measure.timing import wall_call
+
+CHECK_MAX_S = 0.05  # calls on every thread longer than this are not checked
+COLLAPSE_FACTOR = 3.0  # every thread at least this many times slower than one: collapsed
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    threads: int  # the threads the timed calls run on
+    every_thread_s: float  # the faster of the calls on every thread (0: not checked)
+    one_thread_s: float  # the call on one thread (0: not checked)
+
+    @property
+    def collapsed(self) -> bool:
+        return self.threads == 1 and self.every_thread_s > 0
+
+    def note(self) -> str:
+        return (f"timed on one thread: on every thread a call took {self.every_thread_s * 1e3:.3g} ms against "
+                f"{self.one_thread_s * 1e3:.3g} ms on one (a busy machine's barrier waits; measure/threads.py)")
+
+
+def choose_threads(call: Callable[[], object], device: str, warm_call_s: float) -> ThreadChoice:
+    """Every thread, unless a short call on every thread is COLLAPSE_FACTOR times slower than on one.
+
+    `warm_call_s`: the warm-up call's seconds (on every thread). Costs one call on one thread where the
+    call is short and the process has more than one thread, and one more on every thread where that
+    looks collapsed (a warm-up can carry one-time costs)."""
+    threads = torch.get_num_threads()
+    if device != "cpu" or threads <= 1 or warm_call_s > CHECK_MAX_S:
+        return ThreadChoice(threads, 0.0, 0.0)
+    with one_thread():
+        _, one_s = wall_call(call, device)
+    if warm_call_s < COLLAPSE_FACTOR * one_s:
+        return ThreadChoice(threads, warm_call_s, one_s)
+    _, again_s = wall_call(call, device)
+    every_s = min(warm_call_s, again_s)
+    return ThreadChoice(1 if every_s >= COLLAPSE_FACTOR * one_s else threads, every_s, one_s)
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """torch's intra-op threads set to one inside, restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@contextmanager
+def on_threads(choice: ThreadChoice) -> Iterator[None]:
+    """The timed calls' threads: one where `choice` says the threads collapsed, else as they are."""
+    if choice.threads == 1 and torch.get_num_threads() > 1:
+        with one_thread():
+            yield
+    else:
+        yield

@@ -1,0 +1,80 @@
+"""The timed calls' threads (measure/threads.py): one only where every thread collapsed, and the row says so."""
+
+import time
+
+import pytest
+import torch
+
+import selfattn.measure.run as run_module
+from selfattn import Point
+from selfattn.measure import Budget, measure_point
+from selfattn.measure.threads import COLLAPSE_FACTOR, CHECK_MAX_S, choose_threads, one_thread
+
+QUICK = Budget(timing_s=0.02, accuracy_rows=8, max_point_s=600.0)
+
+
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def sleeper(every_thread_s: float, one_thread_s: float, calls: list[int]):
+    """A call that takes `every_thread_s` on more than one intra-op thread, `one_thread_s` on one."""
+    def call():
+        calls.append(torch.get_num_threads())
+        time.sleep(every_thread_s if torch.get_num_threads() > 1 else one_thread_s)
+    return call
+
+
+def test_a_collapsed_call_is_timed_on_one_thread(two_threads):
+    calls = []
+    choice = choose_threads(sleeper(0.03, 0.002, calls), "cpu", warm_call_s=0.03)
+    assert choice.threads == 1 and choice.collapsed
+    assert calls == [1, 2]  # one call on one thread, one more on both to confirm
+    assert choice.every_thread_s >= COLLAPSE_FACTOR * choice.one_thread_s
+    assert "timed on one thread" in choice.note() and torch.get_num_threads() == 2  # restored
+
+
+def test_a_quiet_call_keeps_every_thread_and_costs_one_call(two_threads):
+    calls = []
+    choice = choose_threads(sleeper(0.004, 0.006, calls), "cpu", warm_call_s=0.004)
+    assert choice.threads == 2 and not choice.collapsed and calls == [1]
+
+
+def test_a_slow_warm_up_alone_does_not_switch(two_threads):  # first-call costs: the second call on both decides
+    calls = []
+    choice = choose_threads(sleeper(0.002, 0.002, calls), "cpu", warm_call_s=0.03)
+    assert choice.threads == 2 and calls == [1, 2]
+
+
+def test_long_calls_one_thread_processes_and_gpus_are_not_checked(two_threads):
+    calls = []
+    call = sleeper(0.0, 0.0, calls)
+    assert choose_threads(call, "cpu", warm_call_s=2 * CHECK_MAX_S).threads == 2
+    assert choose_threads(call, "cuda", warm_call_s=0.001).threads == 2
+    with one_thread():
+        assert choose_threads(call, "cpu", warm_call_s=0.001).threads == 1
+    assert calls == []
+
+
+def test_measure_point_times_a_collapsed_point_on_one_thread_and_says_so(two_threads, monkeypatch):
+    timed_on = []
+    real = run_module.time_call
+
+    def time_call(call, *args, **kwargs):
+        timed_on.append(torch.get_num_threads())
+        return real(call, *args, **kwargs)
+
+    monkeypatch.setattr(run_module, "time_call", time_call)
+    point = Point(backend="naive", heads=2, seq_len=64, head_dim=16)
+    quiet = measure_point(point, QUICK, [])
+    assert quiet.status == "ok" and quiet.num_threads == 2 and "one thread" not in quiet.note
+    monkeypatch.setattr(run_module, "choose_threads",
+                        lambda call, device, s: run_module.ThreadChoice(1, 0.03, 0.001))
+    busy = measure_point(point, QUICK, ["memory"])
+    assert busy.status == "ok" and busy.num_threads == 1 and "timed on one thread" in busy.note
+    assert busy.peak_mem_bytes is not None
+    assert timed_on == [2, 1] and torch.get_num_threads() == 2
