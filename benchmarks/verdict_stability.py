@@ -71,13 +71,14 @@ def category(verdict: str) -> str:
 
 
 def verdict_table(folders: list[Path]) -> pd.DataFrame:
-    """claim x run -> verdict, from each run's rows and this checkout's rules (the chapter's claims)."""
-    from analysis.claims import CHAPTER, check_claims
+    """claim x run -> verdict, from each run's rows and this checkout's rules: every claim its rows have (the
+    chapter's, and the studies the default run measures too: attention against recurrence)."""
+    from analysis.claims import check_claims
     from analysis.load import load
 
     columns = {}
     for folder in folders:
-        claims = check_claims(load([results_of(folder)], warn=False).rows, study=CHAPTER)
+        claims = check_claims(load([results_of(folder)], warn=False).rows)
         columns[folder.name] = {c.key: c.verdict for c in claims}
     return pd.DataFrame(columns)
 
