@@ -15,7 +15,7 @@ too). The tiny point: sdpa, heads=2, seq_len=64, head_dim=16, budget.timing_s=0.
    measured in the same run (a fresh no-op Hydra app that imports torch), and the harness's own share,
    fresh minus floor, paired per repeat (the order alternating), is held to the issue's 0.3 s. Both
    swing by +-0.4 s here from run to run (this VM's CPU speed drifts: `import torch` takes 1.3-2.6 s),
-   hence 5 pairs and their median.
+   hence 9 pairs and their median.
 2. marginal cost of a point: the median interval between consecutive jobs' ends inside multiruns of N
    points (the rows' job_wall_s), the N points differing by seed, time only (metrics=[]) and with every
    metric; the cross-check (wall(N points) - wall(1 point)) / (N - 1) is printed too, but not judged: a
@@ -53,7 +53,7 @@ SETTINGS = ["wandb.mode=disabled", "report=false"]
 PER_ROW_OVERRIDES = ["-m", "backend=sdpa,chunked", "seq_len=128,256", "budget.timing_s=0.05", "name=overhead_smoke"]
 FRESH_TARGET_S, FRESH_FLOOR_S = 2.5, 2.2  # the issue's target and its floor (imports 1.8 s + Hydra 0.4 s)
 TIME_ONLY_SLACK_S, ALL_METRICS_SLACK_S = 0.015, 0.040
-FRESH_PAIRS = 5
+FRESH_PAIRS = 9  # the pairs swing by +-0.5 s here: 5 pairs gave medians of 0.10 and 0.40 s within an hour, 8 gave 0.11
 NOOP_APP = '''\
 """A Hydra app that does nothing: the harness's config folder and settings, torch imported, no measurement.
 
