@@ -43,7 +43,7 @@ from selfattn.measure.predict import (
 )
 from selfattn.measure.stability import SATURATED_WEIGHT, stability
 from selfattn.positions import rope_shift_max_abs_diff
-from selfattn.measure.threads import ThreadChoice, choose_threads, on_threads
+from selfattn.measure.threads import ThreadChoice, choose_threads, on_threads, one_thread
 from selfattn.measure.timing import time_call, wall_call
 from selfattn.metrics import ALL as ALL_METRICS, metrics_label
 from selfattn.fp8_formats import fp8_format
@@ -214,17 +214,13 @@ def _single_threaded_on_cpu(device: str) -> Iterator[None]:
     They are ~100 ops on sampled rows each; with OpenMP every op ends in a barrier across the
     cores, and on a shared machine each barrier waits for a scheduler slice. Measured on the
     2-core VM at load 5: 0.49 s -> 0.12 s of overhead per point (benchmarks/harness_overhead.py).
-    The timed calls keep every thread.
+    The timed calls keep every thread (unless they collapsed: measure/threads.py).
     """
     if device != "cpu":
         yield
         return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_queries: torch.Tensor, row: Row,
