@@ -131,8 +131,8 @@ def multirun_cost_s(out: Path, cache: Path, points: int, repeats: int, program: 
                     noop: bool) -> tuple[float, float]:
     """Marginal seconds per job of `program`: the median interval between consecutive jobs inside multiruns
     of `points` jobs, and, as a cross-check, (wall(`points` jobs) - wall(1 job)) / (points - 1), paired
-    per repeat, median. The first is the figure judged: the second carries the start-up's noise (+-0.2 s
-    on this VM, so +-10 ms per job at 24 points), which is larger than the 15 ms the target allows."""
+    per repeat, median. The first is the figure judged: the second carries the start-up's noise (+-0.4 s
+    on this VM, so +-17 ms per job at 24 points), more than the 15 ms the target allows."""
     differences, intervals = [], []
     for r in range(repeats):  # interleaved: a burst of load hits both
         times_file = out / f"times{r}.txt" if noop else None
