@@ -208,11 +208,14 @@ def test_a_requeued_task_runs_again_and_the_sweep_completes(cluster: dict[str, s
 
 def test_a_job_at_its_time_limit_leaves_no_row_and_the_rerun_measures_it(
         cluster: dict[str, str], tmp_path: Path) -> None:
-    # A point of 300 s against a 1-minute limit; submitit asks for its signal 55 s before the limit,
-    # so the job learns at once that it cannot finish (the same path as a preset's job near its end).
+    # A point of 300 s against a 2-minute limit; submitit asks for its signal 40 s before the limit,
+    # so the job learns early that it cannot finish (the same path as a preset's job near its end).
+    # sbatch(1): the signal "may be sent up to 60 seconds earlier than specified", so 80 s nominal
+    # means 20-80 s after the start. A nominal 5 s (1 minute, 55 s) came at the job's first second
+    # in one CI run, before submitit's handler existed: USR2's default action killed the job (FAILED).
     point = ["-m", "experiment=smoke", "backend=naive", "seq_len=64", "budget.max_point_s=1000"]
-    limit = ["hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=55"]
-    rc, out = _finish(_sweep(cluster, tmp_path, *point, "budget.timing_s=300", *SLURM, *limit), timeout=150)
+    limit = ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=40"]
+    rc, out = _finish(_sweep(cluster, tmp_path, *point, "budget.timing_s=300", *SLURM, *limit), timeout=210)
     assert rc != 0, out[-3000:]
     assert "timed-out" in out, out[-3000:]
     _queue_empty(cluster)
