@@ -72,19 +72,23 @@ EFFICIENCY = 0.6
 @dataclass(frozen=True)
 class Options(fp8_path.Fp8Options):
     q_chunk: int | None = spec(None, ge=1, help="query rows per block; null: auto, sized to the mask (chunk_sizes: the "
-                                                "tuned 256 x 512, a window's own size, blocks cut at document starts)")
+                                                "tuned 512 x 512, a window's own size, blocks cut at document starts)")
     kv_chunk: int | None = spec(None, ge=1, help="key rows per block; null: auto, sized to the mask like q_chunk")
     compute: str = spec("auto", choices=("auto", "fp32", "input"),
                         help="fp16/bf16 block matmuls: fp32 (upcast copies) | input (the input dtype accumulating in "
                              "fp32, as FlashAttention) | auto (input on CUDA, fp32 on a CPU)")
     compile: bool = spec(False, help="run each block's work through torch.compile (compile time is measured apart, as compile_s)")
 
-# (q_chunk, kv_chunk), chosen from a measured sweep (see docs/performance.md): CPU fp32, B1 H8 D64,
-# n=4096, 2 threads: chunked/sdpa CPU time 1.24-1.34 for every size from 128x256 to 1024x1024;
-# 256x512 was at the bottom for fwd (1.26) and fwd_bwd (1.14), and is finer than 512x512 for causal
-# block skipping. fp16/bf16 compute in fp32 on a CPU, so they share it. It is the only measured
-# value, so every device and dtype uses it; a table per (device, dtype) comes with a second one.
-DEFAULT_CHUNKS: tuple[int, int] = (256, 512)
+# (q_chunk, kv_chunk), chosen from measured sweeps (docs/performance.md, "512 x 512 blocks"): CPU fp32,
+# B1 H8 D64, 2 threads, benchmarks/chunk_sizes.py over 4096 and 8192, causal and not, 3 rounds each.
+# Before lazy rescaling 256x512 was at the bottom (every pair from 128x256 to 1024x1024 within
+# 1.24-1.34x of sdpa). The lazy step makes every key block after a query block's first one cheaper,
+# so the exact first step weighs more, and taller query blocks take fewer of them: 512x512 ranked
+# first by geometric mean in two sweeps (1.000 and 1.012; 256x512: 1.072 and 1.053), and in an
+# interleaved pair at n=4096 without a mask took 0.93x (quartiles 0.91-0.97, 21 rounds) of 256x512's
+# time. fp16/bf16 compute in fp32 on a CPU, so they share it. It is the only measured value, so every
+# device and dtype uses it; a table per (device, dtype) comes with a second one.
+DEFAULT_CHUNKS: tuple[int, int] = (512, 512)
 # A window no wider than this gets square blocks of about its own width (chunk_sizes).
 WINDOW_CHUNK_MAX = 512
 
@@ -96,7 +100,7 @@ def chunk_sizes(masks: Masks, q_chunk: int | None, kv_chunk: int | None) -> tupl
     No window: DEFAULT_CHUNKS. A window w <= WINDOW_CHUNK_MAX: blocks of about w/2 (at least 64)
     on both axes (WINDOW_CHUNK_SHARE): a query block [m0, m1) sees keys m0 - w + 1 .. m1 - 1, so
     with key blocks trimmed to that range (masks.blocks) it computes (w/2) x 1.5 w scores for a
-    band of (w/2) x w, instead of the 256 x 1024 that 256 x 512 blocks would touch for w = 256.
+    band of (w/2) x w, instead of the 512 x 767 keys a 512 x 512 block would compute for w = 256.
     Packed documents keep the default sizes; their blocks end at document starts instead
     (`_block_plans`), so that blocks do not straddle documents.
     """
@@ -133,7 +137,7 @@ def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtyp
 
 
 def kernel_label(options: Mapping[str, Any]) -> str:
-    """q256-kv512 (sizes set), auto (both sized to the mask: kernel_ran says which ran) or q64-kvauto,
+    """q512-kv512 (sizes set), auto (both sized to the mask: kernel_ran says which ran) or q64-kvauto,
     with -mm_input when fp16/bf16 matmuls run in the input dtype (the compute scheme), -compiled."""
     q_chunk, kv_chunk = options.get("q_chunk"), options.get("kv_chunk")
     label = "auto" if q_chunk is None and kv_chunk is None else f"q{q_chunk or 'auto'}-kv{kv_chunk or 'auto'}"
@@ -145,7 +149,7 @@ def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor,
                q_chunk: int | None = None, kv_chunk: int | None = None, compute: str = "fp32",
                compile: bool = False, **fp8_options: Any) -> str | None:
     """The block sizes an auto option picked for these masks ("q128-kv128"; with documents
-    "q256-kv512-cut": blocks end at document starts; "-band" when band runs computed some of the
+    "q512-kv512-cut": blocks end at document starts; "-band" when band runs computed some of the
     blocks, chunked_band.py), and with FP8 scaled_mm "dequant-shapes" (or per product) when the plan's
     key blocks or head_dim send a product back; None when the label says it all."""
     parts = []
@@ -738,8 +742,8 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     per_sequence = point.masks_per_sequence
     x = point.kv_heads_resolved if per_sequence else bkv  # flattened heads one plan runs over at once
     block = x * q_chunk * kv_chunk * a  # one block of scores for each of them
-    # the masks kept (in the accumulator dtype), and one being built with its boolean
-    hidden = (_HiddenMasks.KEEP + 1) * q_chunk * kv_chunk * a + 2 * q_chunk * kv_chunk
+    # the masks kept (in the accumulator dtype), and one being built with its boolean; none without a mask
+    hidden = ((_HiddenMasks.KEEP + 1) * q_chunk * kv_chunk * a + 2 * q_chunk * kv_chunk) if point.masked else 0
     q_c, kv_c, rows_c = bh * q_len * d * c, bkv * seq_len * d * c, bh * q_len * a
     out_acc = bh * q_len * d * a  # the output in the accumulator dtype
     if per_sequence:  # each sequence runs its own plan; their outputs are concatenated once

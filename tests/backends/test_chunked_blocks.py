@@ -80,8 +80,8 @@ def test_document_blocks_do_not_straddle_documents_and_compute_less():
 
 
 def test_trimmed_key_blocks_stop_at_the_last_query_and_masks_are_shared():
-    n = 4096
-    plans, _, _, _ = chunked._block_plans(Masks(causal=True), 1, n, n, None, None)
+    n = 4096  # 256-row query blocks against 512-key blocks: every other one ends mid key block
+    plans, _, _, _ = chunked._block_plans(Masks(causal=True), 1, n, n, 256, 512)
     computed = sum((m1 - m0) * (n1 - n0) for m0, m1, kv in plans[0] for n0, n1, _ in kv)
     untrimmed = sum(256 * 512 * -(-(m0 + 256) // 512) for m0 in range(0, n, 256))  # whole 512-key blocks
     assert computed / n ** 2 == pytest.approx(0.5 + 256 / (2 * n), abs=0.01) and computed < 0.95 * untrimmed

@@ -8,7 +8,7 @@ import torch
 
 import selfattn
 from selfattn.backends import resolve_options
-from selfattn.backends.chunked import predict_mem_bytes
+from selfattn.backends.chunked import DEFAULT_CHUNKS, predict_mem_bytes
 from selfattn.measure import Budget, measure_point
 from selfattn.point import Point
 
@@ -50,7 +50,7 @@ def test_input_scheme_skips_the_fp32_copies_in_model_and_measurement():
     budget = Budget(timing_s=0.02, accuracy_rows=8, measure_device_peak=False)
     row = measure_point(point, budget)
     fp32_row = measure_point(Point(**{**point.__dict__, "backend_options": {"compute": "fp32"}}), budget)
-    assert row.status == fp32_row.status == "ok" and row.kernel == "auto-mm_input:q256-kv512"
+    assert row.status == fp32_row.status == "ok" and row.kernel == "auto-mm_input:q{}-kv{}".format(*DEFAULT_CHUNKS)
     assert row.peak_alloc_bytes < fp32_row.peak_alloc_bytes  # no fp32 copies of Q, K, V
 
 
