@@ -72,23 +72,25 @@ EFFICIENCY = 0.6
 @dataclass(frozen=True)
 class Options(fp8_path.Fp8Options):
     q_chunk: int | None = spec(None, ge=1, help="query rows per block; null: auto, sized to the mask (chunk_sizes: the "
-                                                "tuned 512 x 512, a window's own size, blocks cut at document starts)")
+                                                "tuned 512 x 512, or 256 x 512 causal, a window's own size, blocks cut at document starts)")
     kv_chunk: int | None = spec(None, ge=1, help="key rows per block; null: auto, sized to the mask like q_chunk")
     compute: str = spec("auto", choices=("auto", "fp32", "input"),
                         help="fp16/bf16 block matmuls: fp32 (upcast copies) | input (the input dtype accumulating in "
                              "fp32, as FlashAttention) | auto (input on CUDA, fp32 on a CPU)")
     compile: bool = spec(False, help="run each block's work through torch.compile (compile time is measured apart, as compile_s)")
 
-# (q_chunk, kv_chunk), chosen from measured sweeps (docs/performance.md, "512 x 512 blocks"): CPU fp32,
-# B1 H8 D64, 2 threads, benchmarks/chunk_sizes.py over 4096 and 8192, causal and not, 3 rounds each.
-# Before lazy rescaling 256x512 was at the bottom (every pair from 128x256 to 1024x1024 within
-# 1.24-1.34x of sdpa). The lazy step makes every key block after a query block's first one cheaper,
-# so the exact first step weighs more, and taller query blocks take fewer of them: 512x512 ranked
-# first by geometric mean in two sweeps (1.000 and 1.012; 256x512: 1.072 and 1.053), and in an
-# interleaved pair at n=4096 without a mask took 0.93x (quartiles 0.91-0.97, 21 rounds) of 256x512's
-# time. fp16/bf16 compute in fp32 on a CPU, so they share it. It is the only measured value, so every
-# device and dtype uses it; a table per (device, dtype) comes with a second one.
+# (q_chunk, kv_chunk), chosen from measured sweeps (docs/performance.md, "512 x 512 blocks without a
+# mask"): CPU fp32, B1 H8 D64, 2 threads. Before lazy rescaling 256x512 was at the bottom everywhere
+# (every pair from 128x256 to 1024x1024 within 1.24-1.34x of sdpa). The lazy step makes every key
+# block after a query block's first one cheaper, so the exact first step weighs more, and taller
+# query blocks take fewer of them: without a mask, 512x512 took 0.93x (quartiles 0.91-0.97, 21
+# interleaved rounds) of 256x512's time at n=4096 and 0.94x at 8192. A causal plan trims its key
+# blocks at each query block's last row, and there the finer query blocks skip more than the exact
+# steps cost: 512x512 took 1.14x (n=2048) and 1.04x (n=4096) of 256x512's time, 15 rounds each.
+# fp16/bf16 compute in fp32 on a CPU, so they share them. They are the only measured values, so every
+# device and dtype uses them; a table per (device, dtype) comes with a second one.
 DEFAULT_CHUNKS: tuple[int, int] = (512, 512)
+CAUSAL_CHUNKS: tuple[int, int] = (256, 512)
 # A window no wider than this gets square blocks of about its own width (chunk_sizes).
 WINDOW_CHUNK_MAX = 512
 
@@ -97,14 +99,14 @@ def chunk_sizes(masks: Masks, q_chunk: int | None, kv_chunk: int | None) -> tupl
     """The (q_chunk, kv_chunk) a call runs: a size given is used as is; one left at None (auto) is
     chosen from the mask's flags alone, so the memory model knows it before any call.
 
-    No window: DEFAULT_CHUNKS. A window w <= WINDOW_CHUNK_MAX: blocks of about w/2 (at least 64)
+    No window: DEFAULT_CHUNKS, or CAUSAL_CHUNKS for a causal mask. A window w <= WINDOW_CHUNK_MAX: blocks of about w/2 (at least 64)
     on both axes (WINDOW_CHUNK_SHARE): a query block [m0, m1) sees keys m0 - w + 1 .. m1 - 1, so
     with key blocks trimmed to that range (masks.blocks) it computes (w/2) x 1.5 w scores for a
-    band of (w/2) x w, instead of the 512 x 767 keys a 512 x 512 block would compute for w = 256.
+    band of (w/2) x w, instead of the 256 x 1024 that 256 x 512 blocks would touch for w = 256.
     Packed documents keep the default sizes; their blocks end at document starts instead
     (`_block_plans`), so that blocks do not straddle documents.
     """
-    q_auto, kv_auto = DEFAULT_CHUNKS
+    q_auto, kv_auto = CAUSAL_CHUNKS if masks.causal else DEFAULT_CHUNKS
     if masks.window is not None and masks.window <= WINDOW_CHUNK_MAX:
         q_auto = kv_auto = max(WINDOW_CHUNK_MIN, round(masks.window * WINDOW_CHUNK_SHARE))
     return (q_auto if q_chunk is None else q_chunk), (kv_auto if kv_chunk is None else kv_chunk)
@@ -735,7 +737,8 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     bh, d = point.batch * point.heads, point.head_dim
     q_len, seq_len = point.q_len_resolved, point.seq_len
     group = point.heads // point.kv_heads_resolved
-    q_size, kv_size = chunk_sizes(Masks(window=point.window), options.get("q_chunk"), options.get("kv_chunk"))
+    q_size, kv_size = chunk_sizes(Masks(causal=point.causal, window=point.window), options.get("q_chunk"),
+                                  options.get("kv_chunk"))
     q_chunk = min(q_size, group * q_len)  # blocks of virtual rows (cuts only make blocks smaller)
     kv_chunk = min(kv_size, seq_len)
     bkv = point.batch * point.kv_heads_resolved  # K and V are per K/V head (GQA shares them)

@@ -42,7 +42,9 @@ def test_auto_blocks_match_float64_with_grouped_heads_and_a_batch(masks):
 
 
 def test_auto_sizes_follow_the_window_and_explicit_sizes_are_honoured():
-    assert chunked.chunk_sizes(Masks(causal=True), None, None) == chunked.DEFAULT_CHUNKS
+    assert chunked.chunk_sizes(Masks(causal=True), None, None) == chunked.CAUSAL_CHUNKS
+    assert chunked.chunk_sizes(Masks(), None, None) == chunked.DEFAULT_CHUNKS != chunked.CAUSAL_CHUNKS
+    assert chunked.chunk_sizes(Masks(causal=True, window=10_000), None, None) == chunked.CAUSAL_CHUNKS
     assert chunked.chunk_sizes(Masks(causal=True, window=256), None, None) == (128, 128)
     assert chunked.chunk_sizes(Masks(window=40), None, None) == (chunked.WINDOW_CHUNK_MIN,) * 2
     assert chunked.chunk_sizes(Masks(window=10_000), None, None) == chunked.DEFAULT_CHUNKS  # wider than the cap
