@@ -72,7 +72,8 @@ EFFICIENCY = 0.6
 @dataclass(frozen=True)
 class Options(fp8_path.Fp8Options):
     q_chunk: int | None = spec(None, ge=1, help="query rows per block; null: auto, sized to the mask (chunk_sizes: the "
-                                                "tuned 512 x 512, or 256 x 512 causal, a window's own size, blocks cut at document starts)")
+                                                "tuned 512 x 512, or 256 x 512 causal, a window's own size, blocks "
+                                                "cut at document starts)")
     kv_chunk: int | None = spec(None, ge=1, help="key rows per block; null: auto, sized to the mask like q_chunk")
     compute: str = spec("auto", choices=("auto", "fp32", "input"),
                         help="fp16/bf16 block matmuls: fp32 (upcast copies) | input (the input dtype accumulating in "
@@ -99,10 +100,11 @@ def chunk_sizes(masks: Masks, q_chunk: int | None, kv_chunk: int | None) -> tupl
     """The (q_chunk, kv_chunk) a call runs: a size given is used as is; one left at None (auto) is
     chosen from the mask's flags alone, so the memory model knows it before any call.
 
-    No window: DEFAULT_CHUNKS, or CAUSAL_CHUNKS for a causal mask. A window w <= WINDOW_CHUNK_MAX: blocks of about w/2 (at least 64)
-    on both axes (WINDOW_CHUNK_SHARE): a query block [m0, m1) sees keys m0 - w + 1 .. m1 - 1, so
-    with key blocks trimmed to that range (masks.blocks) it computes (w/2) x 1.5 w scores for a
-    band of (w/2) x w, instead of the 256 x 1024 that 256 x 512 blocks would touch for w = 256.
+    No window: DEFAULT_CHUNKS, or CAUSAL_CHUNKS for a causal mask. A window w <= WINDOW_CHUNK_MAX:
+    blocks of about w/2 (at least 64) on both axes (WINDOW_CHUNK_SHARE): a query block [m0, m1)
+    sees keys m0 - w + 1 .. m1 - 1, so with key blocks trimmed to that range (masks.blocks) it
+    computes (w/2) x 1.5 w scores for a band of (w/2) x w, instead of the 256 x 1024 that 256 x 512
+    blocks would touch for w = 256.
     Packed documents keep the default sizes; their blocks end at document starts instead
     (`_block_plans`), so that blocks do not straddle documents.
     """
