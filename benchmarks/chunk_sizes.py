@@ -5,9 +5,10 @@
 
 For each seq_len and causal setting, every (q_chunk, kv_chunk) pair runs interleaved with SDPA
 (one round by default: the 8192 calls take seconds each); a cell is chunked time / SDPA time of
-the same round. `*` marks the defaults (auto without a window: `chunked.DEFAULT_CHUNKS`), `<` the fastest
-pair of that setting. The last table ranks the pairs by their geometric-mean slowdown against
-each setting's fastest pair: the pair a single default should be.
+the same round. `*` marks the pair auto runs there (`chunked.chunk_sizes` without a window: DEFAULT_CHUNKS,
+or CAUSAL_CHUNKS causal), `<` the fastest pair of that setting. The last tables rank the pairs, without a
+mask and causal apart, by their geometric-mean slowdown against each setting's fastest pair: the
+pair that mask's default should be.
 """
 
 from __future__ import annotations
@@ -42,13 +43,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print_header("chunk-size sweep of the chunked forward (cells: chunked time / SDPA time)")
-    from selfattn.backends.chunked import DEFAULT_CHUNKS
+    from selfattn.backends.chunked import chunk_sizes
+    from selfattn.masks import Masks
 
     default = selfattn.default_options("chunked")
-    default_pair = DEFAULT_CHUNKS  # what auto (null) runs without a window
+    default_pairs = {causal: chunk_sizes(Masks(causal=causal), None, None) for causal in (False, True)}  # auto's
     print(f"   defaults {default}; heads {args.heads}, head_dim {args.head_dim}, float32, {args.repeats} round(s)")
     pairs = list(itertools.product(args.q_chunks, args.kv_chunks))
-    slowdowns: dict[tuple[int, int], list[float]] = {pair: [] for pair in pairs}
+    slowdowns: dict[bool, dict[tuple[int, int], list[float]]] = {c: {pair: [] for pair in pairs} for c in (False, True)}
     for n, causal in itertools.product(args.sizes, (False, True)):
         q, k, v = selfattn.make_qkv(1, args.heads, n, n, args.head_dim, dtype=torch.float32, seed=0)
 
@@ -67,21 +69,22 @@ def main(argv: list[str] | None = None) -> int:
         ratios = {pair: paired_ratio(times[pair], times["sdpa"]) for pair in pairs}
         best = min(ratios, key=ratios.get)
         for pair in pairs:
-            slowdowns[pair].append(ratios[pair] / ratios[best])
+            slowdowns[causal][pair].append(ratios[pair] / ratios[best])
         print(f"\nseq_len {n}, {'causal' if causal else 'non-causal'}: SDPA {np.median(times['sdpa']):.0f} ms")
         print("q_chunk \\ kv_chunk" + "".join(f"{kv:>9}" for kv in args.kv_chunks))
         for qc in args.q_chunks:
             cells = ""
             for kv in args.kv_chunks:
-                mark = ("*" if (qc, kv) == default_pair else "") + ("<" if (qc, kv) == best else "")
+                mark = ("*" if (qc, kv) == default_pairs[causal] else "") + ("<" if (qc, kv) == best else "")
                 cells += f"{ratios[(qc, kv)]:>7.2f}{mark:<2}"
             print(f"{qc:>17}{cells}", flush=True)
-    print("\npairs by geometric-mean slowdown vs each setting's fastest pair (1.00 = always fastest)")
-    ranked = sorted(pairs, key=lambda p: float(np.exp(np.mean(np.log(slowdowns[p])))))
-    for pair in ranked:
-        gmean = float(np.exp(np.mean(np.log(slowdowns[pair]))))
-        mark = "  <- default" if pair == default_pair else ""
-        print(f"  q_chunk {pair[0]:>5} kv_chunk {pair[1]:>5}: {gmean:.3f}{mark}")
+    for causal in (False, True):
+        print(f"\n{'causal' if causal else 'non-causal'} pairs by geometric-mean slowdown vs each size's fastest pair "
+              "(1.00 = always fastest)")
+        gmeans = {pair: float(np.exp(np.mean(np.log(slowdowns[causal][pair])))) for pair in pairs}
+        for pair in sorted(pairs, key=gmeans.get):
+            mark = "  <- default" if pair == default_pairs[causal] else ""
+            print(f"  q_chunk {pair[0]:>5} kv_chunk {pair[1]:>5}: {gmeans[pair]:.3f}{mark}")
     return 0
 
 
