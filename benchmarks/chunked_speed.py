@@ -44,7 +44,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mask-size", type=int, default=4096, help="seq_len of the window and documents ratios")
     parser.add_argument("--window", type=int, default=256, help="the window of the window ratio")
     parser.add_argument("--documents", type=int, default=8, help="packed documents of the documents ratio")
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds per size")
+    # 9 rounds: one round's chunked/SDPA ranged 0.93-1.57x on this VM for the same pair, and the same
+    # code's causal median at n=4096 read 1.20-1.41 over 3 to 7 rounds (docs/performance.md)
+    parser.add_argument("--repeats", type=int, default=9, help="interleaved rounds per size")
     parser.add_argument("--min-run-time", type=float, default=0.5, help="seconds per blocked_autorange of a fast call")
     parser.add_argument("--quick", action="store_true", help="tiny sizes and one repeat (a smoke run)")
     args = parser.parse_args(argv)
