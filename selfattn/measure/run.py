@@ -262,7 +262,8 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         return
     started = time.perf_counter()
     # Every thread, or one where a busy machine made every thread's barriers collapse (measure/threads.py)
-    choice = choose_threads(workload.call, device, call_s) if not compiling else ThreadChoice(torch.get_num_threads(), 0.0, 0.0)
+    choice = (choose_threads(workload.call, device, call_s) if not compiling
+              else ThreadChoice(torch.get_num_threads(), 0.0, 0.0))
     if choice.collapsed:
         row.num_threads, row.note = 1, "; ".join(filter(None, [row.note, choice.note()]))
         call_s = choice.one_thread_s

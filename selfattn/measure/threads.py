@@ -77,7 +77,7 @@ def one_thread() -> Iterator[None]:
 @contextmanager
 def on_threads(choice: ThreadChoice) -> Iterator[None]:
     """The timed calls' threads: one where `choice` says the threads collapsed, else as they are."""
-    if choice.threads == 1 and torch.get_num_threads() > 1:
+    if choice.collapsed:
         with one_thread():
             yield
     else:
