@@ -2,7 +2,7 @@
 arguments fail early; the helper's steps (plan, merge, errors, fit) work on what a real run leaves.
 
 The real run needs a GPU (docs/gpu.md); on CPU the dry run is what CI can check: every stage is
-there, with the sizes and overrides the issue asks for, each stage's floor estimated from its composed
+there, with the sizes and overrides docs/gpu.md lists, each stage's floor estimated from its composed
 grid or its collected tests, and no stage is run, nothing written.
 """
 
