@@ -53,7 +53,7 @@ def print_header(title: str) -> None:
 class Check:
     """One figure beside its target: PASS when `measured` is at most (or at least) `limit`."""
 
-    target: str  # the issue's target number, e.g. "1" or "2"
+    target: str  # the target's number (docs/performance.md), e.g. "1" or "2"
     what: str
     measured: float | None  # None: could not be measured (the note says why)
     limit: float
@@ -131,7 +131,7 @@ def fmt_ms(values_ms: list[float]) -> str:
 
 
 def add_common_args(parser: argparse.ArgumentParser, *, shape: bool = True, strict: bool = True) -> None:
-    """The options every target script shares: the issue's shape (H8 D64) and --strict."""
+    """The options every target script shares: the targets' shape (H8 D64) and --strict."""
     if shape:
         parser.add_argument("--heads", type=int, default=8)
         parser.add_argument("--head-dim", type=int, default=64)

@@ -10,7 +10,8 @@ Figures (the chunked speed target; batch 1, 8 heads, head_dim 64, float32):
       fraction is what skipping hidden key blocks can reach at best with the default chunks)
   query rows whose first key block is (partly) masked: no NaN, and the same values as the float64
       reference, for odd chunk sizes and q_len < seq_len (the bottom-right aligned mask).
-Issue 23's targets (rows "23.3", "23.4"; same shape):
+The targets of chunks sized to the mask, and the tighter chunked / SDPA ones (rows labelled "23.3",
+"23.4"; same shape):
   23.3 chunked with chunks sized to the mask, n = --mask-size: causal window=256 <= 0.25x and 8 unequal
        packed documents (seed 0, no causal: density 0.16) <= 0.5x chunked's own causal call
   23.4 chunked / SDPA forward at 4096 and 8192: causal <= 1.3x, no mask <= 1.25x
@@ -133,7 +134,7 @@ def contract_notes() -> list[str]:
 
 
 def issue23_checks(times: dict, args: argparse.Namespace) -> list[Check]:
-    """Issue 23's rows: the mask ratios against chunked's causal call (23.3), chunked / SDPA (23.4)."""
+    """Rows 23.3 and 23.4: the mask ratios against chunked's causal call (23.3), chunked / SDPA (23.4)."""
     n = args.mask_size
     causal = times[n][("chunked", True)]
     density = masked_density(n, args)

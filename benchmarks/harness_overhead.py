@@ -1,6 +1,6 @@
-"""What the harness costs (issue 23, item 2): a fresh process, one more point, Hydra's share, each metric.
+"""What the harness costs: a fresh process, one more point, Hydra's share, each metric.
 
-    python benchmarks/harness_overhead.py                  # every figure below, with the issue's targets
+    python benchmarks/harness_overhead.py                  # every figure below, with its target
     python benchmarks/harness_overhead.py --quick          # fewer repeats and points: does it run
     python benchmarks/harness_overhead.py --results DIR/results.csv   # target 4: per-row overhead of a sweep
     python benchmarks/harness_overhead.py --per-row        # the same, on a fresh experiment=quick sweep
@@ -11,9 +11,9 @@ are those of a machine whose probes are cached (the first run's wall time, probe
 too). The tiny point: sdpa, heads=2, seq_len=64, head_dim=16, budget.timing_s=0.05.
 
 1. fixed cost of a fresh process: the median wall time of a one-point single run. Target <= 2.5 s,
-   where the issue put the floor at 2.2 s (1.8 s of imports, 0.4 s of Hydra); the floor itself is
+   against a floor estimated at 2.2 s (1.8 s of imports, 0.4 s of Hydra); the floor itself is
    measured in the same run (a fresh no-op Hydra app that imports torch), and the harness's own share,
-   fresh minus floor, paired per repeat (the order alternating), is held to the issue's 0.3 s. Both
+   fresh minus floor, paired per repeat (the order alternating), is held to 0.3 s (2.5 - 2.2). Both
    swing by +-0.4 s here from run to run (this VM's CPU speed drifts: `import torch` takes 1.3-2.6 s),
    hence 9 pairs and their median.
 2. marginal cost of a point: the median interval between consecutive jobs' ends inside multiruns of N
@@ -51,7 +51,7 @@ TINY = ["backend=sdpa", "heads=2", "seq_len=64", "head_dim=16", "budget.timing_s
 TIMING_S = 0.05
 SETTINGS = ["wandb.mode=disabled", "report=false"]
 PER_ROW_OVERRIDES = ["-m", "backend=sdpa,chunked", "seq_len=128,256", "budget.timing_s=0.05", "name=overhead_smoke"]
-FRESH_TARGET_S, FRESH_FLOOR_S = 2.5, 2.2  # the issue's target and its floor (imports 1.8 s + Hydra 0.4 s)
+FRESH_TARGET_S, FRESH_FLOOR_S = 2.5, 2.2  # the target and its estimated floor (imports 1.8 s + Hydra 0.4 s)
 TIME_ONLY_SLACK_S, ALL_METRICS_SLACK_S = 0.015, 0.040
 FRESH_PAIRS = 9  # the pairs swing by +-0.5 s here: 5 pairs gave medians of 0.10 and 0.40 s within an hour, 8 gave 0.11
 NOOP_APP = '''\
@@ -179,7 +179,7 @@ def process_figures(args: argparse.Namespace, tmp: Path) -> tuple[list[Check], d
         Check("2", "fresh one-point sweep (s)", fresh_s, FRESH_TARGET_S, unit="s",
               note=f"first on this machine, probes measured: {first:.2f} s; floor here {floor_s:.2f} s"),
         Check("2", "fresh sweep minus its floor (s)", own_s, FRESH_TARGET_S - FRESH_FLOOR_S, unit="s",
-              note=f"the issue's {FRESH_TARGET_S:g} - {FRESH_FLOOR_S:g} s; paired per repeat"),
+              note=f"{FRESH_TARGET_S:g} - {FRESH_FLOOR_S:g} s; paired per repeat"),
         Check("2", "marginal point, time only", time_only_s, TIMING_S + hydra_s + TIME_ONLY_SLACK_S, unit="s",
               note=f"window {TIMING_S:g} + Hydra {hydra_s:.3f} + {TIME_ONLY_SLACK_S * 1e3:.0f} ms"),
         Check("2", "marginal point, every metric", every_s, TIMING_S + hydra_s + ALL_METRICS_SLACK_S, unit="s",
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.results or args.per_row:
         return per_row(args)
-    print_header("issue 23 item 2: the harness's fixed and marginal costs, Hydra's, each metric's")
+    print_header("the harness's fixed and marginal costs, Hydra's, each metric's")
     with tempfile.TemporaryDirectory(prefix="selfattn-harness-") as folder:
         tmp = Path(folder)
         checks, _ = process_figures(args, tmp)

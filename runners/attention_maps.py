@@ -1,4 +1,4 @@
-"""`python -m runners.attention_maps --out DIR`: one head's attention weights A, drawn (the figure of issue 25.5).
+"""`python -m runners.attention_maps --out DIR`: one head's attention weights A, drawn as a figure.
 
 The chapter's second truth: attention weights can be looked at. This computes A for one head at a small n
 on seeded Q and K with the harness's own naive back end, through its public contract: V is the identity

@@ -4,8 +4,7 @@
 #   scripts/gpu_check.sh OUT_DIR [--wheels DIR] [--pack] [--total-s N] [--allow-cpu] [--dry-run]
 #
 # Runs, each stage under a limit that its work needs, so the whole (installing the wheels
-# included) stays under --total-s (480 s: one 10-minute call of the device tool, with room
-# for a second, shorter call in the same 15 minutes of device time):
+# included) stays under --total-s (480 s: with start-up, a rerun still fits in 15 minutes of GPU time):
 #   1. env      nvidia-smi and Python/torch/triton versions          -> OUT_DIR/env.txt
 #   2. deps     hydra-core/omegaconf from --wheels DIR if missing (pip --no-index --target)
 #   3. plan     each stage's floor, estimated from what it runs: Hydra composes each sweep and
@@ -29,8 +28,8 @@
 # --pack        leave at most 8 files in OUT_DIR, none over 16 MiB, no folder: the report
 #               folder as report.tar.gz (plus report.md), the jobs' error.txt tracebacks as
 #               errors.tar.gz, the sweep folders in a temporary folder, logs over 16 MiB cut
-#               to their head and tail (for the device tool, which brings back 8 files of
-#               16 MiB at most)
+#               to their head and tail (for a remote runner or batch system that copies back
+#               only a few small files)
 # --total-s N   the time limit for everything (default 480 s, 8 minutes)
 # --allow-cpu   run the same pipeline on a machine without CUDA, at CPU sizes (a self-test)
 # --dry-run     print the plan (stage, points, estimate, floor, why: the sweeps' configs are
@@ -376,6 +375,6 @@ fi
   say "files: $(cd "$OUT" && ls -p | tr '\n' ' ')"
   say "sweep folders: $WORK"
 } | tee "$OUT/summary.txt"
-# What the device tool brings back: at most 8 files of at most 16 MiB, no folder (logs cut to fit).
+# --pack: at most 8 files of at most 16 MiB, no folder (logs cut to fit), for a narrow way back.
 if ((PACK)); then "$PY" "$HELPER" fit "$OUT" || FAILED=1; fi
 exit $FAILED

@@ -4,7 +4,7 @@
     python scripts/gpu_check_helper.py merge OUT.csv SWEEP_DIR...   one CSV from several sweeps (rebuilt first)
     python scripts/gpu_check_helper.py summary OUT.csv              rows per sweep and status
     python scripts/gpu_check_helper.py errors OUT.tar.gz DIR        the jobs' error.txt files in one archive
-    python scripts/gpu_check_helper.py fit OUT_DIR                  OUT_DIR as the device tool brings it back
+    python scripts/gpu_check_helper.py fit OUT_DIR                  OUT_DIR cut to a few small files (--pack)
 
 Only the standard library at the top: it must run before (or without) the project's dependencies.
 `plan` composes the sweeps' configs with Hydra and `merge` rebuilds results.csv with runners.rows,
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# What the device tool brings back from its output folder: at most MAX_FILES files of at most
-# MAX_FILE_BYTES each (and no folder deeper than 2). `fit` makes OUT_DIR so; it keeps no folder.
+# What --pack leaves for a remote runner or batch system that copies back only a few small files: at
+# most MAX_FILES files of at most MAX_FILE_BYTES each. `fit` makes OUT_DIR so; it keeps no folder.
 MAX_FILES = 8
 MAX_FILE_BYTES = 16 * 2**20
 # Which files go first when there are too many: the tables and the report matter most.

@@ -2,11 +2,13 @@
 
 A link is `[text](target)` or `![alt](target)`; a relative target must name a file of the
 repository, and `page.md#anchor` a heading of that page (GitHub's anchor spelling). The README,
-the front page, also stays a front page: at most 10 KB.
+the front page, also stays a front page: at most 10 KB. docs/usage.md names every field of
+`selfattn.Point`, as its generated config reference names every key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -70,3 +72,22 @@ def test_a_broken_link_is_found(tmp_path):
 
 def test_readme_is_a_front_page():
     assert len((ROOT / "README.md").read_bytes()) <= 10 * 1024
+
+
+def point_fields_missing(page_text: str) -> list[str]:
+    """The fields of `selfattn.Point` that docs/usage.md never names as `field` (in its text or its
+    generated config reference): every field a user can set is documented on that page."""
+    from selfattn.point import Point
+
+    return [f.name for f in dataclasses.fields(Point) if f"`{f.name}`" not in page_text]
+
+
+def test_usage_names_every_point_field():
+    assert point_fields_missing((ROOT / "docs" / "usage.md").read_text(encoding="utf-8")) == []
+
+
+def test_a_missing_point_field_is_found():
+    """The negative control: a page without `backend_options` (or any field) is reported."""
+    page = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+    assert point_fields_missing(page.replace("`backend_options`", "backend_options")) == ["backend_options"]
+    assert point_fields_missing(page.replace("| `seed` |", "| seed |")) == ["seed"]

@@ -44,7 +44,7 @@ def test_quick_mode_prints_targets(script, args, target, capsys):
     out = capsys.readouterr().out
     targets = {m.group("target") for m in TARGET_LINE.finditer(out)}
     assert targets == {target}, out
-    if script == "chunked_speed":  # issue 23's rows: two mask ratios (23.3), chunked/sdpa causal and not (23.4)
+    if script == "chunked_speed":  # rows 23.3 (two mask ratios) and 23.4 (chunked/sdpa, causal and not)
         issue23 = re.findall(r"^(23\.[34])\s+\S.*\s<=\s+\S+\s+(?:PASS|MISS)", out, re.MULTILINE)
         assert issue23.count("23.3") == 2 and issue23.count("23.4") == 2, out
 

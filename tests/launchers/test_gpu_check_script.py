@@ -2,7 +2,7 @@
 arguments fail early; the helper's steps (plan, merge, errors, fit) work on what a real run leaves.
 
 The real run needs a GPU (docs/gpu.md); on CPU the dry run is what CI can check: every stage is
-there, with the sizes and overrides the issue asks for, each stage's floor estimated from its composed
+there, with the sizes and overrides docs/gpu.md lists, each stage's floor estimated from its composed
 grid or its collected tests, and no stage is run, nothing written.
 """
 
@@ -38,7 +38,7 @@ def _helper():
 STAGES = ["env", "deps", "plan", "tests_gpu", "tests_compiled", "quadratic_cost", "sdpa_kernels",
           "scaling_stability", "flex", "compile_option", "fp8", "results", "report"]
 RESERVE_S = 10
-DEFAULT_TOTAL_S = 480  # one 10-minute call of the device tool, with room for a second in 15 minutes
+DEFAULT_TOTAL_S = 480  # 8 minutes: with start-up, a rerun still fits in 15 minutes of GPU time
 
 
 @pytest.fixture(scope="module")

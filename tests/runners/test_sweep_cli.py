@@ -42,7 +42,7 @@ def test_tiny_multirun_writes_every_row_once_with_invalid_points_as_rows(tmp_pat
 
 
 def test_a_refused_point_shows_its_values_as_typed_in_the_csv_and_progress_line(tmp_path):
-    """The issue's command: `-m backend=naive seq_len=0,128` (plus a value of the wrong type)."""
+    """A sweep with a bad value: `-m backend=naive seq_len=0,128` (plus a value of the wrong type)."""
     out = run_sweep("-m", "backend=naive", "seq_len=0,abc,16", "experiment=smoke", f"hydra.sweep.dir={tmp_path}")
     assert out.returncode == 0, out.stderr[-2000:]
     table = {r["seq_len"]: r for r in read_csv(tmp_path / "results.csv")}
