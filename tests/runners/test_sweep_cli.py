@@ -5,10 +5,8 @@ values, a parallel launcher, and wandb's offline run read back. Every run is `ex
 from __future__ import annotations
 
 import csv
-import json
 import os
 import signal
-import struct
 import subprocess
 import time
 from pathlib import Path
@@ -16,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from runner_helpers import ROOT, run_sweep, sweep_cmd
+from wandb_offline import read_run
 
 pytestmark = pytest.mark.slow
 
@@ -143,39 +142,6 @@ def test_joblib_launcher_with_two_jobs_leaves_an_intact_csv(tmp_path):
 
 
 # --- wandb: read the offline run's .wandb log back (wandb.Api is online-only) ----------------
-
-def wandb_records(path: Path):
-    """Records of a .wandb file: a 7-byte header, then LevelDB-style log blocks of protobufs."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data, block, pos, buf = path.read_bytes(), 32768, 7, b""
-    assert data[:4] == b":W&B"
-    while pos + 7 <= len(data):
-        if block - pos % block < 7:  # a block's tail too short for a header is padding
-            pos += block - pos % block
-            continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
-        buf = chunk if kind in (1, 2) else buf + chunk  # full/first start a record, middle/last extend it
-        if kind in (1, 4):
-            record = pb.Record()
-            record.ParseFromString(buf)
-            yield record
-
-
-def read_run(path: Path) -> dict:
-    run = {"history": [], "summary": {}, "config": {}, "job_type": None}
-    for record in wandb_records(path):
-        kind = record.WhichOneof("record_type")
-        if kind == "run":
-            run["job_type"], run["group"] = record.run.job_type, record.run.run_group
-            run["config"].update({i.key: json.loads(i.value_json) for i in record.run.config.update})
-        elif kind == "history":
-            run["history"].append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
-        elif kind == "summary":
-            run["summary"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.summary.update})
-    return run
-
 
 @pytest.mark.parametrize("per_point", [False, True], ids=["run-per-process", "run-per-point"])
 def test_wandb_offline_run_holds_the_logged_metrics(tmp_path, per_point):
