@@ -205,6 +205,7 @@ print("wandb imported:", "wandb" in sys.modules)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode, imported", [("disabled", False), ("offline", True)])
 def test_disabled_wandb_is_never_imported(tmp_path, mode, imported):
     """Jobs, the sweep's end and the report command with wandb.mode=disabled; offline is the control."""
@@ -269,6 +270,7 @@ print(ctx.sweep_id, ctx.index, ctx.sweep_dir)
 """
 
 
+@pytest.mark.slow
 def test_a_slurm_arrays_jobs_compute_the_launchers_group(composer, tmp_path):
     """submitit pickles the launcher's config and each array job (its own process, later, maybe on another
     host) rebuilds its context from it: the group must be the one the launching process logs the report in."""
