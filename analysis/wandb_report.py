@@ -6,7 +6,8 @@ and after `python -m analysis.report A.csv B.csv --out DIR --wandb`. The run hol
 
 - every figure report.md embeds, as a `wandb.Image` under `figures/<file stem>` (`figures/fig1_time_vs_seq_len`):
   the links of report.md, not the folder's listing, so a figure left from an earlier report is not sent;
-- `claims` (claim, statement, verdict, evidence, rule, study), `exponents` and `results` as `wandb.Table`s;
+- `claims` (claim, statement, verdict, evidence, rule, study), `exponents` and `results` as `wandb.Table`s
+  (`results` only up to wandb's row limit for a logged table, 10,000: above it the summary says so);
 - summary `claims/<key>`: holds, does not hold, not decided or not measured, comparable across runs;
 - config: the sweep(s), the devices and hosts the rows come from, the input files;
 - an artifact of type `sweep-results`: the results CSV(s), report.md, claims.csv, exponents.csv, the figures.
@@ -143,8 +144,9 @@ def log_report(report_md: str | Path, results: Sequence[str | Path], *, mode: st
             run = wandb.init(settings=wandb.Settings(**SETTINGS), reinit="create_new", **kwargs)
         except (TypeError, ValueError):  # an older wandb without these settings or reinit modes
             run = wandb.init(reinit=True, **kwargs)
-        run.log(_payload(wandb, files, results))
-        run.summary.update({f"claims/{key}": verdict for key, verdict in _verdicts(files).items()})
+        payload, notes = _payload(wandb, files, results)
+        run.log(payload)
+        run.summary.update({**notes, **{f"claims/{key}": verdict for key, verdict in _verdicts(files).items()}})
         run.log_artifact(_artifact(wandb, group, files, results))
         folder = Path(run.dir).parent  # .../wandb/offline-run-<time>-<id>/files -> the run's folder
         run.finish()
@@ -158,8 +160,8 @@ def log_report(report_md: str | Path, results: Sequence[str | Path], *, mode: st
         return _warn(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
 
-def _payload(wandb: Any, files: ReportFiles, results: Sequence[Path]) -> dict[str, Any]:
-    """One history step: every figure and every table."""
+def _payload(wandb: Any, files: ReportFiles, results: Sequence[Path]) -> tuple[dict[str, Any], dict[str, str]]:
+    """One history step (every figure and every table), and notes for the summary on what was left out."""
     import pandas as pd
 
     payload: dict[str, Any] = {key: wandb.Image(str(path), caption=caption) for key, path, caption in files.images}
@@ -170,13 +172,18 @@ def _payload(wandb: Any, files: ReportFiles, results: Sequence[Path]) -> dict[st
     if "exponents" in files.tables:
         exponents = pd.read_csv(files.tables["exponents"])
         payload["exponents"] = wandb.Table(dataframe=exponents, allow_mixed_types=True)
+    notes: dict[str, str] = {}
     frames = [pd.read_csv(p, low_memory=False) for p in results]
     if frames:
         rows = pd.concat([f.assign(results_file=str(p)) if len(frames) > 1 else f for f, p in zip(frames, results)],
                          ignore_index=True)
-        # A cell holding a list or a dict (JSON text in the CSV) stays text; numbers stay numbers for wandb's charts.
-        payload["results"] = wandb.Table(dataframe=rows, allow_mixed_types=True)
-    return payload
+        limit = int(getattr(wandb.Table, "MAX_ROWS", 10_000))
+        if len(rows) <= limit:  # numbers stay numbers, for wandb's charts; JSON cells stay text
+            payload["results"] = wandb.Table(dataframe=rows, allow_mixed_types=True)
+        else:  # wandb would cut a logged table to its first `limit` rows: none rather than a silent part
+            notes["results_table"] = (f"not logged: {len(rows)} rows, over wandb's {limit}-row limit for a logged "
+                                      "table; results.csv is in the sweep-results artifact")
+    return payload, notes
 
 
 def _verdicts(files: ReportFiles) -> dict[str, str]:

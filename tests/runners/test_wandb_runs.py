@@ -314,3 +314,17 @@ def test_each_process_names_its_run_after_its_first_job_in_one_group(tmp_path, m
     assert [i["name"] for i in inits] == ["quick/cluster-points-job0", "quick/cluster-points-job3"]
     assert [i["config"]["slurm_array_task_id"] for i in inits] == ["0", "3"]
     assert {i["config"]["slurm_array_job_id"] for i in inits} == {"4242"}
+
+
+def test_rows_over_wandbs_table_limit_are_left_to_the_artifact_and_the_summary_says_so(
+        wandb_home, fake_measure, two_figures, monkeypatch):
+    import wandb
+
+    monkeypatch.setattr(wandb.Table, "MAX_ROWS", 5)  # 6 rows: one too many (the real limit is 10,000)
+    sweep = make_sweep(wandb_home / "sweep")
+    end_sweep(sweep, "offline")
+    (run,) = [r for r in read_runs(sweep) if r["job_type"] == "report"]
+    assert not any("results/path" in h for h in run["history"]) and any("claims/path" in h for h in run["history"])
+    assert run["summary"]["results_table"].startswith("not logged: 6 rows, over wandb's 5-row limit")
+    ((kind, contents),) = [v for v in run["artifacts"].values() if v[0] == "sweep-results"]
+    assert contents["results.csv"].read_bytes() == (sweep / "results.csv").read_bytes()
