@@ -224,11 +224,15 @@ def _warn(why: str) -> None:
 
 def add_arguments(parser: Any) -> None:
     """The report command's wandb flags (argparse)."""
-    parser.add_argument("--wandb", nargs="?", const="offline", default=None, choices=MODES, metavar="MODE",
+    parser.add_argument("--wandb", action="store_true",
                         help="also log the report to wandb as one run (job_type report): its figures, claims, "
-                             "exponents and an artifact of the files; MODE offline (default: `wandb sync` later) or online")
-    parser.add_argument("--wandb-project", default="selfattn-bench", metavar="NAME", help="wandb project (with --wandb)")
-    parser.add_argument("--wandb-entity", default=None, metavar="NAME", help="wandb entity, user or team (with --wandb)")
+                             "exponents and an artifact of the files")
+    parser.add_argument("--wandb-mode", default="offline", choices=MODES,
+                        help="with --wandb: offline (the default: `wandb sync` sends it later) or online")
+    parser.add_argument("--wandb-project", default="selfattn-bench", metavar="NAME",
+                        help="wandb project (with --wandb)")
+    parser.add_argument("--wandb-entity", default=None, metavar="NAME",
+                        help="wandb entity, user or team (with --wandb)")
     parser.add_argument("--wandb-group", default=None, metavar="NAME",
                         help="wandb group (with --wandb); default: the rows' sweep id, several joined by '+'")
 
@@ -240,9 +244,9 @@ def log_from_cli(args: Any, report_md: Path, paths: Sequence[str | Path]) -> Pat
     from analysis.load import find_csvs
 
     results = list(dict.fromkeys(csv_path for p in paths for csv_path in find_csvs(Path(p))))
-    folder = log_report(report_md, results, mode=args.wandb, project=args.wandb_project, entity=args.wandb_entity,
-                        group=args.wandb_group)
+    folder = log_report(report_md, results, mode=args.wandb_mode, project=args.wandb_project,
+                        entity=args.wandb_entity, group=args.wandb_group)
     if folder is not None:
-        print(f"wandb: report run ({args.wandb}) -> {folder}"
-              + (f"; `wandb sync {folder}` sends it" if args.wandb == "offline" else ""))
+        print(f"wandb: report run ({args.wandb_mode}) -> {folder}"
+              + (f"; `wandb sync {folder}` sends it" if args.wandb_mode == "offline" else ""))
     return folder

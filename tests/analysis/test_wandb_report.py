@@ -31,8 +31,9 @@ def test_the_figures_are_those_report_md_links_not_whatever_the_folder_holds(tmp
     (tmp_path / "claims.csv").write_text("key,claim,evidence,verdict,rule,experiment,study\n")
     md = tmp_path / "report.md"
     md.write_text("# r\n\n### 1. Time\n\n![Time vs n](figures/fig1_time_vs_seq_len.png)\n\nRead it. "
-                  "[PDF](figures/fig1_time_vs_seq_len.pdf)\n\n### 2. Memory\n\n![Memory](figures/fig2_memory_vs_seq_len.png)\n"
-                  "\n![gone](figures/fig3_not_written.png) [a site](https://example.org/x.png)\n")
+                  "[PDF](figures/fig1_time_vs_seq_len.pdf)\n\n### 2. Memory\n\n"
+                  "![Memory](figures/fig2_memory_vs_seq_len.png)\n\n"
+                  "![gone](figures/fig3_not_written.png) [a site](https://example.org/x.png)\n")
     found = report_files(md)
     assert [(key, path.name, caption) for key, path, caption in found.images] == [
         ("figures/fig1_time_vs_seq_len", "fig1_time_vs_seq_len.png", "Time vs n"),
@@ -45,14 +46,15 @@ def test_the_figures_are_those_report_md_links_not_whatever_the_folder_holds(tmp
 def test_claims_csv_becomes_the_tables_columns(tmp_path):
     path = tmp_path / "claims.csv"
     path.write_text('key,claim,evidence,verdict,rule,experiment,study\n'
-                    'causal_half,"A causal mask saves half","ratio 1.9",holds,"ratio >= 1.6",causal_mask,The chapter\'s claims\n')
+                    'causal_half,"A causal mask saves half","ratio 1.9",holds,"ratio >= 1.6",causal_mask,'
+                    'The chapter\'s claims\n')
     assert read_claims(path) == [{"claim": "causal_half", "statement": "A causal mask saves half", "verdict": "holds",
                                   "evidence": "ratio 1.9", "rule": "ratio >= 1.6", "study": "The chapter's claims"}]
 
 
 def test_inputs_name_their_sweeps_devices_and_hosts(tmp_path):
     a, b = tmp_path / "a.csv", tmp_path / "b.csv"
-    a.write_text("sweep_id,device,device_name,hostname\ncross_gpu/h100,cuda,NVIDIA H100,n1\ncross_gpu/h100,cuda,NVIDIA H100,n1\n")
+    a.write_text("sweep_id,device,device_name,hostname\n" + "cross_gpu/h100,cuda,NVIDIA H100,n1\n" * 2)
     b.write_text("sweep_id,device,device_name,hostname\ncross_gpu/a100,cuda,,n2\n")  # no name: the device kind
     assert describe_inputs([a, b]) == {"sweeps": ["cross_gpu/a100", "cross_gpu/h100"],
                                        "devices": ["NVIDIA H100", "cuda"], "hosts": ["n1", "n2"]}

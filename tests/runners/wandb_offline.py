@@ -35,12 +35,13 @@ def read_run(path: Path) -> dict:
     for record in wandb_records(path):
         kind = record.WhichOneof("record_type")
         if kind == "run":
-            run["job_type"], run["group"], run["name"] = record.run.job_type, record.run.run_group, record.run.display_name
+            run["job_type"], run["group"] = record.run.job_type, record.run.run_group
+            run["name"] = record.run.display_name
             run["config"].update({i.key: json.loads(i.value_json) for i in record.run.config.update})
         elif kind == "history":
-            run["history"].append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+            run["history"].append(_items(record.history.item))
         elif kind == "summary":
-            run["summary"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.summary.update})
+            run["summary"].update(_items(record.summary.update))
         elif kind == "files":
             run["files"] |= {f.path for f in record.files.files}
         elif kind == "artifact":
@@ -49,6 +50,11 @@ def read_run(path: Path) -> dict:
         elif kind == "exit":
             run["exited"] = True
     return run
+
+
+def _items(items) -> dict:
+    """{key: value}; a nested key (an image's or a table's fields) joined by '/'."""
+    return {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items}
 
 
 def read_runs(folder: Path, timeout_s: float = 60) -> list[dict]:
