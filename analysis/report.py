@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
+from analysis import wandb_report
 from analysis.claims import (
     CHAPTER, NOT_DECIDED, NOT_MEASURED, check_claims, claims_frame, studies_in_order, study_tables,
 )
@@ -274,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline-device", default=None, metavar="NAME",
                         help="device the others are compared with (label or name, substring ok); default: most rows")
     parser.add_argument("--formats", default="png,pdf", help="figure formats, comma separated (png,pdf,svg)")
+    wandb_report.add_arguments(parser)
     args = parser.parse_args(argv)
     formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
     allowed = {"png", "pdf", "svg"}
@@ -289,6 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     made = sum(isinstance(f, Made) for f in report.figures)
     print(f"report: {report.path} ({made} of {len(report.figures)} figures in {report.path.parent / 'figures'})")
+    wandb_report.log_from_cli(args, report.path, args.paths)  # after the files: wandb never changes them
     return 0
 
 

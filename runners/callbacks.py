@@ -3,7 +3,8 @@
 Start: count the jobs (for `[i/N]` and the ETA), note how many jobs share the device, warn
 when a parallel launcher makes timings interfere, make the sweep's point index (jobs look
 their point up there). End: build results.csv from every row file (jobs of a large sweep
-do not), send the whole table to wandb, write the report from it, and say where everything is.
+do not), write the report from it, then send the whole table and the report to wandb (last, so
+wandb never delays or changes a file), and say where everything is.
 Runs in the launching process only; jobs (maybe in other processes) read sweep.json (`sweep_meta`).
 """
 
@@ -112,13 +113,17 @@ class SweepCallback(Callback):
             print(f"results: {row_store.write_failure(exc)}; the row files are intact: "
                   f"`python -m runners.rows {sweep_dir}` builds it once there is room", file=sys.stderr, flush=True)
             return
-        columns = list(dict.fromkeys([*COLUMNS, *(k for r in all_rows for k in r)]))
-        wandb_conf = OmegaConf.to_container(config.wandb, resolve=True) if "wandb" in config else {}
-        SINK.log_table(wandb_conf, all_rows, columns, group=sweep_id(config, sweep_dir), out_dir=sweep_dir)
         statuses = ", ".join(f"{n} {s}" for s, n in Counter(str(r.get("status")) for r in all_rows).most_common())
         print(f"results: {len(all_rows)} rows ({statuses}) -> {csv_path}", flush=True)
-        if config.get("report", True):
-            write_report(csv_path, sweep_dir / "report")  # prints its own `report: ...` line
+        report_md = write_report(csv_path, sweep_dir / "report") if config.get("report", True) else None
+        # wandb after every file is written: whatever it does, results.csv and report.md are final.
+        columns = list(dict.fromkeys([*COLUMNS, *(k for r in all_rows for k in r)]))
+        wandb_conf = OmegaConf.to_container(config.wandb, resolve=True) if "wandb" in config else {}
+        group = sweep_id(config, sweep_dir)
+        SINK.log_table(wandb_conf, all_rows, columns, group=group, out_dir=sweep_dir, own_run=report_md is None)
+        if report_md is not None and (run := SINK.log_report(wandb_conf, report_md, [csv_path], group=group,
+                                                             out_dir=sweep_dir)):
+            print(f"wandb: group {group}, report run -> {run}", flush=True)
 
 
 def write_report(csv_path: Path, out_dir: Path) -> Path | None:

@@ -139,7 +139,8 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
             write_traceback(ctx.job_dir)
         except OSError as exc:  # the row is recorded; only the traceback beside it is lost
             print(f"warning: traceback not kept: {row_store.write_failure(exc)}", file=sys.stderr)
-    SINK.log_point(parsed.wandb, written, group=ctx.sweep_id or ctx.sweep_dir.name, out_dir=ctx.sweep_dir)  # a curve too
+    SINK.log_point(parsed.wandb, written, group=ctx.sweep_id or ctx.sweep_dir.name, out_dir=ctx.sweep_dir,
+                   job=ctx.index)  # a curve too
 
     eta = progress.eta_s(ctx.started_unix, index or 0, ctx.total)
     print(progress.line(index, ctx.total, progress.describe(written, varying), written, eta=eta), flush=True)

@@ -9,23 +9,27 @@ Two designs behind `wandb.run_per_point`:
 - true: one run per point (`with wandb.init(...)`: config = the point, metrics in the run's
   summary, job_type = the back end), the layout wandb's UI groups and filters best, at about
   a second per point.
-Either way group = the sweep (its folder name), and at the end of a multirun the whole
-results.csv goes to wandb once more as a `wandb.Table`. If wandb is missing or a run cannot
-start, one warning line is printed and wandb is off for the rest of the process.
+Either way group = the sweep (`<name>/<folder>`, runners.callbacks.sweep_id): every process of a
+sweep, a SLURM array's jobs included, computes the same group from the sweep folder it writes
+to, and names its own run after the first job it ran (`<group>-points-job<n>`). At the end of a
+multirun the whole results.csv goes to wandb once more as a `wandb.Table` (in this process's
+open run), and the written report as a run of its own (job_type `report`, analysis/wandb_report.py).
+If wandb is missing or a run cannot start, one warning line is printed and wandb is off for the
+rest of the process. mode=disabled imports nothing.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from analysis.wandb_report import SETTINGS as _SETTINGS  # no sampler: it would steal CPU from the timed calls
 from selfattn.point import POINT_COLUMNS
 from selfattn.results import decode_curve
-
-# System metrics sampling would steal CPU from the timed calls on a small machine.
-_SETTINGS = {"silent": True, "console": "off", "x_disable_stats": True, "disable_git": True, "save_code": False}
 
 
 class WandbSink:
@@ -64,8 +68,11 @@ class WandbSink:
             self.give_up(f"init failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return None
 
-    def log_point(self, conf: Mapping[str, Any], row: Mapping[str, Any], *, group: str, out_dir: Path) -> None:
-        """Send one finished point: a step of the process's run, or a run of its own."""
+    def log_point(self, conf: Mapping[str, Any], row: Mapping[str, Any], *, group: str, out_dir: Path,
+                  job: int | None = None) -> None:
+        """Send one finished point: a step of the process's run, or a run of its own.
+
+        `job`: the point's 0-based job number in the sweep; the process's run is named after its first."""
         wandb = self._wandb(str(conf.get("mode")))
         if wandb is None:
             return
@@ -85,8 +92,8 @@ class WandbSink:
             key = (conf.get("project"), conf.get("mode"), group)
             if self.run is None or self.run_key != key:
                 self.close()
-                self.run = self._init(wandb, conf, group=group, job_type="sweep", name=f"{group}-points",
-                                      dir=str(out_dir), config={"sweep": group})
+                self.run = self._init(wandb, conf, group=group, job_type="sweep", name=points_run_name(group, job),
+                                      dir=str(out_dir), config={"sweep": group, **process_config(job)})
                 self.run_key = key
                 self.step = 0
             if self.run is not None:
@@ -101,8 +108,11 @@ class WandbSink:
             self.give_up(f"log failed: {type(exc).__name__}")
 
     def log_table(self, conf: Mapping[str, Any], rows: list[Mapping[str, Any]], columns: list[str], *,
-                  group: str, out_dir: Path) -> None:
-        """The whole results table once, in this process's open run or in a run of its own."""
+                  group: str, out_dir: Path, own_run: bool = True) -> None:
+        """The whole results table once, in this process's open run, or in a run of its own when `own_run`
+        (false when a report run follows: it holds the table, so no run is opened for it alone)."""
+        if self.run is None and not own_run:
+            return
         wandb = self._wandb(str(conf.get("mode")))
         if wandb is None or not rows:
             return
@@ -119,6 +129,21 @@ class WandbSink:
         except Exception as exc:
             self.give_up(f"table failed: {type(exc).__name__}")
 
+    def log_report(self, conf: Mapping[str, Any], report_md: Path, results: list[Path], *, group: str,
+                   out_dir: Path) -> Path | None:
+        """The written report as one run of the sweep's group (analysis/wandb_report.py); its folder or None.
+
+        Nothing when wandb is disabled or this process already gave up on it (its one warning is printed)."""
+        if self.disabled or conf.get("mode") == "disabled":
+            return None
+        from analysis.wandb_report import log_report
+
+        folder = log_report(report_md, results, mode=str(conf.get("mode")), project=conf.get("project"),
+                            entity=conf.get("entity"), group=group, run_dir=out_dir, config={"sweep": group})
+        if folder is None:
+            self.disabled = True  # log_report printed the one warning
+        return folder
+
     def close(self) -> None:
         if self.run is not None:
             try:
@@ -126,6 +151,22 @@ class WandbSink:
             except Exception:
                 pass
             self.run = None
+
+
+def points_run_name(group: str, job: int | None) -> str:
+    """A process's run: `<group>-points-job<n>` after the first job it ran (n 0-based), so the runs of a
+    SLURM array or a joblib pool, one per process, keep apart in the group; `<group>-points` when unknown."""
+    return f"{group}-points" if job is None else f"{group}-points-job{job}"
+
+
+def process_config(job: int | None) -> dict[str, Any]:
+    """What tells a process's run apart in wandb's table: its first job, host, and SLURM's ids when there."""
+    config: dict[str, Any] = {"first_job": job, "hostname": socket.gethostname()}
+    for key, env in (("slurm_job_id", "SLURM_JOB_ID"), ("slurm_array_job_id", "SLURM_ARRAY_JOB_ID"),
+                     ("slurm_array_task_id", "SLURM_ARRAY_TASK_ID")):
+        if os.environ.get(env):
+            config[key] = os.environ[env]
+    return config
 
 
 def _table_cell(value: Any) -> Any:

@@ -5,10 +5,9 @@ values, a parallel launcher, and wandb's offline run read back. Every run is `ex
 from __future__ import annotations
 
 import csv
-import json
 import os
+import re
 import signal
-import struct
 import subprocess
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner_helpers import ROOT, run_sweep, sweep_cmd
+from wandb_offline import read_run
 
 pytestmark = pytest.mark.slow
 
@@ -144,39 +144,6 @@ def test_joblib_launcher_with_two_jobs_leaves_an_intact_csv(tmp_path):
 
 # --- wandb: read the offline run's .wandb log back (wandb.Api is online-only) ----------------
 
-def wandb_records(path: Path):
-    """Records of a .wandb file: a 7-byte header, then LevelDB-style log blocks of protobufs."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data, block, pos, buf = path.read_bytes(), 32768, 7, b""
-    assert data[:4] == b":W&B"
-    while pos + 7 <= len(data):
-        if block - pos % block < 7:  # a block's tail too short for a header is padding
-            pos += block - pos % block
-            continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
-        buf = chunk if kind in (1, 2) else buf + chunk  # full/first start a record, middle/last extend it
-        if kind in (1, 4):
-            record = pb.Record()
-            record.ParseFromString(buf)
-            yield record
-
-
-def read_run(path: Path) -> dict:
-    run = {"history": [], "summary": {}, "config": {}, "job_type": None}
-    for record in wandb_records(path):
-        kind = record.WhichOneof("record_type")
-        if kind == "run":
-            run["job_type"], run["group"] = record.run.job_type, record.run.run_group
-            run["config"].update({i.key: json.loads(i.value_json) for i in record.run.config.update})
-        elif kind == "history":
-            run["history"].append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
-        elif kind == "summary":
-            run["summary"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.summary.update})
-    return run
-
-
 @pytest.mark.parametrize("per_point", [False, True], ids=["run-per-process", "run-per-point"])
 def test_wandb_offline_run_holds_the_logged_metrics(tmp_path, per_point):
     args = ["-m", "backend=naive,sdpa", "seq_len=16", "device=cpu", "experiment=smoke", "wandb.mode=offline",
@@ -204,6 +171,35 @@ def test_wandb_offline_run_holds_the_logged_metrics(tmp_path, per_point):
         for step in steps:
             assert step["time_ms"] == pytest.approx(float(by_backend[step["backend"]]["time_ms"]))
             assert step["point_id"] == by_backend[step["backend"]]["point_id"]
+
+
+def test_a_sweep_with_its_report_leaves_one_report_run_holding_every_figure_the_claims_and_the_artifact(tmp_path):
+    """The whole report (every figure the rows make) through the real CLI, read back from the offline run."""
+    sweep = tmp_path / "sweep"
+    out = run_sweep("-m", "backend=naive,sdpa,chunked", "seq_len=16,32,64", "causal=false,true", "experiment=smoke",
+                    "report=true", "wandb.mode=offline", f"hydra.sweep.dir={sweep}", fake=True, timeout=300,
+                    env={"WANDB_MODE": "offline", "WANDB_DATA_DIR": str(tmp_path / "data"),
+                         "WANDB_CACHE_DIR": str(tmp_path / "cache"), "WANDB_CONFIG_DIR": str(tmp_path / "config")})
+    assert out.returncode == 0, out.stderr[-2000:]
+    runs = [read_run(p) for p in sorted(sweep.glob("wandb/offline-run-*/run-*.wandb"))]
+    assert sorted(r["job_type"] for r in runs) == ["report", "sweep"]  # the points' run and the report's
+    (run,) = [r for r in runs if r["job_type"] == "report"]
+    assert {r["group"] for r in runs} == {f"smoke/{sweep.name}"}
+    text = (sweep / "report" / "report.md").read_text()
+    embedded = re.findall(r"!\[[^\]]*\]\((figures/[^)]+\.png)\)", text)
+    assert len(embedded) >= 3  # time, memory, throughput at least
+    for link in embedded:
+        key = f"figures/{Path(link).stem}"
+        (step,) = [h for h in run["history"] if f"{key}/path" in h]
+        logged = run["folder"] / "files" / step[f"{key}/path"]
+        assert logged.read_bytes() == (sweep / "report" / link).read_bytes()
+    assert any(h.get("claims/_type") == "table-file" for h in run["history"])
+    with open(sweep / "report" / "claims.csv", newline="") as f:
+        keys = [r["key"] for r in csv.DictReader(f)]
+    assert keys and all(f"claims/{k}" in run["summary"] for k in keys)
+    ((kind, contents),) = [v for v in run["artifacts"].values() if v[0] == "sweep-results"]
+    assert {"results.csv", "report.md", "claims.csv", "exponents.csv", *embedded} <= set(contents)
+    assert contents["results.csv"].read_bytes() == (sweep / "results.csv").read_bytes()
 
 
 def test_scores_and_encodings_sweep_with_unsupported_and_invalid_rows_naming_the_key(tmp_path):
