@@ -14,7 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from runners import config, job
+from runners import config, job, launcher
 from runners.callbacks import sweep_id, sweep_meta
 
 config.register_resolvers()  # ${by_device:...} and ${grid_range:} in conf/experiment/*.yaml
@@ -56,4 +56,5 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 1:  # no arguments: the default study, as the README's first command promises
         sys.argv.append("experiment=quick")
+    sys.argv += launcher.launcher_overrides(sys.argv[1:])  # compose_once found in any install, or Hydra's basic
     main()
