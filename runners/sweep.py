@@ -31,7 +31,7 @@ def context(cfg: DictConfig) -> job.JobContext:
     return job.JobContext(
         job_dir=Path(hc.runtime.output_dir), sweep_dir=sweep_dir, multirun=multirun,
         index=hc.job.num if multirun else None, varying=varying,
-        given=given.given_keys(hc.overrides.task, hc.runtime.choices.get("experiment")),
+        given=given.given_keys(hc),
         jobs_sharing_device=int(meta.get("jobs_sharing_device") or 1), sweep_id=sweep_id(cfg, sweep_dir),
         total=meta.get("total"), started_unix=meta.get("started_unix"),
     )
