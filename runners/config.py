@@ -1,6 +1,7 @@
 """From a Hydra job's config to a `ParsedJob`: a validated `selfattn.Point` with its budget and id, or why not.
 
-`parse_job` is the one step: it applies the job's grid point, refuses unknown keys (naming the
+`parse_job` is the one step: it applies the job's grid point and the defaults that follow the scope
+(`selfattn.point.SCOPE_DEFAULTS`, for keys the job did not give), refuses unknown keys (naming the
 nearest known one), checks every value against the dataclass that owns it (the axes: `Point`;
 `budget`: `selfattn.measure.Budget`; `backend.*`: the back end's `Options`; the runner's own
 keys: `RunnerConf`, `WandbConf` below), resolves device=auto, and never raises: a bad config
@@ -16,13 +17,13 @@ import hashlib
 import itertools
 import json
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from selfattn.backends import BACKEND_NAMES, check_options, get_backend
 from selfattn.fields import check_fields, defaults, field_types, spec, unknown_key
 from selfattn.measure.budget import Budget
 from selfattn.metrics import ALL as ALL_METRICS, parse_metrics
-from selfattn.point import AXES, DEVICES, Point, axis_default
+from selfattn.point import AXES, DEVICES, Point, axis_default, scope_defaults
 from selfattn.results import Row
 
 
@@ -84,10 +85,16 @@ class ParsedJob:
         return self.point.columns() if self.point is not None else self.typed_columns
 
 
-def parse_job(cfg: Mapping[str, Any]) -> ParsedJob:
-    """The job's config -> a ParsedJob; never raises for a bad config (see `ParsedJob.problem`)."""
+def parse_job(cfg: Mapping[str, Any], given: Collection[str] | None = None) -> ParsedJob:
+    """The job's config -> a ParsedJob; never raises for a bad config (see `ParsedJob.problem`).
+
+    `given`: the keys the user gave (typed, or set by the experiment; its grid point's keys count too);
+    a scope's defaults (`scope=train`: mode=fwd_bwd, ...) replace the others. None: every key was given.
+    """
     try:
         values = flat_config(cfg)
+        if given is not None:
+            values = with_scope_defaults(values, {*given, *grid_keys(cfg)})
     except ValueError as exc:
         job = ParsedJob(values=dict(cfg), problem=str(exc))
         job.point_id, job.typed_columns = raw_point_id(job.values), typed_columns(job.values)
@@ -210,6 +217,18 @@ def raw_point_id(values: Mapping[str, Any]) -> str:
     ignored = {"budget", "wandb", "grids", "grid_point", "name", "retry_failed", "prevalidate", "report", "metrics"}
     key = {k: v for k, v in values.items() if k not in ignored}
     return "raw-" + hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def with_scope_defaults(values: Mapping[str, Any], given: Collection[str]) -> dict[str, Any]:
+    """`values` with the defaults that follow its scope set on every key not in `given`."""
+    follow = {k: v for k, v in scope_defaults(values.get("scope")).items() if k not in given}
+    return {**values, **follow}
+
+
+def grid_keys(cfg: Mapping[str, Any]) -> list[str]:
+    """The keys the job's grid point sets (none without one); flat_config has checked the index."""
+    index = cfg.get("grid_point")
+    return list(grid_points(cfg.get("grids"))[index]) if index is not None else []
 
 
 def grid_points(grids: Any) -> list[dict[str, Any]]:

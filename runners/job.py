@@ -44,6 +44,7 @@ class JobContext:
     multirun: bool = False
     index: int | None = None  # 0-based job number in the sweep
     varying: list[str] = field(default_factory=list)  # the keys this job's overrides set
+    given: list[str] | None = None  # the keys typed or set by the experiment (runners/given.py); None: every key
     jobs_sharing_device: int = 1
     sweep_id: str = ""
     total: int | None = None  # jobs in the sweep, when the sweeper knows (sweep.json)
@@ -80,7 +81,7 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     start = time.perf_counter() if _last_row_written is None else _last_row_written
     index = None if ctx.index is None else ctx.index + 1
 
-    parsed = config.parse_job(cfg)  # the one step from config to Point; everything below reads `parsed`
+    parsed = config.parse_job(cfg, ctx.given)  # the one step from config to Point; everything below reads `parsed`
     if parsed.problem and not ctx.multirun:
         raise InvalidPoint(parsed.problem)  # a single run: say what is wrong, measure nothing
     if parsed.wandb_problem:

@@ -14,7 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from runners import config, job
+from runners import config, given, job, launcher
 from runners.callbacks import sweep_id, sweep_meta
 
 config.register_resolvers()  # ${by_device:...} and ${grid_range:} in conf/experiment/*.yaml
@@ -31,6 +31,7 @@ def context(cfg: DictConfig) -> job.JobContext:
     return job.JobContext(
         job_dir=Path(hc.runtime.output_dir), sweep_dir=sweep_dir, multirun=multirun,
         index=hc.job.num if multirun else None, varying=varying,
+        given=given.given_keys(hc),
         jobs_sharing_device=int(meta.get("jobs_sharing_device") or 1), sweep_id=sweep_id(cfg, sweep_dir),
         total=meta.get("total"), started_unix=meta.get("started_unix"),
     )
@@ -56,4 +57,5 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 1:  # no arguments: the default study, as the README's first command promises
         sys.argv.append("experiment=quick")
+    sys.argv += launcher.launcher_overrides(sys.argv[1:])  # compose_once found in any install, or Hydra's basic
     main()

@@ -25,7 +25,7 @@ from runners.config import NODES, SECTIONS, RunnerConf, WandbConf
 from selfattn.backends import BACKEND_NAMES, get_backend
 from selfattn.fields import allowed_text, default_of, field_types
 from selfattn.measure.budget import Budget
-from selfattn.point import Point
+from selfattn.point import SCOPE_DEFAULTS, Point
 
 BEGIN = "<!-- config-reference:begin -->"
 END = "<!-- config-reference:end -->"
@@ -67,6 +67,28 @@ def _rows(cls: type, prefix: str = "", skip: Iterable[str] = (), notes: dict[str
     return rows
 
 
+def _typed(value: Any) -> str:
+    """A value as a user types it on the command line (`true`, `fwd_bwd`)."""
+    return _value(value).strip("`")
+
+
+def scope_defaults_text() -> str:
+    """SCOPE_DEFAULTS in words: `scope=generate: causal=true; scope=train: mode=fwd_bwd, seq_len=9`.
+    The --help text (conf/hydra/help/selfattn.yaml) holds this line; tests/runners/test_scope_defaults.py
+    checks it does."""
+    return "; ".join(f"scope={scope}: " + ", ".join(f"{k}={_typed(v)}" for k, v in keys.items())
+                     for scope, keys in SCOPE_DEFAULTS.items())
+
+
+def _scope_notes() -> dict[str, str]:
+    """For each field whose default follows the scope, what it becomes under which scope."""
+    notes: dict[str, list[str]] = {}
+    for scope, keys in SCOPE_DEFAULTS.items():
+        for key, value in keys.items():
+            notes.setdefault(key, []).append(f"{_value(value)} with scope={scope}")
+    return {key: f"; default {' and '.join(parts)}, unless given" for key, parts in notes.items()}
+
+
 def _table(header: str, rows: list[str]) -> list[str]:
     columns = header.count("|") - 1
     return [header, "|" + "---|" * columns, *rows]
@@ -84,7 +106,16 @@ def reference() -> str:
         "",
         "The point: the flat sweep axes, each a field of `selfattn.Point` (selfattn/point.py).",
         "",
-        *_table("| key | default | allowed | meaning |", _rows(Point, skip=("backend_options",), notes=groups)),
+        *_table("| key | default | allowed | meaning |",
+                _rows(Point, skip=("backend_options",), notes={**groups, **_scope_notes()})),
+        "",
+        "Defaults that follow the scope (`SCOPE_DEFAULTS` in selfattn/point.py), for a key neither typed nor set by",
+        "the experiment or its grid:",
+        "",
+        f"    {scope_defaults_text()}",
+        "",
+        "so `scope=train` alone runs a training point. A value given that the scope cannot take is refused, naming",
+        "the key and what the scope allows (`mode: scope=train runs forward and backward, so mode must be fwd_bwd`).",
         "",
         "A back end's own options (`backend.OPTION=VALUE`), each a field of its module's `Options`",
         "(selfattn/backends/NAME.py); an option of another back end is refused.",

@@ -29,6 +29,15 @@ FP64_BYTES = 8
 DEVICES = ("auto", "cpu", "cuda")
 # The recurrent baselines (selfattn/recurrent.py): scope -> gates of its cell (torch.nn.LSTM, nn.GRU).
 RNN_GATES: dict[str, int] = {"lstm": 4, "gru": 3}
+# Defaults that follow the scope: where a scope cannot take a field's own default, this value, for a
+# config that does not give the field (runners/config.py: typed, or set by an experiment or a grid).
+# Only such fields, so a point that was valid before keeps its values and its id (point_id).
+SCOPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "generate": {"causal": True},  # autoregressive: a new token sees the tokens before it
+    # a training run steps the optimizer after a backward pass; its sequences hold 8 (key, value) pairs
+    # and the query (selfattn/train/task.py takes at most 64 pairs), as the training experiment's do
+    "train": {"mode": "fwd_bwd", "seq_len": 9},
+}
 SCORES = ("dot", "additive")
 POS_ENCODINGS = ("none", "sinusoidal", "learned", "rope")
 
@@ -301,6 +310,11 @@ ATTENTION_ONLY = ("backend", "kv_heads", "q_len", "causal", "window", "pad_frac"
 AXES: tuple[str, ...] = tuple(name for name in FIELD_NAMES if name != "backend_options")
 # Columns a row spends on its point: the fields plus what they imply (d_model, the scale's factor).
 POINT_COLUMNS: tuple[str, ...] = (*FIELD_NAMES, "d_model", "scale_value")
+
+
+def scope_defaults(scope: Any) -> dict[str, Any]:
+    """The fields whose default follows `scope` (SCOPE_DEFAULTS), and their values; {} for any other value."""
+    return dict(SCOPE_DEFAULTS.get(scope, {})) if isinstance(scope, str) else {}
 
 
 def axis_default(name: str) -> Any:

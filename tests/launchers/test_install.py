@@ -1,11 +1,13 @@
-"""A regular install (a wheel, not `pip install -e`) runs `python -m runners.sweep` from any folder.
+"""Every supported install runs `python -m runners.sweep` from any folder: a regular install (a wheel),
+pip's default editable install, and a checkout on PYTHONPATH.
 
 The wheel is built from a copy of the working tree (offline: no build isolation, no index) and
-installed with --no-deps into a temporary target folder. Every run then starts in a folder
-outside the repository with only that target on PYTHONPATH: the project's packages must come
-from the target (torch, hydra and the other dependencies from the system site-packages), the
-configs from the wheel's `selfattn_conf` package, and the sweep folders must land under the
-folder the run starts from, never inside the install.
+installed with --no-deps into a temporary target folder; the editable install goes from the same copy
+into a fresh virtual environment that sees the system site-packages (torch, Hydra). Every run then
+starts in a folder outside the repository: the project's packages must come from the install, the
+configs from the wheel's `selfattn_conf` package (or the copy's conf/), Hydra's launcher plugin must be
+found without the current folder on sys.path, and the sweep folders must land under the folder the run
+starts from, never inside the install.
 """
 
 from __future__ import annotations
@@ -60,11 +62,18 @@ def _config_files() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def install(tmp_path_factory) -> SimpleNamespace:
+def source(tmp_path_factory) -> Path:
+    """A copy of the working tree: the builds write build/ and *.egg-info there, not in the shared tree."""
+    src = tmp_path_factory.mktemp("source") / "src"
+    assert ROOT not in src.parents
+    shutil.copytree(ROOT, src, ignore=NOT_SOURCES)
+    return src
+
+
+@pytest.fixture(scope="module")
+def install(tmp_path_factory, source) -> SimpleNamespace:
     tmp = tmp_path_factory.mktemp("install")
-    assert ROOT not in tmp.parents
-    src, wheels, target, elsewhere = tmp / "src", tmp / "wheels", tmp / "target", tmp / "elsewhere"
-    shutil.copytree(ROOT, src, ignore=NOT_SOURCES)  # the build writes build/ and *.egg-info: not in the shared tree
+    src, wheels, target, elsewhere = source, tmp / "wheels", tmp / "target", tmp / "elsewhere"
     env = _env(tmp)
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
           "-w", str(wheels), str(src)], cwd=tmp, env=env)
@@ -73,6 +82,49 @@ def install(tmp_path_factory) -> SimpleNamespace:
           str(wheel)], cwd=tmp, env=env)
     elsewhere.mkdir()
     return SimpleNamespace(tmp=tmp, src=src, wheel=wheel, target=target, elsewhere=elsewhere, env=_env(target))
+
+
+@pytest.fixture(scope="module")
+def editable(tmp_path_factory, source) -> SimpleNamespace:
+    """`pip install -e` (setuptools' import-hook finder, pip's default) into a fresh virtual environment."""
+    tmp = tmp_path_factory.mktemp("editable")
+    venv, elsewhere = tmp / "venv", tmp / "elsewhere"
+    # --without-pip: the system's pip and setuptools build it (a new venv's own setuptools may be too old)
+    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], cwd=tmp)
+    python = str(venv / "bin" / "python")
+    env = {k: v for k, v in _env(tmp).items() if k != "PYTHONPATH"}  # only the install puts the project on sys.path
+    _run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e", str(source)],
+         cwd=tmp, env=env)
+    elsewhere.mkdir()
+    return SimpleNamespace(tmp=tmp, src=source, python=python, elsewhere=elsewhere, env=env)
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory) -> SimpleNamespace:
+    """The repository itself on PYTHONPATH, run from a folder outside it."""
+    elsewhere = tmp_path_factory.mktemp("checkout") / "elsewhere"
+    elsewhere.mkdir()
+    return SimpleNamespace(src=ROOT, python=sys.executable, elsewhere=elsewhere, env=_env(ROOT))
+
+
+@pytest.mark.parametrize("kind", ["install", "editable", "checkout"])
+def test_multirun_from_another_folder_uses_the_default_launcher(kind, request):
+    setup = request.getfixturevalue(kind)
+    python = getattr(setup, "python", sys.executable)
+    where = setup.elsewhere / "multirun"  # a fresh folder per test: only this run's sweep lands there
+    where.mkdir()
+    code = "import runners; print(runners.__file__)"
+    imported = Path(_run([python, "-c", code], cwd=where, env=setup.env).stdout.strip()).resolve()
+    home = setup.target if kind == "install" else setup.src
+    assert home in imported.parents, f"runners imported from {imported}, not {home}"
+    proc = _run([python, "-m", "runners.sweep", "-m", *TINY, "seq_len=32,64"], cwd=where, env=setup.env, timeout=180)
+    assert "compose_once launcher did not load" not in proc.stderr, proc.stderr  # not the fallback
+    (results,) = (where / "sweeps" / "smoke").glob("*/results.csv")
+    with results.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted((r["status"], r["seq_len"]) for r in rows) == [("ok", "32"), ("ok", "64")], proc.stdout
+    # the launcher that ran, as Hydra recorded it for the sweep
+    assert "hydra/launcher: compose_once" in (results.parent / "multirun.yaml").read_text()
 
 
 def test_wheel_holds_every_config_and_module(install):
@@ -127,3 +179,18 @@ def test_user_experiment_through_the_search_path(install):
     cfg = _sweep("experiment=mine", "hydra.searchpath=[file://my_conf]", "--cfg", "job",
                  cwd=install.elsewhere, env=install.env)
     assert "name: mine" in cfg and "seq_len: 96" in cfg
+
+
+def test_without_the_launcher_a_multirun_falls_back_to_hydras_basic_one(checkout):
+    """The negative control: the launcher's module cannot load (as if its files were missing)."""
+    where = checkout.elsewhere / "fallback"
+    where.mkdir()
+    code = ("import runpy, sys; sys.modules['hydra_plugins.selfattn_launcher.compose_once'] = None; "
+            "sys.argv[0] = 'runners.sweep'; runpy.run_module('runners.sweep', run_name='__main__', alter_sys=True)")
+    proc = _run([sys.executable, "-c", code, "-m", *TINY, "seq_len=32,64"], cwd=where, env=checkout.env, timeout=180)
+    notes = [line for line in proc.stderr.splitlines() if "compose_once launcher did not load" in line]
+    assert len(notes) == 1 and "basic launcher" in notes[0], proc.stderr
+    (results,) = (where / "sweeps" / "smoke").glob("*/results.csv")
+    with results.open(newline="") as f:
+        assert sorted((r["status"], r["seq_len"]) for r in csv.DictReader(f)) == [("ok", "32"), ("ok", "64")]
+    assert "hydra/launcher: basic" in (results.parent / "multirun.yaml").read_text()

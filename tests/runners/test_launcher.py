@@ -14,7 +14,7 @@ from hydra._internal.callbacks import Callbacks
 from omegaconf import OmegaConf
 
 from hydra_plugins.selfattn_launcher.compose_once import ComposeOnceLauncher
-from runners import config
+from runners import config, launcher
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -80,3 +80,28 @@ def test_launch_runs_every_job_with_its_number(loader, tmp_path):
     assert [r.hydra_cfg.hydra.job.num for r in runs] == [0, 1, 2] and seen == [64, 96, 128]
     assert all(isinstance(r, JobReturn) and r.overrides == [f"seq_len={n}"] for r, n in zip(runs, seen))
     assert [r.hydra_cfg.hydra.runtime.output_dir for r in runs] == [str(tmp_path / str(i)) for i in range(3)]
+
+
+def test_the_registered_name_is_the_configs_target():
+    assert OmegaConf.load(CONF / "hydra" / "launcher" / "compose_once.yaml")["_target_"] == launcher.LAUNCHER
+    assert f"{ComposeOnceLauncher.__module__}.{ComposeOnceLauncher.__qualname__}" == launcher.LAUNCHER
+
+
+def test_hydra_knows_the_launcher_once_registered():
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.launcher import Launcher
+
+    assert launcher.register_launcher() is None
+    names = {f"{c.__module__}.{c.__qualname__}" for c in Plugins.instance().discover(Launcher)}
+    assert launcher.LAUNCHER in names
+
+
+def test_a_launcher_that_cannot_load_gives_way_to_hydras_basic_one(monkeypatch, capsys):
+    assert launcher.launcher_overrides(["-m", "seq_len=64"]) == []  # it loads here: nothing added, nothing said
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(launcher, "register_launcher", lambda: "ModuleNotFoundError: no module named x")
+    assert launcher.launcher_overrides(["-m", "seq_len=64"]) == ["hydra/launcher=basic"]
+    (note,) = capsys.readouterr().err.splitlines()
+    assert "ModuleNotFoundError" in note and "basic launcher" in note
+    # a launcher typed by the user stays the user's choice
+    assert launcher.launcher_overrides(["-m", "hydra/launcher=slurm_gpu"]) == []

@@ -1,0 +1,49 @@
+"""Hydra finds the default launcher (compose_once) however the project is installed, from any folder.
+
+Hydra knows a launcher only if its plugin scan found the class: the scan walks the folders of the
+`hydra_plugins` namespace package. A regular install and a checkout on PYTHONPATH (or the current
+folder, for `python -m` from the repository root) put hydra_plugins/selfattn_launcher/ in such a
+folder; pip's default editable install does not: setuptools' import hook maps the module to the
+checkout without adding a folder to the namespace, so the scan never sees it, though it imports.
+So the class is imported and registered with Hydra's public `Plugins.register` when the scan missed
+it. Should it not import at all (its files missing, a package that makes `hydra_plugins` a regular
+package and hides ours, a Hydra whose internals it uses have moved), the command line gets Hydra's
+own launcher (`hydra/launcher=basic`) and a one-line notice of what is lost, so the sweep still runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from hydra.core.plugins import Plugins
+from hydra.plugins.launcher import Launcher
+
+# conf/hydra/launcher/compose_once.yaml's _target_ (tests/runners/test_launcher.py checks they agree)
+LAUNCHER = "hydra_plugins.selfattn_launcher.compose_once.ComposeOnceLauncher"
+FALLBACK = "hydra/launcher=basic"
+
+
+def register_launcher() -> str | None:
+    """Make LAUNCHER known to Hydra's plugin registry: None once it is, else why it cannot be."""
+    plugins = Plugins.instance()  # the scan runs here, once per process (Hydra's main would run it anyway)
+    if any(f"{found.__module__}.{found.__qualname__}" == LAUNCHER for found in plugins.discover(Launcher)):
+        return None  # the scan saw it: a regular install, or a checkout on sys.path
+    try:
+        from hydra_plugins.selfattn_launcher.compose_once import ComposeOnceLauncher
+    except ImportError as exc:  # no such module, or a name it imports from Hydra is gone
+        return f"{type(exc).__name__}: {' '.join(str(exc).split())}"  # one line
+    plugins.register(ComposeOnceLauncher)
+    return None
+
+
+def launcher_overrides(args: Sequence[str]) -> list[str]:
+    """Overrides to add to the command line `args`: none when the default launcher is registered (this
+    registers it) or `args` pick a launcher themselves; else Hydra's basic launcher, with a notice."""
+    why_not = register_launcher()
+    if why_not is None or any(a.lstrip("+~").startswith("hydra/launcher") for a in args):
+        return []
+    print(f"note: the compose_once launcher did not load ({why_not}); multiruns use Hydra's basic launcher, "
+          "which composes every job's config from the YAML files again (0.16 s a job with experiment=quick)",
+          file=sys.stderr)
+    return [FALLBACK]
