@@ -20,7 +20,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from runners import row_store, rows
+from runners import interrupts, progress, row_store, rows
+from runners.table import table_text
 from runners.wandb_log import SINK
 from selfattn.results import COLUMNS
 
@@ -92,6 +93,7 @@ class SweepCallback(Callback):
         meta = {"total": total, "started_unix": time.time(), "jobs_sharing_device": sharing}
         row_store.atomic_write_text(sweep_dir / rows.SWEEP_META, json.dumps(meta))
         rows.ensure_index(sweep_dir)  # once here: a resumed folder's rows are read once, not by every job
+        interrupts.sweep_started(sweep_dir, total)  # so Ctrl-C can say how far it got and how to resume
         print(f"sweep {sweep_id(config, sweep_dir)}: {total or '?'} jobs -> {sweep_dir}", flush=True)
         if "SlurmLauncher" in str(config.hydra.launcher.get("_target_", "")):
             from runners.slurm_status import follow_jobs_without_sacct
@@ -115,10 +117,30 @@ class SweepCallback(Callback):
         columns = list(dict.fromkeys([*COLUMNS, *(k for r in all_rows for k in r)]))
         wandb_conf = OmegaConf.to_container(config.wandb, resolve=True) if "wandb" in config else {}
         SINK.log_table(wandb_conf, all_rows, columns, group=sweep_id(config, sweep_dir), out_dir=sweep_dir)
-        statuses = ", ".join(f"{n} {s}" for s, n in Counter(str(r.get("status")) for r in all_rows).most_common())
+        if note := progress.SKIPPED.line(count_jobs(config)):  # a resumed sweep with nothing left to measure
+            print(note, flush=True)
+        if table := table_text(csv_path):
+            print(f"\n{table}\n", flush=True)
+        counts = Counter(str(r.get("status")) for r in all_rows)
+        statuses = ", ".join(f"{n} {s}" for s, n in counts.most_common())
         print(f"results: {len(all_rows)} rows ({statuses}) -> {csv_path}", flush=True)
         if config.get("report", True):
             write_report(csv_path, sweep_dir / "report")  # prints its own `report: ...` line
+        if why := nothing_measured(all_rows):
+            print(f"error: {why}", file=sys.stderr, flush=True)
+            sys.exit(1)
+
+
+def nothing_measured(all_rows: list[dict[str, Any]]) -> str:
+    """'' when some point of the sweep was measured (an ok row), else one line saying why none was."""
+    if any(r.get("status") == "ok" for r in all_rows):
+        return ""
+    if not all_rows:
+        return "the sweep wrote no row"
+    errors = Counter(str(r.get("error") or r.get("status")) for r in all_rows)
+    (first, n), others = errors.most_common(1)[0], len(errors) - 1
+    return (f"no point of the sweep could be measured ({len(all_rows)} rows, none ok): "
+            f"{first}" + (f" ({n} rows)" if n > 1 else "") + (f", and {others} other reasons" if others else ""))
 
 
 def write_report(csv_path: Path, out_dir: Path) -> Path | None:

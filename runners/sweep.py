@@ -14,7 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from runners import config, job
+from runners import cli_check, config, interrupts, job, quiet
 from runners.callbacks import sweep_id, sweep_meta
 
 config.register_resolvers()  # ${by_device:...} and ${grid_range:} in conf/experiment/*.yaml
@@ -56,4 +56,6 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 1:  # no arguments: the default study, as the README's first command promises
         sys.argv.append("experiment=quick")
-    main()
+    quiet.before_hydra(sys.argv[1:])  # Hydra's deprecation notes only with verbose=true
+    cli_check.refuse_typos(sys.argv[1:])  # an unknown key or name: one line each, exit 2, nothing run
+    interrupts.run(main, sys.argv[1:])  # Ctrl-C, SIGTERM: one line with the command that resumes, exit 130/143
