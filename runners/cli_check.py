@@ -125,9 +125,12 @@ def check_key(key: str, backends: Sequence[str]) -> str:
 
 def _values(override: Any) -> list[Any]:
     """The values an override sets: each of a sweep's, else its one value."""
-    if override.is_sweep_override():
-        return list(override.sweep_string_iterator())
-    return [override.value()]
+    try:
+        if override.is_sweep_override():
+            return list(override.sweep_string_iterator())
+        return [override.value()]
+    except Exception:  # a sweep Hydra itself cannot expand: its own message says why, later
+        return []
 
 
 def experiment_grids(name: str) -> list[dict[str, Any]]:
