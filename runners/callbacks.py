@@ -117,7 +117,7 @@ class SweepCallback(Callback):
         columns = list(dict.fromkeys([*COLUMNS, *(k for r in all_rows for k in r)]))
         wandb_conf = OmegaConf.to_container(config.wandb, resolve=True) if "wandb" in config else {}
         SINK.log_table(wandb_conf, all_rows, columns, group=sweep_id(config, sweep_dir), out_dir=sweep_dir)
-        if note := progress.SKIPPED.line(count_jobs(config)):  # a resumed sweep with nothing left to measure
+        if note := progress.SKIPPED.line(interrupts.STATE.total):  # a resumed sweep with nothing left to measure
             print(note, flush=True)
         if table := table_text(csv_path):
             print(f"\n{table}\n", flush=True)

@@ -34,3 +34,11 @@ def fake_measure(monkeypatch):
     module.Budget, module.measure_point = fake.Budget, fake.measure_point
     monkeypatch.setitem(sys.modules, "selfattn.measure", module)
     return fake
+
+
+@pytest.fixture(autouse=True)
+def fresh_skip_count(monkeypatch):
+    """Each test counts the points its jobs skip from zero (runners/progress.py keeps one count per process)."""
+    from runners import progress
+
+    monkeypatch.setattr(progress, "SKIPPED", progress.Skipped())
