@@ -114,11 +114,12 @@ def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
             done = None
     if done is not None and (done == "ok" or not parsed.runner["retry_failed"]):
         stub = {**parsed.columns, "status": done}  # enough of a row for the progress line
-        if ctx.multirun:  # one line for the whole run of them, before the next point measured (progress.py)
+        if ctx.multirun and interrupts.STATE.sweep_dir is not None:
+            # the launching process runs its jobs in order: one line for a run of them (progress.Skipped)
             progress.SKIPPED.add(done)
-        else:
+        else:  # a single run, or a job in a process of its own (SLURM, joblib): its log says it
             print(progress.line(index, ctx.total, progress.describe(stub, varying), stub,
-                                note=f"skipped: the run folder already has this point ({done})"), flush=True)
+                                note=f"skipped: the sweep folder already has this point ({done})"), flush=True)
         _last_row_written = time.perf_counter()
         return stub
 

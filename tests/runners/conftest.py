@@ -37,8 +37,10 @@ def fake_measure(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def fresh_skip_count(monkeypatch):
-    """Each test counts the points its jobs skip from zero (runners/progress.py keeps one count per process)."""
-    from runners import progress
+def fresh_sweep_state(monkeypatch):
+    """Each test starts with no sweep started in its process and no point skipped yet (runners/interrupts.py and
+    runners/progress.py keep both per process): a job run in-process then says its own skip, as in a process of its own."""
+    from runners import interrupts, progress
 
     monkeypatch.setattr(progress, "SKIPPED", progress.Skipped())
+    monkeypatch.setattr(interrupts, "STATE", interrupts._State())

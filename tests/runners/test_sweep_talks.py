@@ -181,3 +181,23 @@ def test_the_allocator_profilers_note_shows_only_with_verbose(tmp_path):
     assert quiet_run.returncode == 0 and loud.returncode == 0, quiet_run.stderr + loud.stderr
     assert "Memory block of unknown size" in loud.stderr  # the control: the note is there to hide
     assert quiet_run.stderr == ""
+
+
+def test_in_the_launching_process_skipped_jobs_are_counted_elsewhere_each_says_so(tmp_path, fake_measure, capsys):
+    from runners import job
+
+    base = {"name": "t", "backend": {"name": "naive"}, "precision": {"name": "fp32"}, "device": "cpu", "seq_len": 16,
+            "head_dim": 8, "heads": 1, "budget": {"timing_s": 0.01}, "wandb": {"mode": "disabled"}, "metrics": []}
+
+    def ctx(num):
+        return job.JobContext(job_dir=tmp_path / str(num), sweep_dir=tmp_path, multirun=True, index=num, total=3)
+
+    job.run_job(base, ctx(0))
+    capsys.readouterr()
+    job.run_job(base, ctx(1))  # a job in a process of its own (SLURM, joblib): its own line
+    assert "skipped: the sweep folder already has this point (ok)" in capsys.readouterr().out
+    interrupts.sweep_started(tmp_path, 3)  # the launching process: counted, said once before the next point
+    job.run_job(base, ctx(1))
+    assert capsys.readouterr().out == "" and progress.SKIPPED.pending == {"ok": 1}
+    job.run_job({**base, "seq_len": 24}, ctx(2))
+    assert capsys.readouterr().out.splitlines()[0] == "1 of 3 points already measured, measuring 2"
