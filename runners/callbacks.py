@@ -3,7 +3,8 @@
 Start: count the jobs (for `[i/N]` and the ETA), note how many jobs share the device, warn
 when a parallel launcher makes timings interfere, make the sweep's point index (jobs look
 their point up there). End: build results.csv from every row file (jobs of a large sweep
-do not), send the whole table to wandb, write the report from it, and say where everything is.
+do not), send the whole table to wandb, print the summary table (runners/table.py), write the report,
+say where everything is, and exit 1 when no point of the sweep could be measured.
 Runs in the launching process only; jobs (maybe in other processes) read sweep.json (`sweep_meta`).
 """
 
@@ -74,8 +75,8 @@ def skip_prevalidation() -> None:
 
     Hydra composes each job's config twice: once to validate the whole batch, once to run
     it; at ~0.2 s a composition that is a third of the runner's cost per point on a small
-    CPU. Our jobs turn bad values into rows anyway; an unknown config group option still gets
-    Hydra's own message, at the job that asks for it. `prevalidate=true` restores the pass.
+    CPU. Our jobs turn bad values into rows anyway, and the command line's keys and group options
+    were checked before Hydra started (runners/cli_check.py). `prevalidate=true` restores the pass.
     """
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 

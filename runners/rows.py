@@ -6,7 +6,7 @@ from them, whole, under the folder's lock: at the end of a sweep (the sweep call
 the sweep is small (LIVE_MAX_ROWS), where rebuilding it stays cheap. A stamp beside it records
 what the last build saw, so `csv_is_stale` knows without reading a row.
 
-Stdlib only (plus the schema's column list): no torch.
+Stdlib only (plus the schema's column list): no torch. `--table` loads pandas (runners/table.py), only when asked.
 """
 
 from __future__ import annotations
