@@ -103,11 +103,23 @@ def known_keys(backends: Iterable[str]) -> list[str]:
     return [k for k in all_keys() if not k.startswith("backend.") or k in options or k == "backend.name"]
 
 
+@lru_cache(maxsize=None)
+def _plain_keys() -> frozenset[str]:
+    """The keys that need no back end's module to know (the axes, the runner's, budget.*, wandb.*)."""
+    from runners.config import SECTIONS, RunnerConf
+    from selfattn.point import AXES
+
+    sections = {f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in fields(cls)}
+    return frozenset({*AXES, *(f.name for f in fields(RunnerConf)), *sections, "backend.name", "precision.name"})
+
+
 def check_key(key: str, backends: Sequence[str]) -> str:
     """'' when the config reads `key` (a top-level key or a section's), else the one-line problem."""
     if key in GROUPS:
         return ""
     if key.startswith("grids.") or key == "grids":  # the union of grids: its keys are checked as a grid's
+        return ""
+    if key in _plain_keys():
         return ""
     if key.startswith("backend.") and any(name not in group_options("backend") for name in backends):
         return ""  # a plugin's options are its own: the point checks them against its Options
