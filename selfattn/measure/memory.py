@@ -111,7 +111,11 @@ def cpu_peak_bytes(fn: Callable[[], object]) -> tuple[int | None, float]:
 
 @contextlib.contextmanager
 def _stderr_silenced() -> Iterator[None]:
-    """Point file descriptor 2 at /dev/null for a moment: C++ code writes there, not to sys.stderr."""
+    """Point file descriptor 2 at /dev/null for a moment: C++ code writes there, not to sys.stderr.
+    SELFATTN_VERBOSE=1 (verbose=true) leaves it alone."""
+    if os.environ.get("SELFATTN_VERBOSE") == "1":
+        yield
+        return
     sys.stderr.flush()
     saved = os.dup(2)
     try:
