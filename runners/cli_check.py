@@ -74,23 +74,32 @@ def _allowed_backends() -> str:
     return f"{', '.join(group_options('backend'))} (or a plugin: an installed one, or module:function)"
 
 
-def check_name(group: str, value: Any) -> str:
-    """'' when `value` names an option of `group`, else the one-line problem."""
-    if value is None and group == "experiment":
+def options_in(group: str, extra: Sequence[Path]) -> tuple[str, ...]:
+    """The group's options: conf/'s, then those of the folders the command line adds to Hydra's search path."""
+    more = [p.stem for root in extra for p in sorted((Path(root) / group).glob("*.yaml"))]
+    return tuple(dict.fromkeys([*group_options(group), *more]))
+
+
+def check_name(group: str, value: Any, extra: Sequence[Path] | None = ()) -> str:
+    """'' when `value` names an option of `group`, else the one-line problem. `extra`: folders added to
+    Hydra's search path (their group folders hold options too); None: a search path that cannot be read
+    cheaply (pkg://...), so any name passes and Hydra judges it."""
+    if extra is None or (value is None and group == "experiment"):
         return ""
     if isinstance(value, Mapping):  # a grid's {name: naive, option: ...}
         value = value.get("name")
     name = str(value)
+    options = options_in(group, extra)
     if group == "backend":
-        if is_backend_name(name):
+        if is_backend_name(name) or name in options:
             return ""
         allowed = _allowed_backends()
     else:
-        if name in group_options(group):
+        if name in options:
             return ""
-        allowed = ", ".join(group_options(group))
+        allowed = ", ".join(options)
     near = _SPELLINGS.get(name.lower()) if group == "precision" else None
-    near = near or nearest(name, group_options(group))
+    near = near or nearest(name, options)
     return f"{group}: expected one of {allowed}, got {name!r}" + (f"; did you mean {near}?" if near else "")
 
 
@@ -145,14 +154,15 @@ def _values(override: Any) -> list[Any]:
         return []
 
 
-def experiment_grids(name: str) -> list[dict[str, Any]]:
-    """conf/experiment/NAME.yaml's `grids` (each a {key: [values]}), read without resolving anything."""
+def experiment_grids(name: str, extra: Sequence[Path] = ()) -> list[dict[str, Any]]:
+    """experiment/NAME.yaml's `grids` (each a {key: [values]}), read without resolving anything."""
     from omegaconf import OmegaConf
 
-    root = conf_dir()
-    if root is None or not (root / "experiment" / f"{name}.yaml").is_file():
+    files = [Path(root) / "experiment" / f"{name}.yaml" for root in [conf_dir(), *extra] if root is not None]
+    found = [f for f in files if f.is_file()]
+    if not found:
         return []
-    node = OmegaConf.load(root / "experiment" / f"{name}.yaml")
+    node = OmegaConf.load(found[-1])  # a search path's file wins over conf/'s, as in Hydra
     grids = node.get("grids") if hasattr(node, "get") else None
     if grids is None:
         return []
@@ -164,7 +174,22 @@ def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
 
 
-def problems(overrides: Sequence[str]) -> list[str]:
+def search_dirs(parsed: Sequence[Any], config_dir: str | None = None) -> list[Path] | None:
+    """Folders the command line adds to Hydra's search path (`hydra.searchpath=[file://...]`, `--config-dir`);
+    None when one of them is not a plain folder (pkg://...)."""
+    dirs = [Path(config_dir)] if config_dir else []
+    for o in parsed:
+        if o.key_or_group == "hydra.searchpath" and not o.is_delete():
+            value = o.value()
+            for entry in value if isinstance(value, list) else [value]:
+                entry = str(entry)
+                if not entry.startswith("file://"):
+                    return None
+                dirs.append(Path(entry[len("file://"):]))
+    return dirs
+
+
+def problems(overrides: Sequence[str], config_dir: str | None = None) -> list[str]:
     """Every bad key and name in `overrides` (and in the grids of the experiments they pick), each one line."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -172,6 +197,7 @@ def problems(overrides: Sequence[str]) -> list[str]:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except Exception:  # a syntax error: Hydra says where, in its own words
         return []
+    extra = search_dirs(parsed, config_dir)
     ours = [o for o in parsed if not o.is_hydra_override() and "/" not in o.key_or_group and o.package is None]
     named: dict[str, list[Any]] = {g: [] for g in GROUPS}
     for o in ours:
@@ -180,7 +206,7 @@ def problems(overrides: Sequence[str]) -> list[str]:
     found: list[str] = []
     for group in GROUPS:
         for value in dict.fromkeys(str(v) for v in named[group]):
-            if problem := check_name(group, value):
+            if problem := check_name(group, value, extra):
                 found.append(problem)
     # backend.* keys: options of the back ends named (conf/config.yaml's default: naive); an experiment
     # may pick others in its grids or defaults, so with one every built-in's options are keys
@@ -191,12 +217,12 @@ def problems(overrides: Sequence[str]) -> list[str]:
         if problem := check_key(o.key_or_group, backends):
             found.append(problem)
     for experiment in dict.fromkeys(str(v) for v in named["experiment"]):
-        if experiment in group_options("experiment"):
-            found += grid_problems(experiment_grids(experiment))
+        if extra is not None and experiment in options_in("experiment", extra):
+            found += grid_problems(experiment_grids(experiment, extra), extra)
     return list(dict.fromkeys(found))
 
 
-def grid_problems(grids: Sequence[Mapping[str, Any]]) -> list[str]:
+def grid_problems(grids: Sequence[Mapping[str, Any]], extra: Sequence[Path] = ()) -> list[str]:
     """Unknown keys and names in an experiment's grids (each grid: {key: [values]})."""
     found: list[str] = []
     for grid in grids:
@@ -207,7 +233,7 @@ def grid_problems(grids: Sequence[Mapping[str, Any]]) -> list[str]:
             for value in _as_list(grid.get(group, [])):
                 if isinstance(value, str) and value.startswith("${"):
                     continue  # an interpolation: resolved per job, judged there
-                if problem := check_name(group, value):
+                if problem := check_name(group, value, extra):
                     found.append(problem)
         names = [b.get("name") if isinstance(b, Mapping) else b for b in backends]
         for key in grid:
@@ -222,7 +248,8 @@ def grid_problems(grids: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def overrides_of(argv: Sequence[str]) -> list[str] | None:
-    """The overrides Hydra will read from `argv`; None when there is nothing to check (--help, another config)."""
+    """The overrides Hydra will read from `argv`; None when there is nothing to check (--help, another config).
+    `--config-dir` is read by `config_dir_of`."""
     from hydra._internal.utils import get_args_parser
 
     try:
@@ -234,10 +261,19 @@ def overrides_of(argv: Sequence[str]) -> list[str] | None:
     return list(args.overrides)
 
 
+def config_dir_of(argv: Sequence[str]) -> str | None:
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        return get_args_parser().parse_args(list(argv)).config_dir
+    except SystemExit:
+        return None
+
+
 def refuse_typos(argv: Sequence[str]) -> None:
     """Exit with status 2 and one line per bad key or name, before Hydra composes anything."""
     overrides = overrides_of(argv)
-    found = problems(overrides) if overrides else []
+    found = problems(overrides, config_dir_of(argv)) if overrides else []
     if not found:
         return
     for problem in found:

@@ -70,3 +70,15 @@ def test_hydra_flags_and_other_configs_are_left_to_hydra():
     assert cli_check.overrides_of(["--config-name", "other", "seqlen=1"]) is None
     assert cli_check.overrides_of(["-m", "--cfg", "job", "seq_len=1"]) == ["seq_len=1"]
     assert cli_check.problems(["seq_len=[1,"]) == []  # a syntax error: Hydra's own message says where
+
+
+def test_a_users_experiment_on_hydras_search_path_is_a_name(tmp_path, monkeypatch):
+    mine = tmp_path / "my_conf" / "experiment"
+    mine.mkdir(parents=True)
+    (mine / "mine.yaml").write_text("# @package _global_\nname: mine\ngrids:\n  a: {backend: [naive, sdpx]}\n")
+    monkeypatch.chdir(tmp_path)
+    found = cli_check.problems(["experiment=mine", "hydra.searchpath=[file://my_conf]"])
+    assert len(found) == 1 and found[0].startswith("backend: expected one of") and "'sdpx'; did you mean sdpa?" in found[0]
+    assert cli_check.problems(["experiment=mine"])[0].startswith("experiment: expected one of")  # not on the path
+    assert cli_check.problems(["experiment=mine"], config_dir="my_conf") == found
+    assert cli_check.problems(["experiment=theirs", "hydra.searchpath=[pkg://their_pkg.conf]"]) == []  # Hydra judges
