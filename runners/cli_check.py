@@ -108,7 +108,8 @@ def known_keys(backends: Iterable[str]) -> list[str]:
     from runners.config import known_keys as all_keys
     from selfattn.backends import BACKEND_NAMES, get_backend
 
-    options = {f"backend.{f.name}" for name in backends if name in BACKEND_NAMES for f in fields(get_backend(name).Options)}
+    options = {f"backend.{f.name}" for name in backends if name in BACKEND_NAMES
+               for f in fields(get_backend(name).Options)}
     return [k for k in all_keys() if not k.startswith("backend.") or k in options or k == "backend.name"]
 
 

@@ -117,7 +117,7 @@ def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
         if ctx.multirun and interrupts.STATE.sweep_dir is not None:
             # the launching process runs its jobs in order: one line for a run of them (progress.Skipped)
             progress.SKIPPED.add(done)
-        else:  # a single run, or a job in a process of its own (SLURM, joblib): its log says it
+        else:  # a single run, or a job in a process of its own (SLURM, joblib): its own log says it
             print(progress.line(index, ctx.total, progress.describe(stub, varying), stub,
                                 note=f"skipped: the sweep folder already has this point ({done})"), flush=True)
         _last_row_written = time.perf_counter()

@@ -15,7 +15,7 @@ import os
 import warnings
 from typing import Sequence
 
-VERBOSE_ENV = "SELFATTN_VERBOSE"  # read by selfattn/measure/memory.py (selfattn knows no config), the name spelt there too
+VERBOSE_ENV = "SELFATTN_VERBOSE"  # read by selfattn/measure/memory.py (selfattn knows no config; spelt there too)
 # Hydra's deprecation_warning() messages each end with a link to its upgrade notes
 HYDRA_DEPRECATION = r"(?s).*hydra\.cc/docs/\S*upgrades"
 
