@@ -163,7 +163,8 @@ def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
             print(f"warning: traceback not kept: {row_store.write_failure(exc)}", file=sys.stderr)
     SINK.log_point(parsed.wandb, written, group=ctx.sweep_id or ctx.sweep_dir.name, out_dir=ctx.sweep_dir)  # a curve too
 
-    eta = progress.eta_s(ctx.started_unix, index or 0, ctx.total)
+    skipped = progress.SKIPPED.said  # a resumed sweep's points already measured take no time: not in the ETA's average
+    eta = progress.eta_s(ctx.started_unix, (index or 0) - skipped, ctx.total - skipped if ctx.total else None)
     print(progress.line(index, ctx.total, progress.describe(written, varying), written, eta=eta), flush=True)
     if not ctx.multirun:  # where the row went (a sweep says where results.csv is at its end)
         print(f"row: {row_file}; results: {ctx.sweep_dir / rows.CSV_NAME}", flush=True)

@@ -201,3 +201,24 @@ def test_in_the_launching_process_skipped_jobs_are_counted_elsewhere_each_says_s
     assert capsys.readouterr().out == "" and progress.SKIPPED.pending == {"ok": 1}
     job.run_job({**base, "seq_len": 24}, ctx(2))
     assert capsys.readouterr().out.splitlines()[0] == "1 of 3 points already measured, measuring 2"
+
+
+def test_a_resumed_sweeps_eta_averages_over_the_points_it_measured(tmp_path, fake_measure, capsys, monkeypatch):
+    from runners import job
+
+    base = {"name": "t", "backend": {"name": "naive"}, "precision": {"name": "fp32"}, "device": "cpu", "seq_len": 16,
+            "head_dim": 8, "heads": 1, "budget": {"timing_s": 0.01}, "wandb": {"mode": "disabled"}, "metrics": []}
+    now = 1000.0
+    monkeypatch.setattr(progress.time, "time", lambda: now)
+    interrupts.sweep_started(tmp_path, 12)
+    for num in range(9):  # measured before: the folder has them
+        job.run_job({**base, "seq_len": 16 + num}, job.JobContext(job_dir=tmp_path / str(num), sweep_dir=tmp_path,
+                                                                   multirun=True, index=num, total=12))
+    monkeypatch.setattr(progress, "SKIPPED", progress.Skipped())
+    capsys.readouterr()
+    started = now - 10.0  # the resumed sweep: 10 s in, its first point (the 10th) done
+    for num in range(10):
+        job.run_job({**base, "seq_len": 16 + num}, job.JobContext(
+            job_dir=tmp_path / str(num), sweep_dir=tmp_path, multirun=True, index=num, total=12, started_unix=started))
+    # 2 left at 10 s each; counting the 9 skipped as done would say 10 s / 10 points x 2 = 2 s
+    assert capsys.readouterr().out.splitlines()[-1].endswith("(ETA 20s)")
