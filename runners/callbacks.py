@@ -3,8 +3,9 @@
 Start: count the jobs (for `[i/N]` and the ETA), note how many jobs share the device, warn
 when a parallel launcher makes timings interfere, make the sweep's point index (jobs look
 their point up there). End: build results.csv from every row file (jobs of a large sweep
-do not), write the report from it, then send the whole table and the report to wandb (last, so
-wandb never delays or changes a file), and say where everything is.
+do not), print the summary table (runners/table.py), write the report from it, then send the whole table
+and the report to wandb (last, so wandb never delays or changes a file), say where everything is, and exit 1
+when no point of the sweep could be measured.
 Runs in the launching process only; jobs (maybe in other processes) read sweep.json (`sweep_meta`).
 """
 
@@ -21,7 +22,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from runners import row_store, rows
+from runners import interrupts, progress, row_store, rows
+from runners.table import table_text
 from runners.wandb_log import SINK
 from selfattn.results import COLUMNS
 
@@ -74,8 +76,8 @@ def skip_prevalidation() -> None:
 
     Hydra composes each job's config twice: once to validate the whole batch, once to run
     it; at ~0.2 s a composition that is a third of the runner's cost per point on a small
-    CPU. Our jobs turn bad values into rows anyway; an unknown config group option still gets
-    Hydra's own message, at the job that asks for it. `prevalidate=true` restores the pass.
+    CPU. Our jobs turn bad values into rows anyway, and the command line's keys and group options
+    were checked before Hydra started (runners/cli_check.py). `prevalidate=true` restores the pass.
     """
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
@@ -93,6 +95,7 @@ class SweepCallback(Callback):
         meta = {"total": total, "started_unix": time.time(), "jobs_sharing_device": sharing}
         row_store.atomic_write_text(sweep_dir / rows.SWEEP_META, json.dumps(meta))
         rows.ensure_index(sweep_dir)  # once here: a resumed folder's rows are read once, not by every job
+        interrupts.sweep_started(sweep_dir, total)  # so Ctrl-C can say how far it got and how to resume
         print(f"sweep {sweep_id(config, sweep_dir)}: {total or '?'} jobs -> {sweep_dir}", flush=True)
         if "SlurmLauncher" in str(config.hydra.launcher.get("_target_", "")):
             from runners.slurm_status import follow_jobs_without_sacct
@@ -113,17 +116,37 @@ class SweepCallback(Callback):
             print(f"results: {row_store.write_failure(exc)}; the row files are intact: "
                   f"`python -m runners.rows {sweep_dir}` builds it once there is room", file=sys.stderr, flush=True)
             return
-        statuses = ", ".join(f"{n} {s}" for s, n in Counter(str(r.get("status")) for r in all_rows).most_common())
-        print(f"results: {len(all_rows)} rows ({statuses}) -> {csv_path}", flush=True)
-        report_md = write_report(csv_path, sweep_dir / "report") if config.get("report", True) else None
-        # wandb after every file is written: whatever it does, results.csv and report.md are final.
         columns = list(dict.fromkeys([*COLUMNS, *(k for r in all_rows for k in r)]))
         wandb_conf = OmegaConf.to_container(config.wandb, resolve=True) if "wandb" in config else {}
         group = sweep_id(config, sweep_dir)
+        if note := progress.SKIPPED.line(interrupts.STATE.total):  # a resumed sweep with nothing left to measure
+            print(note, flush=True)
+        if table := table_text(csv_path):
+            print(f"\n{table}\n", flush=True)
+        counts = Counter(str(r.get("status")) for r in all_rows)
+        statuses = ", ".join(f"{n} {s}" for s, n in counts.most_common())
+        print(f"results: {len(all_rows)} rows ({statuses}) -> {csv_path}", flush=True)
+        report_md = write_report(csv_path, sweep_dir / "report") if config.get("report", True) else None
+        # wandb after every file is written: whatever it does, results.csv and report.md are final.
         SINK.log_table(wandb_conf, all_rows, columns, group=group, out_dir=sweep_dir, own_run=report_md is None)
         if report_md is not None and (run := SINK.log_report(wandb_conf, report_md, [csv_path], group=group,
                                                              out_dir=sweep_dir)):
             print(f"wandb: group {group}, report run -> {run}", flush=True)
+        if why := nothing_measured(all_rows):
+            print(f"error: {why}", file=sys.stderr, flush=True)
+            sys.exit(1)
+
+
+def nothing_measured(all_rows: list[dict[str, Any]]) -> str:
+    """'' when some point of the sweep was measured (an ok row), else one line saying why none was."""
+    if any(r.get("status") == "ok" for r in all_rows):
+        return ""
+    if not all_rows:
+        return "the sweep wrote no row"
+    errors = Counter(str(r.get("error") or r.get("status")) for r in all_rows)
+    (first, n), others = errors.most_common(1)[0], len(errors) - 1
+    return (f"no point of the sweep could be measured ({len(all_rows)} rows, none ok): "
+            f"{first}" + (f" ({n} rows)" if n > 1 else "") + (f", and {others} other reasons" if others else ""))
 
 
 def write_report(csv_path: Path, out_dir: Path) -> Path | None:

@@ -34,8 +34,10 @@ class RunnerConf:
     name: str = spec("custom", help="the study's name: the sweep folder and the wandb group use it")
     d_model: int | None = spec(None, ge=1, help="null, or heads x head_dim: then head_dim = d_model / heads")
     retry_failed: bool = spec(False, help="on resume, also re-measure points whose earlier row is not ok")
-    prevalidate: bool = spec(False, help="Hydra composes every job's config before the first job")
+    prevalidate: bool = spec(False, help="Hydra also composes every job's config before the first job "
+                                         "(names and keys are checked anyway)")
     report: bool = spec(True, help="at the end of a multirun, write figures + report.md")
+    verbose: bool = spec(False, help="show the known notes of Hydra and torch that a sweep hides (runners/quiet.py)")
     grids: Any = spec(None, help="optional union of small grids; null = plain Hydra product")
     grid_point: int | None = spec(None, ge=0, help="index into the union of `grids`")
     metrics: Any = spec(default_factory=lambda: list(ALL_METRICS), parse=parse_metrics,
@@ -214,7 +216,8 @@ def resolve_device(device: str) -> str:
 def raw_point_id(values: Mapping[str, Any]) -> str:
     """An id for a config that does not validate: a hash of every value that is not a runner
     setting, so resume skips it too and two different bad configs never share an id."""
-    ignored = {"budget", "wandb", "grids", "grid_point", "name", "retry_failed", "prevalidate", "report", "metrics"}
+    ignored = {"budget", "wandb", "grids", "grid_point", "name", "retry_failed", "prevalidate", "report", "metrics",
+               "verbose"}
     key = {k: v for k, v in values.items() if k not in ignored}
     return "raw-" + hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
 

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from runners import config, curves, progress, row_store, rows
+from runners import config, curves, interrupts, progress, quiet, row_store, rows
 from runners.scheduler_signals import StoppedByScheduler, stops_from_scheduler
 from runners.config import ParsedJob
 from runners.wandb_log import SINK
@@ -76,12 +76,27 @@ def measure(parsed: ParsedJob, metrics: tuple[str, ...] | None = None) -> Row:
 
 
 def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
-    """Measure (or, on resume, skip) one point and record it everywhere; returns the row."""
+    """Measure (or, on resume, skip) one point and record it everywhere; returns the row.
+
+    Ctrl-C or SIGTERM (runners/interrupts.py) stops the point while it is measured (no row: the
+    rerun measures it); once its row is being written, the job finishes first."""
+    interrupts.raise_pending()
+    try:
+        written = _run_job(cfg, ctx)
+    finally:
+        interrupts.release()
+    interrupts.job_done()
+    interrupts.raise_pending()
+    return written
+
+
+def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     global _last_row_written
     start = time.perf_counter() if _last_row_written is None else _last_row_written
     index = None if ctx.index is None else ctx.index + 1
 
     parsed = config.parse_job(cfg, ctx.given)  # the one step from config to Point; everything below reads `parsed`
+    quiet.set_verbose(bool(parsed.runner.get("verbose")))
     if parsed.problem and not ctx.multirun:
         raise InvalidPoint(parsed.problem)  # a single run: say what is wrong, measure nothing
     if parsed.wandb_problem:
@@ -100,11 +115,17 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
             done = None
     if done is not None and (done == "ok" or not parsed.runner["retry_failed"]):
         stub = {**parsed.columns, "status": done}  # enough of a row for the progress line
-        print(progress.line(index, ctx.total, progress.describe(stub, varying), stub,
-                            note=f"skipped: the sweep folder already has this point ({done})"), flush=True)
+        if ctx.multirun and interrupts.STATE.sweep_dir is not None:
+            # the launching process runs its jobs in order: one line for a run of them (progress.Skipped)
+            progress.SKIPPED.add(done)
+        else:  # a single run, or a job in a process of its own (SLURM, joblib): its own log says it
+            print(progress.line(index, ctx.total, progress.describe(stub, varying), stub,
+                                note=f"skipped: the sweep folder already has this point ({done})"), flush=True)
         _last_row_written = time.perf_counter()
         return stub
 
+    if note := progress.SKIPPED.line(ctx.total):
+        print(note, flush=True)
     try:
         with stops_from_scheduler():
             row = measure(parsed, metrics)
@@ -115,6 +136,7 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
         raise stop.original from None  # submitit records that the job did not complete
     if row.status == "invalid" and not ctx.multirun:
         raise InvalidPoint(row.error or "invalid point")  # e.g. a back end option it rejects
+    interrupts.hold()  # from here the job ends whole (its row, results.csv, its line); a signal waits
     row.point_id, row.sweep_id, row.jobs_sharing_device = parsed.point_id, ctx.sweep_id, ctx.jobs_sharing_device
     row.timestamp = row.timestamp or datetime.now(timezone.utc).isoformat(timespec="seconds")
     _last_row_written = time.perf_counter()
@@ -122,7 +144,7 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     written = row.to_dict()
     try:
         curves.write_curve(ctx.job_dir, written)  # scope=train: loss_curve.csv, before the row that marks the point done
-        rows.record_row(ctx.sweep_dir, ctx.job_dir, written)  # row file, index entry; results.csv while the sweep is small
+        row_file = rows.record_row(ctx.sweep_dir, ctx.job_dir, written)  # row file, index entry; results.csv while the sweep is small
     except OSError as exc:  # a full disk, a folder made read-only: one line, and the sweep goes on
         # Every file is replaced whole (row_store.atomic_write_text), so nothing partial is left and
         # earlier rows stay; a point without its row file is simply measured again by the rerun.
@@ -143,8 +165,11 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     SINK.log_point(parsed.wandb, written, group=ctx.sweep_id or ctx.sweep_dir.name, out_dir=ctx.sweep_dir,
                    job=ctx.index)  # a curve too
 
-    eta = progress.eta_s(ctx.started_unix, index or 0, ctx.total)
+    skipped = progress.SKIPPED.said  # a resumed sweep's points already measured take no time: not in the ETA's average
+    eta = progress.eta_s(ctx.started_unix, (index or 0) - skipped, ctx.total - skipped if ctx.total else None)
     print(progress.line(index, ctx.total, progress.describe(written, varying), written, eta=eta), flush=True)
+    if not ctx.multirun:  # where the row went (a sweep says where results.csv is at its end)
+        print(f"row: {row_file}; results: {ctx.sweep_dir / rows.CSV_NAME}", flush=True)
     return written
 
 

@@ -107,3 +107,43 @@ def line(index: int | None, total: int | None, what: str, row: Mapping[str, Any]
         result = f"{status}{': ' + error if error else ''}"
     tail = f" (ETA {fmt_duration(eta)})" if eta is not None and total and index and index < total else ""
     return f"{head}{what} -> {result}{tail}"
+
+
+class Skipped:
+    """Points of a resumed sweep that its folder already holds: counted, then said in one line before
+    the next point measured (or at the sweep's end), not a line each.
+
+        15 of 36 points already measured, measuring 21
+    A resumed sweep meets them first (its jobs run in order, and rows were written in that order), so
+    the first line's count of points left is exact; points met later (a grid grown since) get
+    `3 more points already measured`.
+    """
+
+    def __init__(self) -> None:
+        self.pending: dict[str, int] = {}  # status -> points, since the last line
+        self.said = 0  # points already counted in a line
+
+    def add(self, status: str) -> None:
+        self.pending[status] = self.pending.get(status, 0) + 1
+
+    def line(self, total: int | None) -> str | None:
+        """The line for the points counted since the last one (None when there are none)."""
+        count = sum(self.pending.values())
+        if not count:
+            return None
+        statuses = "" if set(self.pending) == {"ok"} else (
+            " (" + ", ".join(f"{n} {s}" for s, n in sorted(self.pending.items(), key=lambda kv: -kv[1])) + ")")
+        if self.said:
+            text = f"{count} more point{'s' if count > 1 else ''} already measured{statuses}"
+        elif total and count >= total:
+            text = f"all {total} points already measured{statuses}, nothing to measure"
+        elif total:
+            text = f"{count} of {total} points already measured{statuses}, measuring {total - count}"
+        else:
+            text = f"{count} points already measured{statuses}"
+        self.said += count
+        self.pending = {}
+        return text
+
+
+SKIPPED = Skipped()  # this process's (a sweep's jobs run in the launching process, one after another)

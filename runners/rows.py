@@ -6,7 +6,7 @@ from them, whole, under the folder's lock: at the end of a sweep (the sweep call
 the sweep is small (LIVE_MAX_ROWS), where rebuilding it stays cheap. A stamp beside it records
 what the last build saw, so `csv_is_stale` knows without reading a row.
 
-Stdlib only (plus the schema's column list): no torch.
+Stdlib only (plus the schema's column list): no torch. `--table` loads pandas (runners/table.py), only when asked.
 """
 
 from __future__ import annotations
@@ -190,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Build results.csv of sweep folders from their row files (a running or killed sweep included).")
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="sweep folders (or folders holding them)")
     parser.add_argument("--if-stale", action="store_true", help="only where results.csv is missing or behind the rows")
+    parser.add_argument("--table", action="store_true",
+                        help="then print each sweep's summary table (what a finished sweep prints)")
     args = parser.parse_args(argv)
     folders = list(dict.fromkeys(f for d in args.dirs for f in sweep_folders(Path(d))))
     if not folders:
@@ -198,11 +200,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.if_stale:
         for line in build_stale(folders):
             print(line)
-        return 0
-    for folder in folders:
-        start = time.perf_counter()
-        path, kept = rebuild_csv(folder)  # type: ignore[misc]  (wait=True always builds)
-        print(f"results: {len(kept)} rows -> {path} ({time.perf_counter() - start:.1f} s)")
+    else:
+        for folder in folders:
+            start = time.perf_counter()
+            path, kept = rebuild_csv(folder)  # type: ignore[misc]  (wait=True always builds)
+            print(f"results: {len(kept)} rows -> {path} ({time.perf_counter() - start:.1f} s)")
+    if args.table:
+        from runners.table import table_text  # pandas, through the analysis package: only when asked
+
+        for folder in folders:
+            table = table_text(folder / CSV_NAME) if (folder / CSV_NAME).is_file() else None
+            print(f"\n{folder}:\n{table or 'no usable row to tabulate'}")
     return 0
 
 

@@ -14,7 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from runners import config, given, job, launcher
+from runners import cli_check, config, given, interrupts, job, launcher, quiet
 from runners.callbacks import sweep_id, sweep_meta
 
 config.register_resolvers()  # ${by_device:...} and ${grid_range:} in conf/experiment/*.yaml
@@ -57,5 +57,8 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 1:  # no arguments: the default study, as the README's first command promises
         sys.argv.append("experiment=quick")
-    sys.argv += launcher.launcher_overrides(sys.argv[1:])  # compose_once found in any install, or Hydra's basic
-    main()
+    args = sys.argv[1:]  # as typed (the resume line repeats them)
+    quiet.before_hydra(args)  # Hydra's deprecation notes only with verbose=true
+    cli_check.refuse_typos(args)  # an unknown key or name: one line each, exit 2, nothing run
+    sys.argv += launcher.launcher_overrides(args)  # compose_once found in any install, or Hydra's basic
+    interrupts.run(main, args)  # Ctrl-C, SIGTERM: one line with the command that resumes, exit 130/143

@@ -34,3 +34,13 @@ def fake_measure(monkeypatch):
     module.Budget, module.measure_point = fake.Budget, fake.measure_point
     monkeypatch.setitem(sys.modules, "selfattn.measure", module)
     return fake
+
+
+@pytest.fixture(autouse=True)
+def fresh_sweep_state(monkeypatch):
+    """Each test starts with no sweep started in its process and no point skipped yet (runners/interrupts.py and
+    runners/progress.py keep both per process): a job run in-process then says its own skip, as in a process of its own."""
+    from runners import interrupts, progress
+
+    monkeypatch.setattr(progress, "SKIPPED", progress.Skipped())
+    monkeypatch.setattr(interrupts, "STATE", interrupts._State())

@@ -69,12 +69,10 @@ def test_unknown_key_is_refused_never_measured(tmp_path, override, message):
     assert not (tmp_path / "single" / "results.csv").exists()
 
 
-def test_unknown_key_in_a_multirun_is_an_invalid_row_per_job(tmp_path):
+def test_unknown_key_in_a_multirun_is_refused_before_the_first_point(tmp_path):
     out = run_sweep("-m", "+seqlen=4096,8", "experiment=smoke", f"hydra.sweep.dir={tmp_path}")
-    assert out.returncode == 0, out.stderr[-2000:]
-    table = read_csv(tmp_path / "results.csv")
-    assert [r["status"] for r in table] == ["invalid", "invalid"] and len({r["point_id"] for r in table}) == 2
-    assert {r["error"] for r in table} == {"seqlen: unknown key; did you mean seq_len?"}
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == ["error: seqlen: unknown key; did you mean seq_len?"]
+    assert not tmp_path.joinpath("results.csv").exists()
 
 
 def test_metrics_in_a_single_run_and_a_multirun_and_a_resume_that_asks_for_more(tmp_path):
@@ -101,9 +99,9 @@ def test_metrics_in_a_single_run_and_a_multirun_and_a_resume_that_asks_for_more(
     assert {r["point_id"] for r in table} == ids and [r["metrics"] for r in table] == ["accuracy,stability"] * 2
     assert all(r["logit_std"] != "" for r in table)
     fewer = run_sweep("-m", "seq_len=16,32", "metrics=[stability]", "experiment=smoke", f"hydra.sweep.dir={sweep}")
-    assert fewer.stdout.count("skipped: the sweep folder already has this point") == 2, fewer.stdout
+    assert "all 2 points already measured, nothing to measure" in fewer.stdout, fewer.stdout
     typo = run_sweep("-m", "seq_len=16", "metrics=[acuracy]", "experiment=smoke", f"hydra.sweep.dir={tmp_path / 'typo'}")
-    assert typo.returncode == 0, typo.stderr[-2000:]
+    assert typo.returncode == 1, typo.stderr[-2000:]  # no point could be measured
     (refused,) = read_csv(tmp_path / "typo" / "results.csv")
     assert refused["status"] == "invalid" and refused["error"] == "metrics: unknown metric 'acuracy'; did you mean accuracy?"
 
@@ -128,7 +126,7 @@ def test_killed_sweep_keeps_finished_rows_and_resumes_without_duplicates(tmp_pat
     assert out.returncode == 0, out.stderr[-2000:]
     table = read_csv(tmp_path / "results.csv")
     assert len(table) == 16 and len({r["point_id"] for r in table}) == 16
-    assert out.stdout.count("skipped: the sweep folder already has this point (ok)") == finished
+    assert f"{finished} of 16 points already measured, measuring {16 - finished}" in out.stdout
 
 
 @pytest.mark.timeout(120)

@@ -1,0 +1,284 @@
+"""The command line's keys and names, checked before Hydra composes anything.
+
+Hydra refuses a key the config does not hold (`seqlen=512`, without `+`) with its own advice and an
+unknown group option (`precision=float16`) with its config search path, and a multirun of
+`backend=naive,chunkd` measures the naive points before the job that asks for `chunkd` stops it.
+So `python -m runners.sweep` reads its overrides here first (Hydra's own override parser: no
+composition) and refuses, in one line per bad value, exit status 2:
+- a key that nothing reads: `seqlen: unknown key; did you mean seq_len?` (with or without `+`);
+- a group option with no file: `backend: expected one of naive, sdpa, chunked, flex (or a plugin:
+  an installed one, or module:function), got 'chunkd'; did you mean chunked?`;
+for every value of every sweep (`a,b`, `range()`, `choice()`) and every grid of an experiment
+(`grids` in conf/experiment/*.yaml). Only names are judged here; a value that only a point can
+judge (seq_len=0, a shape its back end cannot take) stays an `invalid` or `unsupported` row.
+Hydra's own overrides (hydra.*, hydra/launcher=..., flags) pass through untouched.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from selfattn.fields import nearest, unknown_key
+
+GROUPS = ("backend", "precision", "experiment")  # config groups of conf/ whose options the command line names
+PLUGIN_GROUP = "selfattn.backends"  # the entry-point group installed back ends register under
+
+
+def conf_dir() -> Path | None:
+    """conf/ of a checkout, else the copy a regular install carries as the package selfattn_conf."""
+    here = Path(__file__).resolve().parents[1] / "conf"
+    if (here / "config.yaml").is_file():
+        return here
+    import importlib.util
+
+    spec = importlib.util.find_spec("selfattn_conf")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+@lru_cache(maxsize=None)
+def group_options(group: str) -> tuple[str, ...]:
+    """The YAML files of a config group, by name (conf/backend/naive.yaml -> naive); back ends in the
+    registry's order (the order of every table), the rest sorted."""
+    root = conf_dir()
+    names = sorted(p.stem for p in (root / group).glob("*.yaml")) if root else []
+    if group == "backend":
+        from selfattn.backends import BACKEND_NAMES
+
+        names = [n for n in BACKEND_NAMES if n in names] + [n for n in names if n not in BACKEND_NAMES]
+    return tuple(names)
+
+
+# torch's names for the precisions, which a user may type first: only for the hint
+_SPELLINGS = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32",
+              "float64": "fp64", "double": "fp64"}
+
+
+def is_backend_name(name: str) -> bool:
+    """A back end the command line may name: a built-in's YAML, a path `module:function` (a plugin,
+    judged when its point loads it), or an entry point an installed package registers. Cheap: no
+    plugin is imported here."""
+    if name in group_options("backend") or ":" in name:
+        return True
+    from importlib.metadata import entry_points
+
+    return any(ep.name == name for ep in entry_points(group=PLUGIN_GROUP))
+
+
+def _allowed_backends() -> str:
+    return f"{', '.join(group_options('backend'))} (or a plugin: an installed one, or module:function)"
+
+
+def options_in(group: str, extra: Sequence[Path]) -> tuple[str, ...]:
+    """The group's options: conf/'s, then those of the folders the command line adds to Hydra's search path."""
+    more = [p.stem for root in extra for p in sorted((Path(root) / group).glob("*.yaml"))]
+    return tuple(dict.fromkeys([*group_options(group), *more]))
+
+
+def check_name(group: str, value: Any, extra: Sequence[Path] | None = ()) -> str:
+    """'' when `value` names an option of `group`, else the one-line problem. `extra`: folders added to
+    Hydra's search path (their group folders hold options too); None: a search path that cannot be read
+    cheaply (pkg://...), so any name passes and Hydra judges it."""
+    if extra is None or (value is None and group == "experiment"):
+        return ""
+    if isinstance(value, Mapping):  # a grid's {name: naive, option: ...}
+        value = value.get("name")
+    name = str(value)
+    options = options_in(group, extra)
+    if group == "backend":
+        if is_backend_name(name) or name in options:
+            return ""
+        allowed = _allowed_backends()
+    else:
+        if name in options:
+            return ""
+        allowed = ", ".join(options)
+    near = _SPELLINGS.get(name.lower()) if group == "precision" else None
+    near = near or nearest(name, options)
+    return f"{group}: expected one of {allowed}, got {name!r}" + (f"; did you mean {near}?" if near else "")
+
+
+def known_keys(backends: Iterable[str]) -> list[str]:
+    """Every key a config may hold; `backend.*` options of the built-in back ends named."""
+    from runners.config import known_keys as all_keys
+    from selfattn.backends import BACKEND_NAMES, get_backend
+
+    options = {f"backend.{f.name}" for name in backends if name in BACKEND_NAMES
+               for f in fields(get_backend(name).Options)}
+    return [k for k in all_keys() if not k.startswith("backend.") or k in options or k == "backend.name"]
+
+
+@lru_cache(maxsize=None)
+def _plain_keys() -> frozenset[str]:
+    """The keys that need no back end's module to know (the axes, the runner's, budget.*, wandb.*)."""
+    from runners.config import SECTIONS, RunnerConf
+    from selfattn.point import AXES
+
+    sections = {f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in fields(cls)}
+    return frozenset({*AXES, *(f.name for f in fields(RunnerConf)), *sections, "backend.name", "precision.name"})
+
+
+def check_key(key: str, backends: Sequence[str]) -> str:
+    """'' when the config reads `key` (a top-level key or a section's), else the one-line problem."""
+    if key in GROUPS:
+        return ""
+    if key.startswith("grids.") or key == "grids":  # the union of grids: its keys are checked as a grid's
+        return ""
+    if key in _plain_keys():
+        return ""
+    if key.startswith("backend.") and any(name not in group_options("backend") for name in backends):
+        return ""  # a plugin's options are its own: the point checks them against its Options
+    known = known_keys(backends)
+    if key in known:
+        return ""
+    from runners.config import known_keys as all_keys
+
+    if key in all_keys():  # a built-in's option, but not of the back ends this command runs
+        owners = [n for n in group_options("backend") if key in known_keys([n])]
+        return (f"{key}: not an option of {', '.join(dict.fromkeys(backends))}; "
+                f"{', '.join(owners)} {'has' if len(owners) == 1 else 'have'} it")
+    return str(unknown_key(key, all_keys()))
+
+
+def _values(override: Any) -> list[Any]:
+    """The values an override sets: each of a sweep's, else its one value."""
+    try:
+        if override.is_sweep_override():
+            return list(override.sweep_string_iterator())
+        return [override.value()]
+    except Exception:  # a sweep Hydra itself cannot expand: its own message says why, later
+        return []
+
+
+def experiment_grids(name: str, extra: Sequence[Path] = ()) -> list[dict[str, Any]]:
+    """experiment/NAME.yaml's `grids` (each a {key: [values]}), read without resolving anything."""
+    from omegaconf import OmegaConf
+
+    files = [Path(root) / "experiment" / f"{name}.yaml" for root in [conf_dir(), *extra] if root is not None]
+    found = [f for f in files if f.is_file()]
+    if not found:
+        return []
+    node = OmegaConf.load(found[-1])  # a search path's file wins over conf/'s, as in Hydra
+    grids = node.get("grids") if hasattr(node, "get") else None
+    if grids is None:
+        return []
+    grids = OmegaConf.to_container(grids, resolve=False)
+    return list(grids.values()) if isinstance(grids, Mapping) else list(grids)
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def search_dirs(parsed: Sequence[Any], config_dir: str | None = None) -> list[Path] | None:
+    """Folders the command line adds to Hydra's search path (`hydra.searchpath=[file://...]`, `--config-dir`);
+    None when one of them is not a plain folder (pkg://...)."""
+    dirs = [Path(config_dir)] if config_dir else []
+    for o in parsed:
+        if o.key_or_group == "hydra.searchpath" and not o.is_delete():
+            value = o.value()
+            for entry in value if isinstance(value, list) else [value]:
+                entry = str(entry)
+                if not entry.startswith("file://"):
+                    return None
+                dirs.append(Path(entry[len("file://"):]))
+    return dirs
+
+
+def problems(overrides: Sequence[str], config_dir: str | None = None) -> list[str]:
+    """Every bad key and name in `overrides` (and in the grids of the experiments they pick), each one line."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:  # a syntax error: Hydra says where, in its own words
+        return []
+    extra = search_dirs(parsed, config_dir)
+    ours = [o for o in parsed if not o.is_hydra_override() and "/" not in o.key_or_group and o.package is None]
+    named: dict[str, list[Any]] = {g: [] for g in GROUPS}
+    for o in ours:
+        if o.key_or_group in GROUPS and not o.is_delete():
+            named[o.key_or_group] += [v for v in _values(o) if v is not None]
+    found: list[str] = []
+    for group in GROUPS:
+        for value in dict.fromkeys(str(v) for v in named[group]):
+            if problem := check_name(group, value, extra):
+                found.append(problem)
+    # backend.* keys: options of the back ends named (conf/config.yaml's default: naive); an experiment
+    # may pick others in its grids or defaults, so with one every built-in's options are keys
+    backends = [str(v) for v in named["backend"]] or ["naive"]
+    if named["experiment"]:
+        backends += list(group_options("backend"))
+    for o in ours:
+        if problem := check_key(o.key_or_group, backends):
+            found.append(problem)
+    for experiment in dict.fromkeys(str(v) for v in named["experiment"]):
+        if extra is not None and experiment in options_in("experiment", extra):
+            found += grid_problems(experiment_grids(experiment, extra), extra)
+    return list(dict.fromkeys(found))
+
+
+def grid_problems(grids: Sequence[Mapping[str, Any]], extra: Sequence[Path] = ()) -> list[str]:
+    """Unknown keys and names in an experiment's grids (each grid: {key: [values]})."""
+    found: list[str] = []
+    for grid in grids:
+        if not isinstance(grid, Mapping):
+            continue
+        backends = _as_list(grid.get("backend", ["naive"]))
+        for group in ("backend", "precision"):
+            for value in _as_list(grid.get(group, [])):
+                if isinstance(value, str) and value.startswith("${"):
+                    continue  # an interpolation: resolved per job, judged there
+                if problem := check_name(group, value, extra):
+                    found.append(problem)
+        names = [b.get("name") if isinstance(b, Mapping) else b for b in backends]
+        for key in grid:
+            if problem := check_key(str(key), [str(n) for n in names]):
+                found.append(problem)
+        for backend in backends:  # {name: naive, scale_at: query}: its options are keys too
+            if isinstance(backend, Mapping):
+                for option in backend:
+                    if option != "name" and (problem := check_key(f"backend.{option}", [str(backend.get("name"))])):
+                        found.append(problem)
+    return found
+
+
+def overrides_of(argv: Sequence[str]) -> list[str] | None:
+    """The overrides Hydra will read from `argv`; None when there is nothing to check (--help, another config).
+    `--config-dir` is read by `config_dir_of`."""
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        args = get_args_parser().parse_args(list(argv))
+    except SystemExit:  # argparse's own error: Hydra prints it
+        return None
+    if args.help or args.hydra_help or args.shell_completion or args.config_name not in (None, "config"):
+        return None
+    return list(args.overrides)
+
+
+def config_dir_of(argv: Sequence[str]) -> str | None:
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        return get_args_parser().parse_args(list(argv)).config_dir
+    except SystemExit:
+        return None
+
+
+def refuse_typos(argv: Sequence[str]) -> None:
+    """Exit with status 2 and one line per bad key or name, before Hydra composes anything."""
+    overrides = overrides_of(argv)
+    found = problems(overrides, config_dir_of(argv)) if overrides else []
+    if not found:
+        return
+    for problem in found:
+        print(f"error: {problem}", file=sys.stderr)
+    if len(found) > 1:
+        print(f"nothing was measured: {len(found)} bad values on the command line", file=sys.stderr)
+    sys.exit(2)

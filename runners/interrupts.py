@@ -1,0 +1,119 @@
+"""Ctrl-C and SIGTERM end a sweep in one line: the point in flight is discarded or written whole.
+
+`run(main, argv)` installs a handler for SIGINT and SIGTERM that raises `Interrupted` (a
+BaseException, which no measuring code catches) wherever the process is, except while a job
+records its row (`hold()` to `release()`): there the signal waits until the row file, its index entry and
+results.csv are written, so a row is never half there. Every file is replaced whole anyway
+(runners/row_store.py), so a point cut short leaves nothing, and the rerun measures it.
+Then: results.csv is built from the rows there are, one line says how far the sweep got and the
+command that resumes it, and the exit status is 128 + the signal's number (130, 143), no traceback.
+The jobs tell this module how far the sweep is (`sweep_started`, `job_done`): same process.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived; `signum` says which."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@dataclass
+class _State:
+    guarded: int = 0  # > 0 while a row is being recorded
+    pending: int | None = None  # a signal that arrived meanwhile
+    done: int = 0  # jobs finished in this process (measured, refused or already measured)
+    total: int | None = None
+    sweep_dir: Path | None = None
+
+
+STATE = _State()
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    if STATE.guarded:
+        STATE.pending = signum
+        return
+    raise Interrupted(signum)
+
+
+def hold() -> None:
+    """From now until `release()`, a signal waits (a job recording its row)."""
+    STATE.guarded = 1
+
+
+def release() -> None:
+    """Signals act at once again; one that arrived meanwhile is raised by `raise_pending()`."""
+    STATE.guarded = 0
+
+
+def raise_pending() -> None:
+    if not STATE.guarded and STATE.pending is not None:
+        signum, STATE.pending = STATE.pending, None
+        raise Interrupted(signum)
+
+
+def sweep_started(sweep_dir: Path, total: int | None) -> None:
+    STATE.sweep_dir, STATE.total, STATE.done = Path(sweep_dir), total, 0
+
+
+def job_done() -> None:
+    STATE.done += 1
+
+
+def resume_command(argv: Sequence[str], sweep_dir: Path | None) -> str:
+    """The command that carries on: the same arguments, and the sweep's folder when Hydra named it
+    by the clock (`${now:...}`), else a rerun would start a new folder and measure everything again."""
+    args = list(argv)
+    if sweep_dir is not None and not any(a.startswith(("hydra.sweep.dir=", "++hydra.sweep.dir=")) for a in args):
+        args.append(f"hydra.sweep.dir={sweep_dir}")
+    return shlex.join(["python", "-m", "runners.sweep", *args])
+
+
+def summary(signum: int, argv: Sequence[str]) -> str:
+    """The one line an interrupted run prints."""
+    if STATE.sweep_dir is None:  # a single run, or before the sweep started
+        return "interrupted; nothing half-written was kept (the same command measures the point)"
+    total = STATE.total if STATE.total is not None else "?"
+    return (f"interrupted after {STATE.done} of {total} points; the same command resumes: "
+            f"{resume_command(argv, STATE.sweep_dir)}")
+
+
+def _rebuild_csv() -> None:
+    """results.csv from every row there is (a sweep's end would have built it)."""
+    if STATE.sweep_dir is None or not STATE.sweep_dir.is_dir():
+        return
+    from runners import rows
+
+    try:
+        rows.rebuild_csv(STATE.sweep_dir)
+    except OSError as exc:  # the rows are intact; `python -m runners.rows DIR` builds it later
+        print(f"results: not rebuilt ({exc.strerror or exc})", file=sys.stderr)
+
+
+def run(main: Callable[[], Any], argv: Sequence[str]) -> None:
+    """Call `main` with the handlers installed; on SIGINT/SIGTERM: results.csv, one line, exit 128 + signal."""
+    for sig in SIGNALS:
+        signal.signal(sig, _on_signal)
+    try:
+        main()
+    except (Interrupted, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        for sig in SIGNALS:  # a second Ctrl-C while tidying up must not leave a traceback either
+            signal.signal(sig, signal.SIG_IGN)
+        _rebuild_csv()
+        sys.stdout.flush()
+        print(summary(signum, argv), file=sys.stderr, flush=True)
+        sys.exit(128 + int(signum))

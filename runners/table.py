@@ -1,0 +1,25 @@
+"""The answer a sweep was run for, on the terminal: analysis/summary.py's table of results.csv.
+
+Printed at the end of a multirun (runners/callbacks.py) and by `python -m runners.rows DIR --table`:
+the swept axes against each back end's median time (and memory peak where measured), the status
+counts, fitted to the terminal's width (summary_text drops memory, then back ends, and says so).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+
+def table_text(csv_path: Path, width: int | None = None) -> str | None:
+    """The summary table of `csv_path`, or None when there is nothing to show (no usable row, no pandas)."""
+    try:
+        from analysis.load import NoUsableResults, load
+        from analysis.summary import summary_text
+    except ImportError:  # an install without the analysis extras: results.csv is still there
+        return None
+    try:
+        rows = load([csv_path], warn=False).rows
+    except NoUsableResults:
+        return None
+    return summary_text(rows, width=width or shutil.get_terminal_size().columns)

@@ -1,0 +1,84 @@
+"""The command line's keys and names, checked before Hydra composes anything (runners/cli_check.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runners import cli_check
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["seqlen=512"], "seqlen: unknown key; did you mean seq_len?"),
+    (["+seqlen=512"], "seqlen: unknown key; did you mean seq_len?"),
+    (["budget.timing=0.1"], "budget.timing: unknown key; did you mean budget.timing_s?"),
+    (["+kernel=flash"], "kernel: unknown key; did you mean backend.kernel?"),
+    (["precision=float16"], "precision: expected one of bf16, fp16, fp32, fp64, fp8_e4m3, fp8_e5m2, tf32, "
+                            "got 'float16'; did you mean fp16?"),
+    (["backend=chunkd"], "backend: expected one of naive, sdpa, chunked, flex (or a plugin: an installed one, "
+                         "or module:function), got 'chunkd'; did you mean chunked?"),
+    (["experiment=quik"], "experiment: expected one of additive, causal_mask, compiled, cross_gpu, decode, fp8, gqa, "
+                          "heads, masks, positions, precision_accuracy, quadratic_cost, quick, rnn_vs_attention, "
+                          "scaling_stability, smoke, training, got 'quik'; did you mean quick?"),
+    (["backend=naive", "backend.q_chunk=64"], "backend.q_chunk: not an option of naive; chunked has it"),
+])
+def test_a_typo_is_one_line_naming_the_key_and_the_nearest_name(overrides, message):
+    assert cli_check.problems(overrides) == [message]
+
+
+def test_every_bad_value_of_every_sweep_is_listed():
+    found = cli_check.problems(["backend=naive,chunkd,fleks", "precision=choice(fp16,fp61)", "experiment=range(1,2)",
+                                "seq_len=16,32", "seqlen=1,2"])
+    assert [p.split(":")[0] for p in found] == ["backend", "backend", "precision", "experiment", "seqlen"]
+    assert "'chunkd'" in found[0] and "'fleks'" in found[1] and "'fp61'" in found[2] and "got '1'" in found[3]
+
+
+@pytest.mark.parametrize("overrides", [
+    ["-m"], ["backend=naive,sdpa,chunked,flex", "seq_len=16,32", "causal=true,false"],
+    ["experiment=quick"], ["experiment=smoke", "budget.timing_s=0.1", "wandb.mode=disabled", "metrics=[]"],
+    ["backend=chunked", "backend.q_chunk=64"], ["backend=naive,chunked", "backend.q_chunk=64"],
+    ["experiment=quick", "backend.q_chunk=256"],  # the experiment's grids pick chunked
+    ["backend=my_pkg.attn:fast", "backend.block=7"],  # a plugin by path: its options are its own
+    ["hydra/launcher=basic", "hydra.sweep.dir=x", "++hydra.job.chdir=false", "experiment=null"],
+    ["seq_len=0,abc"],  # values only a point can judge: invalid rows, not a refused sweep
+    ["grids.cost.seed=[3]", "grid_point=0", "verbose=true", "~causal"],
+])
+def test_what_the_config_reads_passes(overrides):
+    assert cli_check.problems(overrides) == []
+
+
+def test_an_installed_back_end_is_a_name(monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    monkeypatch.setattr("importlib.metadata.entry_points", lambda group: [
+        EntryPoint(name="fp32acc", value="selfattn_fp32acc:attention", group=group)] if group == cli_check.PLUGIN_GROUP
+        else [])
+    assert cli_check.problems(["backend=fp32acc"]) == []
+    assert cli_check.problems(["backend=fp32ac"])[0].startswith("backend: expected one of")
+
+
+def test_an_experiments_grids_are_checked():
+    grids = [{"backend": ["naive", "chunkd"], "seq_len": [16]}, {"precision": ["fp61"], "seqlen": [1]},
+             {"backend": [{"name": "naive", "scale_att": "query"}]}]
+    found = cli_check.grid_problems(grids)
+    assert [p.split(":")[0] for p in found] == ["backend", "precision", "seqlen", "backend.scale_att"]
+    for name in cli_check.group_options("experiment"):  # every shipped experiment passes
+        assert cli_check.grid_problems(cli_check.experiment_grids(name)) == [], name
+
+
+def test_hydra_flags_and_other_configs_are_left_to_hydra():
+    assert cli_check.overrides_of(["--help"]) is None
+    assert cli_check.overrides_of(["--config-name", "other", "seqlen=1"]) is None
+    assert cli_check.overrides_of(["-m", "--cfg", "job", "seq_len=1"]) == ["seq_len=1"]
+    assert cli_check.problems(["seq_len=[1,"]) == []  # a syntax error: Hydra's own message says where
+
+
+def test_a_users_experiment_on_hydras_search_path_is_a_name(tmp_path, monkeypatch):
+    mine = tmp_path / "my_conf" / "experiment"
+    mine.mkdir(parents=True)
+    (mine / "mine.yaml").write_text("# @package _global_\nname: mine\ngrids:\n  a: {backend: [naive, sdpx]}\n")
+    monkeypatch.chdir(tmp_path)
+    found = cli_check.problems(["experiment=mine", "hydra.searchpath=[file://my_conf]"])
+    assert len(found) == 1 and found[0].startswith("backend: expected one of") and "'sdpx'; did you mean sdpa?" in found[0]
+    assert cli_check.problems(["experiment=mine"])[0].startswith("experiment: expected one of")  # not on the path
+    assert cli_check.problems(["experiment=mine"], config_dir="my_conf") == found
+    assert cli_check.problems(["experiment=theirs", "hydra.searchpath=[pkg://their_pkg.conf]"]) == []  # Hydra judges
