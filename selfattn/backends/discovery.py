@@ -125,6 +125,8 @@ def describe_name(name: object) -> str | None:
         if not _PATH.match(name):
             return f"backend: {name!r} is not a path module:function (e.g. my_pkg.attn:fast)"
         return collision(name)
+    if name in BUILTIN_NAMES:  # an entry point of a built-in's name is refused; the built-in stays itself
+        return None
     refused = refused_entry_points()
     if name in refused:
         return refused[name]
