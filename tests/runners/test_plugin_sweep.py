@@ -93,3 +93,22 @@ def test_path_and_entry_point_plugins_run_beside_a_builtin_and_are_drawn(tmp_pat
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("already has this point") + again.stderr.count("already has this point") == 8, again.stdout
     assert (sweep / "results.csv").read_text() == before
+
+
+@pytest.mark.slow
+def test_a_submitit_job_imports_the_plugin_itself(tmp_path):
+    """submitit's local executor runs each job in a process of its own that composes its config, as a
+    SLURM task does: the path plugin must be imported there, not handed over by the submitter."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    imports = tmp_path / "imports.txt"
+    (plugins / "my_attn.py").write_text(
+        f"import sys\nopen({str(imports)!r}, 'a').write(' '.join(sys.argv) + '\\n')\n" + PATH_PLUGIN)
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(plugins)])}
+    sweep = tmp_path / "sweep"
+    out = run_sweep("-m", "backend=sdpa,my_attn:quick", "experiment=smoke", "hydra/launcher=submitit_local",
+                    f"hydra.sweep.dir={sweep}", env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = pd.read_csv(sweep / "results.csv")
+    assert sorted(rows["backend"]) == ["quick", "sdpa"] and (rows["status"] == "ok").all(), rows["error"].tolist()
+    assert any("submitit" in line for line in imports.read_text().splitlines()), imports.read_text()
