@@ -287,7 +287,8 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
     if warmup_s + remaining_s > budget.max_point_s:
         row.status = "skipped_budget"
         row.error = (
-            f"{'compiled' if compiling else 'warm-up'} call took {warmup_s:.1f} s, so the point would take "
+            f"{'compiled' if compiling else 'warm-up'} call took {warmup_s:.1f} s (predicted "
+            f"{(row.predicted_time_ms or 0) / 1e3:.2g} s), so the point would take "
             f"~{warmup_s + remaining_s:.0f} s > max_point_s={budget.max_point_s:g} s"
         )
         return
