@@ -2,8 +2,9 @@
 
 A built-in back end's options live in conf/backend/<name>.yaml. A plugin has no such file, so this config
 source (scheme `selfattn-backend://`, on the search path through conf/config.yaml's `hydra.searchpath`)
-answers `backend/<name>` for every name selfattn.backends.describe_name accepts that is not a built-in:
-`{name: <name>, <option>: <default>, ...}`, its options read from the plugin's own `Options`. So
+answers `backend/<name>` for every name that is not a built-in: `{name: <name>, <option>: <default>, ...}`,
+its options read from the plugin's own `Options` (a name that is no back end: `{name: <name>}`, which the
+runner refuses with the reason, selfattn.backends.describe_name). So
 `backend=my_pkg.attn:fast`, `-m backend=sdpa,my_pkg.attn:fast` and `backend.some_option=3` compose as a
 built-in's do, in every process that composes a job's config (the local launchers, and a SLURM job,
 which composes its own and so imports the plugin itself). A plugin that fails to import gets
@@ -40,7 +41,10 @@ def plugin_node(name: str) -> dict[str, Any]:
     from selfattn.fields import default_of
 
     node: dict[str, Any] = {"name": name}
-    entry = get_backend(name)  # a plugin that fails to import is a BrokenBackend: no options
+    try:
+        entry = get_backend(name)  # a plugin that fails to import is a BrokenBackend: no options
+    except ValueError:  # not a back end's name: the runner refuses it with its reason
+        return node
     for f in fields(entry.Options):
         value = default_of(f)
         node[f.name] = value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
@@ -67,12 +71,16 @@ class SelfattnBackendSource(ConfigSource):
         return config_path.rstrip("/") == GROUP
 
     def is_config(self, config_path: str) -> bool:
+        """Every name that is not a built-in's (those are files): whether it is a back end at all is the
+        runner's to say (runners/config.py, selfattn.backends.describe_name), as for any value: one line
+        and exit status 2 in a single run, an `invalid` row in a sweep that goes on, not Hydra's
+        "Could not find 'backend/...'" for the whole sweep."""
         name = _option_name(config_path)
         if name is None:
             return False
-        from selfattn.backends import BUILTIN_NAMES, describe_name
+        from selfattn.backends import BUILTIN_NAMES
 
-        return name not in BUILTIN_NAMES and describe_name(name) is None
+        return name not in BUILTIN_NAMES
 
     def list(self, config_path: str, results_filter: Optional[ObjectType]) -> List[str]:
         if config_path.rstrip("/") != GROUP or results_filter == ObjectType.GROUP:

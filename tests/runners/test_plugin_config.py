@@ -86,3 +86,9 @@ def test_a_grid_mixes_builtins_and_plugins(plugin):
 def test_a_sweep_of_a_builtin_and_a_plugin_composes_each_job(composer, plugin):
     for name, expected in (("naive", "upcast_softmax"), (plugin, "temperature")):
         assert expected in composer([f"backend={name}"]).backend
+
+
+def test_a_name_that_is_no_back_end_composes_and_the_runner_refuses_it_in_one_line(composer):
+    cfg = composer(["backend=sdpx"])  # not Hydra's "Could not find 'backend/sdpx'" for the whole sweep
+    assert OmegaConf.to_container(cfg.backend) == {"name": "sdpx"}
+    assert config.parse_job(task(cfg)).problem.endswith("got 'sdpx'; did you mean sdpa?")
