@@ -6,8 +6,9 @@ unknown group option (`precision=float16`) with its config search path, and a mu
 So `python -m runners.sweep` reads its overrides here first (Hydra's own override parser: no
 composition) and refuses, in one line per bad value, exit status 2:
 - a key that nothing reads: `seqlen: unknown key; did you mean seq_len?` (with or without `+`);
-- a group option with no file: `backend: expected one of naive, sdpa, chunked, flex (or a plugin:
-  an installed one, or module:function), got 'chunkd'; did you mean chunked?`;
+- a group option with no file: `precision: expected one of ..., got 'float16'; did you mean fp16?`, and a
+  back end the registry does not know (selfattn.backends.describe_name: `backend=chunkd`, with the
+  nearest name);
 for every value of every sweep (`a,b`, `range()`, `choice()`) and every grid of an experiment
 (`grids` in conf/experiment/*.yaml). Only names are judged here; a value that only a point can
 judge (seq_len=0, a shape its back end cannot take) stays an `invalid` or `unsupported` row.
@@ -25,7 +26,6 @@ from typing import Any, Iterable, Mapping, Sequence
 from selfattn.fields import nearest, unknown_key
 
 GROUPS = ("backend", "precision", "experiment")  # config groups of conf/ whose options the command line names
-PLUGIN_GROUP = "selfattn.backends"  # the entry-point group installed back ends register under
 
 
 def conf_dir() -> Path | None:
@@ -60,18 +60,12 @@ _SPELLINGS = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": 
 
 
 def is_backend_name(name: str) -> bool:
-    """A back end the command line may name: a built-in's YAML, a path `module:function` (a plugin,
-    judged when its point loads it), or an entry point an installed package registers. Cheap: no
-    plugin is imported here."""
-    if name in group_options("backend") or ":" in name:
-        return True
-    from importlib.metadata import entry_points
+    """A back end the command line may name: the registry's own answer (selfattn.backends.describe_name:
+    a built-in, an installed entry point, or a well-formed path `module:function` whose name collides
+    with none). Cheap: no plugin is imported here."""
+    from selfattn.backends import describe_name
 
-    return any(ep.name == name for ep in entry_points(group=PLUGIN_GROUP))
-
-
-def _allowed_backends() -> str:
-    return f"{', '.join(group_options('backend'))} (or a plugin: an installed one, or module:function)"
+    return describe_name(name) is None
 
 
 def options_in(group: str, extra: Sequence[Path]) -> tuple[str, ...]:
@@ -90,14 +84,13 @@ def check_name(group: str, value: Any, extra: Sequence[Path] | None = ()) -> str
         value = value.get("name")
     name = str(value)
     options = options_in(group, extra)
-    if group == "backend":
-        if is_backend_name(name) or name in options:
-            return ""
-        allowed = _allowed_backends()
-    else:
-        if name in options:
-            return ""
-        allowed = ", ".join(options)
+    if group == "backend":  # the registry's own line: what is known, and the nearest name
+        from selfattn.backends import describe_name
+
+        return "" if name in options else (describe_name(name) or "")
+    if name in options:
+        return ""
+    allowed = ", ".join(options)
     near = _SPELLINGS.get(name.lower()) if group == "precision" else None
     near = near or nearest(name, options)
     return f"{group}: expected one of {allowed}, got {name!r}" + (f"; did you mean {near}?" if near else "")

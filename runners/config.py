@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any, Collection, Mapping, Sequence
 
-from selfattn.backends import BACKEND_NAMES, check_options, get_backend
+from selfattn.backends import BACKEND_NAMES, check_options, describe_name, get_backend
 from selfattn.fields import check_fields, defaults, field_types, spec, unknown_key
 from selfattn.measure.budget import Budget
 from selfattn.metrics import ALL as ALL_METRICS, parse_metrics
@@ -144,8 +144,9 @@ def _node(value: Any) -> tuple[Any, dict[str, Any]]:
 
 def _point(values: Mapping[str, Any], d_model: int | None) -> Point:
     name, options = _node(values.get("backend"))
-    if name not in BACKEND_NAMES:
-        raise ValueError(f"backend: expected one of {', '.join(BACKEND_NAMES)}, got {name!r}")
+    problem = describe_name(name)  # a built-in, an installed plugin or a path module:function (a plugin)
+    if problem:
+        raise ValueError(problem)
     # Options at their defaults are spelled out (as conf/backend/NAME.yaml does), so a grid's
     # back end and a command line's hash to the same point; null means "tuned per device".
     given = check_options(name, options, prefix="backend.")

@@ -1,4 +1,5 @@
-"""Hydra finds the default launcher (compose_once) however the project is installed, from any folder.
+"""Hydra finds the project's plugins (the compose_once launcher, the back-end config source) however the
+project is installed, from any folder.
 
 Hydra knows a launcher only if its plugin scan found the class: the scan walks the folders of the
 `hydra_plugins` namespace package. A regular install and a checkout on PYTHONPATH (or the current
@@ -9,6 +10,10 @@ So the class is imported and registered with Hydra's public `Plugins.register` w
 it. Should it not import at all (its files missing, a package that makes `hydra_plugins` a regular
 package and hides ours, a Hydra whose internals it uses have moved), the command line gets Hydra's
 own launcher (`hydra/launcher=basic`) and a one-line notice of what is lost, so the sweep still runs.
+The config source that answers `backend=<plugin>` (hydra_plugins/selfattn_backends/, scheme
+`selfattn-backend://` on conf/config.yaml's search path) is found and registered the same way; should it not
+load, the search path is emptied (`hydra.searchpath=[]`) with a notice: the built-ins still run, plugins
+cannot be named.
 """
 
 from __future__ import annotations
@@ -17,17 +22,25 @@ import sys
 from typing import Sequence
 
 from hydra.core.plugins import Plugins
+from hydra.plugins.config_source import ConfigSource
 from hydra.plugins.launcher import Launcher
 
 # conf/hydra/launcher/compose_once.yaml's _target_ (tests/runners/test_launcher.py checks they agree)
 LAUNCHER = "hydra_plugins.selfattn_launcher.compose_once.ComposeOnceLauncher"
 FALLBACK = "hydra/launcher=basic"
+# the config source behind `backend=<plugin>` (conf/config.yaml's hydra.searchpath names its scheme)
+SOURCE = "hydra_plugins.selfattn_backends.backend_source.SelfattnBackendSource"
+SOURCE_FALLBACK = "hydra.searchpath=[]"
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def register_launcher() -> str | None:
     """Make LAUNCHER known to Hydra's plugin registry: None once it is, else why it cannot be."""
     plugins = Plugins.instance()  # the scan runs here, once per process (Hydra's main would run it anyway)
-    if any(f"{found.__module__}.{found.__qualname__}" == LAUNCHER for found in plugins.discover(Launcher)):
+    if any(_qualname(found) == LAUNCHER for found in plugins.discover(Launcher)):
         return None  # the scan saw it: a regular install, or a checkout on sys.path
     try:
         from hydra_plugins.selfattn_launcher.compose_once import ComposeOnceLauncher
@@ -37,13 +50,33 @@ def register_launcher() -> str | None:
     return None
 
 
+def register_source() -> str | None:
+    """Make SOURCE known to Hydra's plugin registry: None once it is, else why it cannot be."""
+    plugins = Plugins.instance()
+    if any(_qualname(found) == SOURCE for found in plugins.discover(ConfigSource)):
+        return None
+    try:
+        from hydra_plugins.selfattn_backends.backend_source import SelfattnBackendSource
+    except ImportError as exc:
+        return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    plugins.register(SelfattnBackendSource)
+    return None
+
+
 def launcher_overrides(args: Sequence[str]) -> list[str]:
-    """Overrides to add to the command line `args`: none when the default launcher is registered (this
-    registers it) or `args` pick a launcher themselves; else Hydra's basic launcher, with a notice."""
+    """Overrides to add to the command line `args`: none when the project's plugins are registered (this
+    registers them); else Hydra's basic launcher (unless `args` pick a launcher themselves) and an empty
+    search path, each with a notice."""
+    added = []
     why_not = register_launcher()
-    if why_not is None or any(a.lstrip("+~").startswith("hydra/launcher") for a in args):
-        return []
-    print(f"note: the compose_once launcher did not load ({why_not}); multiruns use Hydra's basic launcher, "
-          "which composes every job's config from the YAML files again (0.16 s a job with experiment=quick)",
-          file=sys.stderr)
-    return [FALLBACK]
+    if why_not is not None and not any(a.lstrip("+~").startswith("hydra/launcher") for a in args):
+        print(f"note: the compose_once launcher did not load ({why_not}); multiruns use Hydra's basic launcher, "
+              "which composes every job's config from the YAML files again (0.16 s a job with experiment=quick)",
+              file=sys.stderr)
+        added.append(FALLBACK)
+    why_not = register_source()
+    if why_not is not None and not any(a.lstrip("+~").startswith("hydra.searchpath") for a in args):
+        print(f"note: the back-end config source did not load ({why_not}); the built-in back ends run, "
+              "plugins (backend=<entry point> or module:function) cannot be named", file=sys.stderr)
+        added.append(SOURCE_FALLBACK)
+    return added

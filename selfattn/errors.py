@@ -9,3 +9,8 @@ status `unsupported` instead of crashing.
 
 class Unsupported(RuntimeError):
     """A valid request that cannot run here (device, dtype, shape or torch build)."""
+
+
+class BackendContractError(RuntimeError):
+    """A back end broke the contract it was called under: wrong output shape, dtype or device, non-finite
+    output where the float64 reference is finite. A row with status `error` names what it returned."""

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
-from selfattn.backends import BACKEND_NAMES
+from selfattn.backends.discovery import backend_name, backend_source, check_backend, is_path
 from selfattn.fields import default_of, spec, validate_instance
 from selfattn.fp8_formats import fp8_format
 
@@ -80,7 +80,9 @@ def _check_scale(value: Any) -> Any:
 class Point:
     """One measured configuration. Field names are the sweep's flat config keys."""
 
-    backend: str = spec("naive", choices=BACKEND_NAMES, help="the attention back end (selfattn/backends/)")
+    backend: str = spec("naive", parse=check_backend,
+                        help="the attention back end: naive | sdpa | chunked | flex, an installed plugin's name, or a "
+                             "path module:function (docs/plugins.md; `python -m selfattn.backends` lists them)")
     backend_options: Mapping[str, Any] = spec(
         default_factory=dict, help="the back end's own options (config: backend.<option>)")
     precision: str = spec("fp32", choices=PRECISIONS, help="storage and compute precision")
@@ -252,6 +254,10 @@ class Point:
         Filled as far as they can be even for a point that does not validate (its row says why).
         """
         values: dict[str, Any] = {name: getattr(self, name) for name in AXES}
+        # a plugin's rows carry its name (a path's attribute), and where it came from beside it
+        if isinstance(self.backend, str):
+            values.update(backend=backend_name(self.backend), backend_source=backend_source(self.backend),
+                          backend_path=self.backend if is_path(self.backend) else "")
         values["q_len"] = self.q_len_resolved
         values["kv_heads"] = self.kv_heads_resolved
         try:
@@ -276,7 +282,9 @@ class Point:
                if name in _ALWAYS_IN_ID or getattr(self, name) != axis_default(name)}
         defaults_ = option_defaults or {}
         options = {k: v for k, v in self.backend_options.items() if k not in defaults_ or v != defaults_[k]}
-        key.update(backend_options=dict(sorted(options.items())), q_len=self.q_len_resolved,
+        # the back end's name, not its path: a plugin moved between a path and an entry point keeps its ids
+        key.update(backend=backend_name(self.backend) if isinstance(self.backend, str) else self.backend,
+                   backend_options=dict(sorted(options.items())), q_len=self.q_len_resolved,
                    scale=scale_label(self.scale))
         return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

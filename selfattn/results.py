@@ -27,7 +27,13 @@ class Row:
     # only; a metric not listed left its columns empty. Empty in a failed row (nothing measured).
     metrics: str = ""
     # the point (sweep axes)
-    backend: str = ""
+    backend: str = ""  # the back end's name (a path plugin's: its function's, see backend_path)
+    backend_source: str = ""  # builtin | entry_point | path (selfattn/backends/discovery.py)
+    backend_path: str = ""  # a path plugin's module:function as typed; empty otherwise
+    # a plugin's memory prediction (the guard's): declared by it, or assumed (naive's model, the
+    # materializing one, plus converted copies of q, k, v and out); built-ins: declared
+    mem_model: str = ""
+    backend_defaulted: str = ""  # the facts a plugin left to the harness: "mem_model,efficiency,kernel_label"
     kernel: str = ""  # the back end's variant: sdpa kernel, chunk sizes, upcast softmax, ...
     backend_options: str = ""  # JSON of the back end's options as given
     precision: str = ""

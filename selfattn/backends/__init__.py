@@ -1,7 +1,17 @@
-"""The back ends, in a plain registry: one name per back end, one module per name.
+"""The back ends, in one open registry: built-ins and plugins, one contract.
 
-Adding a back end = its module here + its name in BACKEND_NAMES + conf/backend/<name>.yaml
-(docs/architecture.md walks through it). Every back-end module owns all of its facts:
+A back end is a function with the public call's signature plus a declaration of what it supports
+(contract.py; docs/plugins.md). It reaches the registry three ways (discovery.py): built in (the modules
+here), an installed package's entry point in the group `selfattn.backends`, or a path `module:function`.
+`get_backend(name)` returns its registry entry (registry.py), whose members the harness calls:
+
+    NAME, Options, EFFICIENCY, available(device), resolve_options(options, device, dtype),
+    kernel_label(resolved_options), predict_mem_bytes(point, options, device),
+    attention(q, k, v, *, masks, scale, **resolved_options), bind(...) (the same call, one-time work done),
+    unsupported_reason(point, device), source, origin, mem_model_declared, defaulted
+
+The built-ins are modules that own all of their facts (today's eight members, wrapped as they are by
+registry.ModuleBackend):
     NAME: str
     Options                            a dataclass of `selfattn.fields.spec` fields: the options,
                                        their defaults (None: tuned per device and dtype) and rules
@@ -21,39 +31,43 @@ and optionally
                                        one-time set-up the calls reuse (flex: its block mask; chunked:
                                        its block plan, so a timed call reads no tensor on the host),
                                        timed apart; the keys are row columns ("block_mask_s"), or none
+An entry point or a path may name such a module too (`my_pkg.triton_attn` with those members).
 Inputs reaching `attention` are already validated (selfattn.attention does that).
 
-The names are plain data so that the sweep axes and the analysis (which never loads torch)
-can know the back ends; the modules, which need torch, load on first use.
+Names are plain data (discovery.py reads entry points from the packages' metadata), so the sweep axes and
+the analysis (which never loads torch) know the back ends; anything that needs torch loads on first use.
 """
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Mapping
 
+from selfattn.backends.contract import Declaration, backend
+from selfattn.backends.discovery import (BUILTIN_NAMES, ENTRY_POINT_GROUP, backend_name, backend_names,
+                                         backend_source, describe_name, is_path)
 from selfattn.fields import check_fields
 
 if TYPE_CHECKING:
     import torch
 
-# The registry. Order is the order of tables, legends and colours everywhere.
-BACKEND_NAMES: tuple[str, ...] = ("naive", "sdpa", "chunked", "flex")
+# The built-ins. Order is the order of tables, legends and colours everywhere; every other name (an entry
+# point, a path) sorts after them and takes a colour of its own (analysis/figures/style.py).
+BACKEND_NAMES: tuple[str, ...] = BUILTIN_NAMES
 # A back end run with its `compile` option on is a variant of its own ("naive+compile"): other code, not the
 # same kernel with another setting. The progress line and every table, figure and claim name it so.
 COMPILED_SUFFIX = "+compile"
 
 
-def get_backend(name: str) -> ModuleType:
-    """The module of back end `name`, or ValueError listing the valid names."""
-    if not isinstance(name, str) or name not in BACKEND_NAMES:
-        raise ValueError(f"backend: expected one of {', '.join(BACKEND_NAMES)}, got {name!r}")
-    return importlib.import_module(f"{__name__}.{name}")
+def get_backend(name: str) -> Any:
+    """The registry entry of back end `name` (built in, entry point or path; registry.py), or ValueError
+    saying why the name is not known (describe_name)."""
+    from selfattn.backends.registry import get_backend as entry
+
+    return entry(name)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "BACKENDS":  # name -> module, built on first use (it loads torch), then kept
+    if name == "BACKENDS":  # built-in name -> registry entry, built on first use (it loads torch), then kept
         registry = {backend: get_backend(backend) for backend in BACKEND_NAMES}
         globals()["BACKENDS"] = registry
         return registry
@@ -61,10 +75,10 @@ def __getattr__(name: str) -> Any:
 
 
 def available_backends(device: torch.device | str = "cpu") -> list[str]:
-    """Names of the back ends that can run on `device`, in registry order."""
+    """Names of the back ends (built-ins, then entry points) that can run on `device`, in registry order."""
     import torch
 
-    return [name for name in BACKEND_NAMES if get_backend(name).available(torch.device(device))]
+    return [name for name in backend_names() if get_backend(name).available(torch.device(device))]
 
 
 def check_options(name: str, options: Mapping[str, Any] | None, *, prefix: str = "") -> dict[str, Any]:
@@ -118,6 +132,15 @@ def compiles(name: str, resolved_options: Mapping[str, Any]) -> bool:
 
 __all__ = [
     "BACKEND_NAMES",
+    "BUILTIN_NAMES",
+    "Declaration",
+    "ENTRY_POINT_GROUP",
+    "backend",
+    "backend_name",
+    "backend_names",
+    "backend_source",
+    "describe_name",
+    "is_path",
     "available_backends",
     "check_options",
     "compiles",

@@ -27,7 +27,6 @@ from selfattn.point import ELEMENT_BYTES, FP32_BYTES, FP64_BYTES, RNN_GATES, Poi
 # scope=lstm/gru: n serial steps of (batch x d_model) @ (d_model x gates*d_model) reach ~1-5% of the
 # peak on a CPU (measured); 0.1 keeps the guard optimistic, as it is for the back ends.
 RECURRENT_EFFICIENCY = 0.1
-DEFAULT_EFFICIENCY = 0.5  # a back end without a module (never runs; only its row is predicted)
 # Without a measured peak (Budget.measure_device_peak=False): nominal TFLOP/s by element size,
 # deliberately low for a CPU (fp16/bf16 matmuls are slow on CPUs without AMX).
 NOMINAL_CPU_TFLOPS = {8: 0.02, 4: 0.05, 2: 0.002, 1: 0.05}  # fp8 (1 byte) computes on fp32 values on a CPU
@@ -110,10 +109,7 @@ def predict_mem_bytes(point: Point, options: dict[str, Any] | None = None) -> in
     device = resolve_device(point.device)
     if options is None:
         options = _default_options(point, device)
-    from selfattn.backends import BACKEND_NAMES, get_backend
-
-    # A back end without a registered module cannot run; predict as the materializing naive (conservative).
-    module = get_backend(point.backend if point.backend in BACKEND_NAMES else "naive")
+    module = _entry(point)
     if point.scope == "generate":  # a loop: its largest step, plus the cache and tokens it keeps
         return int(module.predict_mem_bytes(_generate_step(point), options, device) + _generate_state_bytes(point))
     if point.score == "additive":  # its own computation (selfattn/additive.py), whichever back end was named
@@ -124,6 +120,17 @@ def predict_mem_bytes(point: Point, options: dict[str, Any] | None = None) -> in
     if point.scope == "layer":
         core += _layer_bytes(point) + (_added_encoding_bytes(point) if point.pos_enc in ("sinusoidal", "learned") else 0)
     return int(core)
+
+
+def _entry(point: Point) -> Any:
+    """The point's back end in the registry; a name that is not known cannot run: predicted as the
+    materializing naive (conservative)."""
+    from selfattn.backends import get_backend
+
+    try:
+        return get_backend(point.backend)
+    except ValueError:
+        return get_backend("naive")
 
 
 def _rope_bytes(point: Point) -> int:
@@ -278,12 +285,7 @@ def nominal_peak_tflops(device: str, precision: str) -> float:
 
 def predict_call_s(point: Point, peak_tflops: float) -> float:
     """Predicted seconds of one call: FLOPs over the peak times the back end's efficiency."""
-    from selfattn.backends import BACKEND_NAMES, get_backend
-
-    if point.scope in RNN_GATES:
-        efficiency = RECURRENT_EFFICIENCY
-    else:
-        efficiency = get_backend(point.backend).EFFICIENCY if point.backend in BACKEND_NAMES else DEFAULT_EFFICIENCY
+    efficiency = RECURRENT_EFFICIENCY if point.scope in RNN_GATES else _entry(point).EFFICIENCY
     return point_flops(point) / (max(peak_tflops, 1e-6) * 1e12 * efficiency)
 
 

@@ -105,6 +105,8 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
     point = point.with_device(device)
     if point.scope in RNN_GATES:
         _check_no_options(point)
+    else:
+        _check_declared(point, device, row)
     with precision_context(point.precision, device) as precision_dtype:
         dtype = precision_dtype
         if storage_dtype(precision_dtype) != precision_dtype and point.scope == "train":
@@ -186,6 +188,34 @@ def _check_no_options(point: Point) -> None:
                              f"so the back end's options must stay at their defaults, got {value!r}")
 
 
+def _check_declared(point: Point, device: str, row: Row) -> None:
+    """What the back end says of itself goes into the row (where its memory model came from, the facts the
+    harness supplied); a point it declares it cannot run is `unsupported`, before anything is allocated."""
+    from selfattn.backends import get_backend
+
+    backend = get_backend(point.backend)
+    row.mem_model = "declared" if backend.mem_model_declared else "assumed"
+    row.backend_defaulted = ",".join(backend.defaulted)
+    reason = backend.unsupported_reason(point, device)
+    if reason:
+        raise Unsupported(reason)
+
+
+def _check_finite(point: Point, workload: Any, checked: Any) -> None:
+    """A call that returns inf or NaN in fp32/tf32/fp64 where the float64 reference of the same rows is
+    finite broke the contract (no overflow explains it there; in fp16, bf16 and fp8 it is the measured
+    overflow, `nonfinite_frac`). Read on the host once, after the warm-up: never inside a timed call."""
+    if point.precision not in ("fp64", "fp32", "tf32"):
+        return
+    bad = int((~torch.isfinite(checked.out_rows)).sum())
+    if bad and bool(torch.isfinite(workload.reference().out_rows).all()):
+        from selfattn.errors import BackendContractError
+
+        raise BackendContractError(
+            f"backend {point.columns()['backend']} returned {bad} non-finite of {checked.out_rows.numel()} sampled "
+            f"outputs in {point.precision}, where the float64 reference is finite")
+
+
 def _predict_s(point: Point, peak: float, budget: Budget, rows: int, compiling: bool) -> float:
     """The point's predicted seconds, its compilation left out; a compiled back end's permutation
     check runs at the point's size (measure/permutation.py), so its calls count too."""
@@ -233,6 +263,7 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         row.note = "dropped this process's compiled code first (too many graphs for dynamo's limits)"
     graphs_before = compile_cache.graphs_compiled() if compiling else 0
     checked, warmup_s = wall_call(workload.check_call, device)  # warm-up (and compilation); never timed
+    _check_finite(point, workload, checked)
     call_s = warmup_s  # one call's time, for the guard and the timer's plan
     if compiling:  # the first call compiled (or found code compiled for an earlier point): apart from time_ms
         row.compile_s, row.recompiled = warmup_s, compile_cache.graphs_compiled() > graphs_before
@@ -256,7 +287,8 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
     if warmup_s + remaining_s > budget.max_point_s:
         row.status = "skipped_budget"
         row.error = (
-            f"{'compiled' if compiling else 'warm-up'} call took {warmup_s:.1f} s, so the point would take "
+            f"{'compiled' if compiling else 'warm-up'} call took {warmup_s:.1f} s (predicted "
+            f"{(row.predicted_time_ms or 0) / 1e3:.2g} s), so the point would take "
             f"~{warmup_s + remaining_s:.0f} s > max_point_s={budget.max_point_s:g} s"
         )
         return

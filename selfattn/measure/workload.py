@@ -169,9 +169,11 @@ def _checked_attention(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.
                         batch=q.shape[0], q_len=q.shape[2], seq_len=k.shape[2], device=q.device)
     scale_value = resolve_scale(scale, q.shape[3])
     resolved = resolve_options(backend, options, q.device, q.dtype)
+    if rotate_qk is None:  # the back end's one-time work (a plugin's layout conversion) done here, once
+        return module.bind(q, k, v, masks=masks, scale=scale_value, **resolved), masks
 
     def forward() -> torch.Tensor:
-        q_, k_ = rotate_qk(q, k) if rotate_qk else (q, k)
+        q_, k_ = rotate_qk(q, k)
         return module.attention(q_, k_, v, masks=masks, scale=scale_value, **resolved)
 
     return forward, masks

@@ -14,8 +14,8 @@ from runners import cli_check
     (["+kernel=flash"], "kernel: unknown key; did you mean backend.kernel?"),
     (["precision=float16"], "precision: expected one of bf16, fp16, fp32, fp64, fp8_e4m3, fp8_e5m2, tf32, "
                             "got 'float16'; did you mean fp16?"),
-    (["backend=chunkd"], "backend: expected one of naive, sdpa, chunked, flex (or a plugin: an installed one, "
-                         "or module:function), got 'chunkd'; did you mean chunked?"),
+    (["backend=chunkd"], "backend: expected one of naive, sdpa, chunked, flex or a path module:function (a plugin, "
+                         "docs/plugins.md), got 'chunkd'; did you mean chunked?"),
     (["experiment=quik"], "experiment: expected one of additive, causal_mask, compiled, cross_gpu, decode, fp8, gqa, "
                           "heads, masks, positions, precision_accuracy, quadratic_cost, quick, rnn_vs_attention, "
                           "scaling_stability, smoke, training, got 'quik'; did you mean quick?"),
@@ -47,13 +47,13 @@ def test_what_the_config_reads_passes(overrides):
 
 
 def test_an_installed_back_end_is_a_name(monkeypatch):
-    from importlib.metadata import EntryPoint
+    from selfattn.backends import discovery
 
-    monkeypatch.setattr("importlib.metadata.entry_points", lambda group: [
-        EntryPoint(name="fp32acc", value="selfattn_fp32acc:attention", group=group)] if group == cli_check.PLUGIN_GROUP
-        else [])
+    monkeypatch.setattr(discovery, "_entry_points", lambda: (
+        discovery.EntryPoint(name="fp32acc", target="selfattn_fp32acc:attention", package="selfattn-fp32acc"),))
     assert cli_check.problems(["backend=fp32acc"]) == []
     assert cli_check.problems(["backend=fp32ac"])[0].startswith("backend: expected one of")
+    assert "did you mean fp32acc?" in cli_check.problems(["backend=fp32ac"])[0]
 
 
 def test_an_experiments_grids_are_checked():

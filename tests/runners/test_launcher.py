@@ -105,3 +105,20 @@ def test_a_launcher_that_cannot_load_gives_way_to_hydras_basic_one(monkeypatch, 
     assert "ModuleNotFoundError" in note and "basic launcher" in note
     # a launcher typed by the user stays the user's choice
     assert launcher.launcher_overrides(["-m", "hydra/launcher=slurm_gpu"]) == []
+
+
+def test_hydra_knows_the_backend_source_once_registered():
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.config_source import ConfigSource
+
+    assert launcher.register_source() is None
+    names = {f"{c.__module__}.{c.__qualname__}" for c in Plugins.instance().discover(ConfigSource)}
+    assert launcher.SOURCE in names
+
+
+def test_a_backend_source_that_cannot_load_empties_the_search_path(monkeypatch, capsys):
+    monkeypatch.setattr(launcher, "register_source", lambda: "ModuleNotFoundError: no module named y")
+    assert launcher.launcher_overrides(["seq_len=64"]) == ["hydra.searchpath=[]"]
+    (note,) = capsys.readouterr().err.splitlines()
+    assert "ModuleNotFoundError" in note and "plugins" in note
+    assert launcher.launcher_overrides(["seq_len=64", "hydra.searchpath=[file:///x]"]) == []  # the user's own

@@ -1,0 +1,90 @@
+"""The config group `backend`'s options for plugins: `backend=my_pkg.attn:fast`, `backend=<entry point>`.
+
+A built-in back end's options live in conf/backend/<name>.yaml. A plugin has no such file, so this config
+source (scheme `selfattn-backend://`, on the search path through conf/config.yaml's `hydra.searchpath`)
+answers `backend/<name>` for every name that is not a built-in: `{name: <name>, <option>: <default>, ...}`,
+its options read from the plugin's own `Options` (a name that is no back end: `{name: <name>}`, which the
+runner refuses with the reason, selfattn.backends.describe_name). So
+`backend=my_pkg.attn:fast`, `-m backend=sdpa,my_pkg.attn:fast` and `backend.some_option=3` compose as a
+built-in's do, in every process that composes a job's config (the local launchers, and a SLURM job,
+which composes its own and so imports the plugin itself). A plugin that fails to import gets
+`{name: <name>}`: its points become `unsupported` rows naming the error (selfattn/backends/registry.py).
+
+Hydra takes config sources from its hydra_plugins namespace package, hence this folder (Hydra glue, like
+hydra_plugins/selfattn_launcher/). Selfattn is imported only when a plugin's config is asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+from hydra.core.object_type import ObjectType
+from hydra.plugins.config_source import ConfigResult, ConfigSource
+from omegaconf import OmegaConf
+
+GROUP = "backend"
+
+
+def _option_name(config_path: str) -> str | None:
+    """`backend/my_pkg.attn:fast(.yaml)` -> `my_pkg.attn:fast`; None for another group or path."""
+    group, _, name = config_path.rstrip("/").partition("/")
+    if group != GROUP or not name or "/" in name:
+        return None
+    return name[: -len(".yaml")] if name.endswith(".yaml") else name
+
+
+def plugin_node(name: str) -> dict[str, Any]:
+    """The group option of plugin `name`: its name and every option at its default."""
+    from dataclasses import fields
+
+    from selfattn.backends import get_backend
+    from selfattn.fields import default_of
+
+    node: dict[str, Any] = {"name": name}
+    try:
+        entry = get_backend(name)  # a plugin that fails to import is a BrokenBackend: no options
+    except ValueError:  # not a back end's name: the runner refuses it with its reason
+        return node
+    for f in fields(entry.Options):
+        value = default_of(f)
+        node[f.name] = value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+    return node
+
+
+class SelfattnBackendSource(ConfigSource):
+    """`backend/<plugin>`: generated from the plugin, never a file."""
+
+    @staticmethod
+    def scheme() -> str:
+        return "selfattn-backend"
+
+    def load_config(self, config_path: str) -> ConfigResult:
+        name = _option_name(config_path)
+        assert name is not None and self.is_config(config_path), config_path
+        return ConfigResult(config=OmegaConf.create(plugin_node(name)), path=f"{self.scheme()}://{self.path}",
+                            provider=self.provider, header={"package": None})
+
+    def available(self) -> bool:
+        return True
+
+    def is_group(self, config_path: str) -> bool:
+        return config_path.rstrip("/") == GROUP
+
+    def is_config(self, config_path: str) -> bool:
+        """Every name that is not a built-in's (those are files): whether it is a back end at all is the
+        runner's to say (runners/config.py, selfattn.backends.describe_name), as for any value: one line
+        and exit status 2 in a single run, an `invalid` row in a sweep that goes on, not Hydra's
+        "Could not find 'backend/...'" for the whole sweep."""
+        name = _option_name(config_path)
+        if name is None:
+            return False
+        from selfattn.backends import BUILTIN_NAMES
+
+        return name not in BUILTIN_NAMES
+
+    def list(self, config_path: str, results_filter: Optional[ObjectType]) -> List[str]:
+        if config_path.rstrip("/") != GROUP or results_filter == ObjectType.GROUP:
+            return []
+        from selfattn.backends import BUILTIN_NAMES, backend_names
+
+        return sorted(name for name in backend_names() if name not in BUILTIN_NAMES)

@@ -1,0 +1,89 @@
+"""The back-end contract: one function with the public call's signature, plus what it supports, as data.
+
+    fn(q, k, v, *, causal, window, key_lengths, document_ids, scale, **options) -> out
+
+q (batch, heads, q_len, head_dim), k and v (batch, kv_heads, seq_len, head_dim), out like q, in q's
+dtype and on q's device; the masks and the scale mean what `selfattn.attention` says (docs/api.md:
+bottom-right aligned positions, `scale` already a number). A function declares what it supports with
+the `backend` decorator (or nothing, and gets the defaults below); the harness derives or measures the
+rest and says in the row which facts were its own (`mem_model`: declared | assumed; `backend_defaulted`).
+
+Pure Python: a plugin imports this without the harness loading torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable
+
+MASK_ARGUMENTS = ("causal", "window", "key_lengths", "document_ids")
+LAYOUTS = ("BHSD", "BSHD")  # (batch, heads, seq, dim): the harness's; (batch, seq, heads, dim): FlashAttention's
+DEVICE_TYPES = ("cpu", "cuda")
+# Precisions a plugin may declare. fp8 needs the FP8 path naive and chunked build (selfattn/fp8.py), which a
+# function of this contract cannot be given; tf32 is fp32 storage, so declaring fp32 declares it too.
+PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16")
+ATTRIBUTE = "selfattn_backend"  # where `backend` puts the declaration on the function
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """What a back end supports and the facts it can state about itself; every field has a default.
+
+    A request outside what is declared is an `unsupported` row with the reason, never run another way.
+    """
+
+    devices: tuple[str, ...] = DEVICE_TYPES  # device types it runs on
+    dtypes: tuple[str, ...] = ("fp64", "fp32", "fp16", "bf16")  # precisions (fp32 includes tf32)
+    masks: tuple[str, ...] = MASK_ARGUMENTS  # the mask arguments it honours ("causal" ...)
+    gqa: bool = True  # k, v with fewer heads than q (heads % kv_heads == 0)
+    backward: bool = True  # autograd through it (mode=fwd_bwd, scope=train)
+    layout: str = "BHSD"  # BSHD: given (batch, seq, heads, dim) tensors made once outside the timed calls
+    options: type | None = None  # a frozen dataclass of `selfattn.fields.spec` fields: config `backend.<option>`
+    # peak bytes of one call beyond its inputs, (point, resolved options, device type) -> int; None: assumed
+    mem_model: Callable[[Any, dict, str], int] | None = None
+    efficiency: float | None = None  # share of the matmul peak the time guard assumes; None: the default
+    kernel_label: str | Callable[[dict], str] | None = None  # the `kernel` column; None: module.function
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("devices", DEVICE_TYPES), ("dtypes", PRECISIONS), ("masks", MASK_ARGUMENTS)):
+            values = getattr(self, name)
+            if isinstance(values, str):
+                object.__setattr__(self, name, values := (values,))
+            for value in values:
+                if value not in allowed:
+                    raise ValueError(f"{name}: expected some of {', '.join(allowed)}, got {value!r}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        if self.options is not None and not dataclasses.is_dataclass(self.options):
+            raise ValueError(f"options: expected a dataclass of selfattn.fields.spec fields, got {self.options!r}")
+        if self.efficiency is not None and not 0 < self.efficiency <= 1:
+            raise ValueError(f"efficiency: expected a share of the peak in (0, 1], got {self.efficiency!r}")
+
+    def allows_precision(self, precision: str) -> bool:
+        return precision in self.dtypes or (precision == "tf32" and "fp32" in self.dtypes)
+
+
+def backend(fn: Callable | None = None, /, **declared: Any) -> Any:
+    """Declare what `fn` supports: `@backend(devices=("cuda",), dtypes=("fp16", "bf16"), layout="BSHD")`.
+
+    Returns `fn` itself with the `Declaration` as its `selfattn_backend` attribute (bare `@backend`:
+    every default), so the function stays callable as it was.
+    """
+    declaration = Declaration(**declared)
+
+    def mark(function: Callable) -> Callable:
+        setattr(function, ATTRIBUTE, declaration)
+        return function
+
+    return mark(fn) if fn is not None else mark
+
+
+def declaration_of(obj: Any) -> Declaration:
+    """The object's declaration: the one `backend` attached, else every default."""
+    found = getattr(obj, ATTRIBUTE, None)
+    if found is None:
+        return Declaration()
+    if not isinstance(found, Declaration):
+        raise ValueError(f"{ATTRIBUTE}: expected a selfattn.backends.Declaration, got {type(found).__name__}")
+    return found

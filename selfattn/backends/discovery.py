@@ -1,0 +1,159 @@
+"""Which back-end names exist, answered without importing torch or any plugin.
+
+A back end is named one of three ways:
+- built in: `naive`, `sdpa`, `chunked`, `flex` (modules in this package, BUILTIN_NAMES);
+- an entry point in the group `selfattn.backends` of an installed package (`fast = my_pkg.attn:fast`
+  in its pyproject.toml), read from the installed packages' metadata (importlib.metadata);
+- a path, `module:attribute` (`my_pkg.attn:fast`), imported when a job first runs it.
+
+A back end's NAME is what its rows, figures and point ids carry: the built-in's name, the entry point's
+name, or a path's last attribute (`my_pkg.attn:fast` is named `fast`). So a function moved from a path to
+an entry point of the same name keeps its point ids, and resume finds its rows.
+
+`describe_name(name)` is the one answer to "is this back-end name known?": None, or why not in one line.
+Everything here is pure Python and cheap: the sweep's configuration checks, the listing and the analysis
+read it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import metadata
+
+ENTRY_POINT_GROUP = "selfattn.backends"
+# The built-ins, in the order of tables, legends and colours everywhere.
+BUILTIN_NAMES: tuple[str, ...] = ("naive", "sdpa", "chunked", "flex")
+SOURCES = ("builtin", "entry_point", "path")
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+_PATH = re.compile(rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}(\.{_IDENTIFIER})*$")
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """One entry point of the group: its name, its target (`module:attr`) and the package that declares it."""
+
+    name: str
+    target: str
+    package: str
+
+    @property
+    def where(self) -> str:
+        return f"entry point {self.name} = {self.target} (package {self.package})"
+
+
+def is_path(name: str) -> bool:
+    """Whether `name` is spelt as a path, `module:attribute` (its spelling may still be wrong)."""
+    return isinstance(name, str) and ":" in name
+
+
+def path_name(path: str) -> str:
+    """The name a path's back end goes by: its last attribute (`my_pkg.attn:fast` -> `fast`)."""
+    return path.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+
+
+def backend_name(name: str) -> str:
+    """The name rows and point ids carry for back end `name` as typed (a path: its attribute)."""
+    return path_name(name) if is_path(name) else name
+
+
+def backend_source(name: str) -> str:
+    """builtin | entry_point | path, from the spelling alone (an unknown plain name reads entry_point)."""
+    if is_path(name):
+        return "path"
+    return "builtin" if name in BUILTIN_NAMES else "entry_point"
+
+
+@lru_cache(maxsize=1)
+def _entry_points() -> tuple[EntryPoint, ...]:
+    """Every entry point of the group in the installed packages (metadata only: nothing is imported)."""
+    found = []
+    for dist in metadata.distributions():
+        for ep in dist.entry_points:
+            if ep.group == ENTRY_POINT_GROUP:
+                found.append(EntryPoint(ep.name, ep.value, dist.metadata["Name"] or "?"))
+    # one package seen twice on sys.path (an editable install beside a copy) declares nothing twice
+    return tuple(sorted(set(found), key=lambda e: (e.name, e.package, e.target)))
+
+
+def refresh() -> None:
+    """Forget the entry points read so far (after a package was installed in this process's life)."""
+    _entry_points.cache_clear()
+
+
+def entry_points() -> dict[str, EntryPoint]:
+    """{name: entry point} of the group, refused ones left out (see `refused_entry_points`)."""
+    refused = refused_entry_points()
+    return {ep.name: ep for ep in _entry_points() if ep.name not in refused}
+
+
+def refused_entry_points() -> dict[str, str]:
+    """{name: why refused}: a name a built-in has, or one two packages register (both sources named)."""
+    by_name: dict[str, list[EntryPoint]] = {}
+    for ep in _entry_points():
+        by_name.setdefault(ep.name, []).append(ep)
+    refused = {}
+    for name, eps in by_name.items():
+        if name in BUILTIN_NAMES:
+            refused[name] = (f"backend: {name} is refused: {eps[0].where} has the name of the built-in back end "
+                             f"selfattn.backends.{name} (rename the entry point)")
+        elif len({ep.target for ep in eps}) > 1:
+            refused[name] = (f"backend: {name} is refused: registered twice, by {eps[0].where} and by "
+                             f"{eps[1].where} (uninstall or rename one)")
+        elif not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", name) or ":" in name:
+            refused[name] = f"backend: {name!r} is refused: {eps[0].where}: a name is letters, digits, _ . + -"
+    return refused
+
+
+def backend_names() -> tuple[str, ...]:
+    """The built-ins in their order, then the installed entry points' names, sorted."""
+    return (*BUILTIN_NAMES, *sorted(entry_points()))
+
+
+def describe_name(name: object) -> str | None:
+    """None when back end `name` is known, else one line saying why not (and what was meant).
+
+    Known: a built-in, an installed entry point, or a well-formed path `module:attribute` whose name (its
+    attribute) is not a built-in's or another entry point's. Nothing is imported: whether the path's
+    module imports is the job's to find out (a failed import gives `unsupported` rows naming it).
+    """
+    if not isinstance(name, str) or not name:
+        return f"backend: expected a back-end name or a path module:function, got {name!r}"
+    if is_path(name):
+        if not _PATH.match(name):
+            return f"backend: {name!r} is not a path module:function (e.g. my_pkg.attn:fast)"
+        return collision(name)
+    if name in BUILTIN_NAMES:  # an entry point of a built-in's name is refused; the built-in stays itself
+        return None
+    refused = refused_entry_points()
+    if name in refused:
+        return refused[name]
+    known = backend_names()
+    if name in known:
+        return None
+    near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f"; did you mean {near[0]}?" if near else ""
+    return (f"backend: expected one of {', '.join(known)} or a path module:function (a plugin, "
+            f"docs/plugins.md), got {name!r}{hint}")
+
+
+def collision(path: str) -> str | None:
+    """Why path `path` may not be used (its name is a built-in's or an entry point's with another target), or None."""
+    name = path_name(path)
+    if name in BUILTIN_NAMES:
+        return (f"backend: {path} is refused: its name {name} is the built-in back end selfattn.backends.{name}'s "
+                "(rename the function)")
+    ep = entry_points().get(name)
+    if ep is not None and ep.target != path:
+        return f"backend: {path} is refused: its name {name} is taken by {ep.where} (rename one)"
+    return None
+
+
+def check_backend(value: object) -> str:
+    """`Point.backend`'s rule: a known name (describe_name), returned as given; else ValueError."""
+    problem = describe_name(value)
+    if problem:
+        raise ValueError(problem)
+    return value  # type: ignore[return-value]

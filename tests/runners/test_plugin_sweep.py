@@ -1,0 +1,114 @@
+"""End to end: a path plugin and an installed entry-point plugin in one multirun beside a built-in.
+
+The example package (examples/selfattn-fp32acc) is installed with pip into a folder of this test
+(`--target`, on the sweep's PYTHONPATH: the entry point is read from the metadata pip writes), a
+function is given by path, a plugin that raises runs in the same sweep; then the report draws them,
+and the listing names their sources. A rerun by path of the installed plugin resumes its points.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from runner_helpers import ROOT, run_sweep
+
+PATH_PLUGIN = '''
+import torch
+from selfattn.backends import backend
+
+@backend(masks=("causal",), kernel_label="einsum")
+def quick(q, k, v, *, causal, window, key_lengths, document_ids, scale):
+    k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], 1) for t in (k, v))
+    s = torch.einsum("bhmd,bhnd->bhmn", q, k) * scale
+    if causal:
+        m, n = q.shape[2], k.shape[2]
+        s = s.masked_fill(~torch.ones(m, n, dtype=torch.bool, device=q.device).tril(n - m), float("-inf"))
+    return torch.einsum("bhmn,bhnd->bhmd", s.softmax(-1), v)
+
+def explodes(q, k, v, **kw):
+    raise RuntimeError("kernel exploded")
+'''
+
+
+def install_example(tmp_path):
+    """pip install examples/selfattn-fp32acc into tmp_path/site (a copy: the build writes beside the sources)."""
+    source = tmp_path / "selfattn-fp32acc"
+    shutil.copytree(ROOT / "examples" / "selfattn-fp32acc", source, ignore=shutil.ignore_patterns("__pycache__"))
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--no-index", "--target", str(site), str(source)], check=True, capture_output=True, timeout=300)
+    return site
+
+
+@pytest.mark.slow
+def test_path_and_entry_point_plugins_run_beside_a_builtin_and_are_drawn(tmp_path):
+    site = install_example(tmp_path)
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "my_attn.py").write_text(PATH_PLUGIN)
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(site), str(plugins)])}
+    listing = subprocess.run([sys.executable, "-m", "selfattn.backends", "my_attn:quick"], cwd=ROOT, env={**os.environ, **env},
+                             capture_output=True, text=True, timeout=120)
+    lines = {line.split()[0]: line for line in listing.stdout.splitlines()[1:]}
+    assert "entry point" in lines["fp32acc"] and "selfattn-fp32acc" in lines["fp32acc"], listing.stdout
+    assert "path" in lines["quick"] and "cpu: yes" in lines["quick"], listing.stdout
+
+    sweep = tmp_path / "sweep"
+    out = run_sweep("-m", "backend=sdpa,fp32acc,my_attn:quick,my_attn:explodes", "seq_len=32,64", "causal=true,false",
+                    "window=null,8", "experiment=smoke", "report=true", f"hydra.sweep.dir={sweep}", env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = pd.read_csv(sweep / "results.csv")
+    assert len(rows) == 32
+    by = {name: part for name, part in rows.groupby("backend")}
+    assert set(by) == {"sdpa", "fp32acc", "quick", "explodes"}
+    # the installed plugin does every mask: every row ok, exact against float64, every column sdpa's rows have
+    fp32acc, sdpa = by["fp32acc"], by["sdpa"]
+    assert (fp32acc["status"] == "ok").all() and (fp32acc["backend_source"] == "entry_point").all()
+    assert fp32acc["max_abs_err"].max() < 1e-5 and (fp32acc["kernel"] == "fp32-accumulate").all()
+    filled = lambda part: {c for c in part.columns if part[c].notna().all()}  # noqa: E731
+    assert filled(sdpa) - filled(fp32acc) <= {"backend_path"}, filled(sdpa) - filled(fp32acc)
+    assert (fp32acc["mem_model"] == "assumed").all() and (sdpa["mem_model"] == "declared").all()
+    # the path plugin: its name, its path, unsupported where it declared no window, ok elsewhere
+    quick = by["quick"]
+    assert (quick["backend_path"] == "my_attn:quick").all() and (quick["backend_source"] == "path").all()
+    assert (quick[quick["window"].isna()]["status"] == "ok").all()
+    windowed = quick[quick["window"].notna()]
+    assert (windowed["status"] == "unsupported").all() and windowed["error"].str.contains("mask window").all()
+    # the plugin that raises: its rows say so in one line, and the sweep went on past them
+    assert (by["explodes"]["status"] == "error").all() and by["explodes"]["error"].str.contains("kernel exploded").all()
+    report = (sweep / "report" / "report.md").read_text() if (sweep / "report").is_dir() else ""
+    assert report, os.listdir(sweep)
+    assert "fp32acc" in report and "quick" in report
+
+    # the installed plugin by path: the same name, so the same point ids: every point resumes, none re-measured
+    before = (sweep / "results.csv").read_text()
+    again = run_sweep("-m", "backend=selfattn_fp32acc:fp32acc", "seq_len=32,64", "causal=true,false", "window=null,8",
+                      "experiment=smoke", f"hydra.sweep.dir={sweep}", env=env, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("already has this point") + again.stderr.count("already has this point") == 8, again.stdout
+    assert (sweep / "results.csv").read_text() == before
+
+
+@pytest.mark.slow
+def test_a_submitit_job_imports_the_plugin_itself(tmp_path):
+    """submitit's local executor runs each job in a process of its own that composes its config, as a
+    SLURM task does: the path plugin must be imported there, not handed over by the submitter."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    imports = tmp_path / "imports.txt"
+    (plugins / "my_attn.py").write_text(
+        f"import sys\nopen({str(imports)!r}, 'a').write(' '.join(sys.argv) + '\\n')\n" + PATH_PLUGIN)
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(plugins)])}
+    sweep = tmp_path / "sweep"
+    out = run_sweep("-m", "backend=sdpa,my_attn:quick", "experiment=smoke", "hydra/launcher=submitit_local",
+                    f"hydra.sweep.dir={sweep}", env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = pd.read_csv(sweep / "results.csv")
+    assert sorted(rows["backend"]) == ["quick", "sdpa"] and (rows["status"] == "ok").all(), rows["error"].tolist()
+    assert any("submitit" in line for line in imports.read_text().splitlines()), imports.read_text()
