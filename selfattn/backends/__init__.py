@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import torch
 
 # The registry. Order is the order of tables, legends and colours everywhere.
-BACKEND_NAMES: tuple[str, ...] = ("naive", "sdpa", "chunked", "flex")
+BACKEND_NAMES: tuple[str, ...] = ("naive", "sdpa", "chunked", "flex", "triton")
 # A back end run with its `compile` option on is a variant of its own ("naive+compile"): other code, not the
 # same kernel with another setting. The progress line and every table, figure and claim name it so.
 COMPILED_SUFFIX = "+compile"
