@@ -34,6 +34,15 @@ MAX_HEAD_DIM = 256  # one (BLOCK_M × head_dim) query tile and accumulator must 
 DOT_PRECISIONS = ("tf32", "ieee")  # fp32 inputs: TF32 tensor cores, or exact fp32 products
 
 
+# The kernel calls only triton.language's builtins, none of its jit functions (tl.max, tl.sum, tl.zeros):
+# those were decorated when triton was imported, and the interpreter can call them only if triton itself
+# was imported with TRITON_INTERPRET=1 (torch may have imported it long before). Row maxima and sums are
+# tl.reduce with the combine functions tl.max and tl.sum use (the same code on a GPU; the interpreter
+# patches tl.reduce whenever it runs and takes its numpy path for these two), zeros are tl.full.
+_max = tl.standard._elementwise_max
+_sum = tl.standard._sum_combine
+
+
 @triton.jit
 def _attention_fwd(
     Q, K, V, Out, Lse, KeyLengths, DocumentIds,
@@ -84,8 +93,8 @@ def _attention_fwd(
 
     # --- the online softmax: running max m, running sum l, unnormalized output acc (all fp32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    l_i = tl.full([BLOCK_M], 0.0, dtype=tl.float32)
+    acc = tl.full([BLOCK_M, BLOCK_D], 0.0, dtype=tl.float32)
     for start_n in range(lo, hi, BLOCK_N):
         offs_k = start_n + offs_n
         key_ok = offs_k < hi
@@ -111,12 +120,12 @@ def _attention_fwd(
             keep = keep & (doc_q[:, None] == doc_k[None, :])
         s = tl.where(keep, s, float("-inf"))
 
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_new = tl.maximum(m_i, tl.reduce(s, 1, _max))
         # a row that has seen no key yet has m_new = -inf: subtract 0 instead, so exp2(-inf - 0) = 0, not NaN
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.math.exp2(m_i - m_use)  # rescales what was summed under the old maximum
         p = tl.math.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        l_i = l_i * alpha + tl.reduce(p, 1, _sum)
         acc = acc * alpha[:, None]
         if DOT_IN_FP32:
             acc += tl.dot(p, v.to(tl.float32), input_precision=DOT_PRECISION)
