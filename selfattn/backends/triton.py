@@ -18,6 +18,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -122,6 +123,25 @@ def attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, 
         key_lengths=masks.key_lengths, document_ids=masks.document_ids, block_m=block_m, block_n=block_n,
         dot_precision="ieee" if dot_precision == "native" else dot_precision)
     return out
+
+
+def prepare(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
+            **options: Any) -> dict[str, float]:
+    """On CUDA, the point's first call, timed apart as compile_s: triton compiles the kernel for each new
+    dtype, set of mask flags, block sizes and argument specialization (then keeps it in memory and on
+    disk), seconds that must not count as a warm-up the time guard reads. A CPU's interpreter compiles
+    nothing; a call that cannot run is left to the timed call, which raises Unsupported."""
+    if q_BHMD.device.type != "cuda":
+        return {}
+    try:
+        _check(q_BHMD, k_BKND, v_BKND)
+    except Unsupported:
+        return {}
+    torch.cuda.synchronize(q_BHMD.device)
+    started = time.perf_counter()
+    attention(q_BHMD, k_BKND, v_BKND, masks=masks, scale=scale, **options)
+    torch.cuda.synchronize(q_BHMD.device)
+    return {"compile_s": time.perf_counter() - started}
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
