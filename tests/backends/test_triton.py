@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -285,3 +286,19 @@ def test_the_compiled_kernel_on_cuda_matches_the_reference(case):
     naive = selfattn.attention(q, k, v, backend="naive", **args)
     err, naive_err = (out.double() - ref).abs().max().item(), (naive.double() - ref).abs().max().item()
     assert err <= (ABS_TOL_FP32 if dtype == torch.float32 else 2 * naive_err + FA_EPS[dtype]), err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
+def test_the_speed_benchmark_says_it_needs_a_gpu(capsys):
+    from pathlib import Path
+
+    benchmarks = Path(__file__).resolve().parents[2] / "benchmarks"
+    sys.path.insert(0, str(benchmarks))  # the script imports its shared _common module
+    try:
+        spec = importlib.util.spec_from_file_location("benchmark_triton_speed", benchmarks / "triton_speed.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert module.main([]) == 0
+    finally:
+        sys.path.remove(str(benchmarks))
+    assert "needs a CUDA GPU" in capsys.readouterr().out
