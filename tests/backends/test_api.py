@@ -14,11 +14,16 @@ from selfattn.masks import Masks
 from selfattn.precision import PRECISIONS, precision_context, resolve_dtype
 
 
-def test_registry_is_a_plain_dict_of_the_four_backends():
+def test_registry_is_a_plain_dict_of_the_five_backends():
     assert isinstance(backends.BACKENDS, dict)
-    assert list(backends.BACKENDS) == ["naive", "sdpa", "chunked", "flex"]
-    # flex needs a C++ compiler on a CPU (this machine and CI have one)
-    assert backends.available_backends("cpu") == ["naive", "sdpa", "chunked", "flex"]
+    assert list(backends.BACKENDS) == ["naive", "sdpa", "chunked", "flex", "triton"]
+    # flex needs a C++ compiler on a CPU (this machine and CI have one); triton runs on a CPU only in its
+    # interpreter (TRITON_INTERPRET=1), and says why not otherwise
+    triton = backends.get_backend("triton")
+    on_cpu = ["triton"] if triton.missing("cpu") is None else []
+    assert backends.available_backends("cpu") == ["naive", "sdpa", "chunked", "flex", *on_cpu]
+    if not on_cpu:
+        assert "TRITON_INTERPRET=1" in triton.missing("cpu") or "not installed" in triton.missing("cpu")
     assert selfattn.BACKENDS is backends.BACKENDS
 
 
