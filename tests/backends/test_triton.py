@@ -20,9 +20,8 @@ import ctypes
 import importlib
 import importlib.util
 import os
-import subprocess
 import sys
-import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,9 +44,9 @@ def blas_threads(count: int):
     """numpy's OpenBLAS limited to `count` threads, restored after. The interpreter's tl.dot is a small
     np.matmul per tile; on a loaded CPU OpenBLAS's threads spin against torch's and each 64 x 128 x 64
     product took 20-40 ms instead of 0.02 ms (measured here under load), most of this file's time."""
-    calls = []
-    for path in sorted({line.split()[-1] for line in open("/proc/self/maps") if "openblas" in line.lower()}
-                       if os.path.exists("/proc/self/maps") else ()):
+    calls, maps = [], Path("/proc/self/maps")
+    for path in sorted({line.split()[-1] for line in maps.read_text().splitlines() if "openblas" in line.lower()}
+                       if maps.exists() else ()):
         if not path.startswith("/"):
             continue
         lib = ctypes.CDLL(path)
@@ -101,7 +100,7 @@ CASES = [
     (1, 4, 4, 257, 1000, 32, torch.float32, "causal-window"),
     (1, 4, 1, 64, 1000, 64, torch.float32, "full"),
     (2, 4, 2, 257, 257, 32, torch.float16, "pad"),  # ragged last blocks on both axes
-    (2, 4, 1, 257, 257, 64, torch.float32, "docs"),
+    (1, 4, 1, 257, 257, 64, torch.float32, "docs"),
     (2, 4, 2, 257, 257, 64, torch.float16, "causal-docs-pad"),
     (2, 4, 2, 64, 257, 128, torch.bfloat16, "window-pad"),  # rows past padding + window see no key: zeros
     (1, 4, 4, 1000, 257, 32, torch.float32, "window"),  # more queries than keys: most rows see none
@@ -161,7 +160,7 @@ def test_matches_float64_reference(kernel, case):
 
 def test_block_sizes_are_options_and_any_of_them_is_exact(kernel):
     for options in ({"block_m": 16, "block_n": 128}, {"block_m": 128, "block_n": 32}):
-        err, *_ = _errors((2, 4, 2, 130, 130, 64, torch.float32, "causal-window-pad", options))
+        err, *_ = _errors((2, 4, 2, 70, 70, 64, torch.float32, "causal-window-pad", options))
         assert err <= ABS_TOL_FP32, f"{options}: max abs error {err:.3g}"
 
 
@@ -241,31 +240,23 @@ def test_a_sweep_point_gives_its_row(kernel, kw, status, reason):
         assert row.flops == 4 * 2 * 32 * 33 // 2 * 32  # the causal pairs only: n(n+1)/2 per head
 
 
-def test_the_kernel_compiles_for_a_hopper_gpu_without_one():
-    """The interpreter never compiles: this lowers the kernel through triton's real compiler down to a
-    cubin for sm_90 (ptxas ships with triton), in a process without the interpreter, so a GPU-only
-    syntax or typing error fails here on a CPU."""
-    code = textwrap.dedent("""
-        import os
-        os.environ.pop("TRITON_INTERPRET", None)
-        import triton
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
-        from selfattn.backends.triton_fwd import _attention_fwd as fn
-        pointers = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16", "Lse": "*fp32",
-                    "KeyLengths": "*i64", "DocumentIds": "*i64", "qk_scale": "fp32"}
-        const = dict(CAUSAL=True, HAS_WINDOW=True, HAS_LENGTHS=True, HAS_DOCUMENTS=True, BLOCK_M=64, BLOCK_N=64,
-                     BLOCK_D=64, DOT_PRECISION="tf32", DOT_IN_FP32=False)
-        signature = {n: "constexpr" if n in const else pointers.get(n, "i32") for n in fn.arg_names}
-        source = ASTSource(fn=fn, signature=signature,
-                           constexprs={(fn.arg_names.index(n),): v for n, v in const.items()})
-        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-        print(sorted(compiled.asm))
-    """)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "'cubin'" in done.stdout
+def test_the_kernel_compiles_for_a_hopper_gpu_without_one(kernel):
+    """The interpreter never compiles: this lowers the kernel's own Python function through triton's real
+    compiler down to a cubin for sm_90 (ptxas ships with triton), every mask flag on, so a GPU-only syntax
+    or typing error fails here on a CPU."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = triton.JITFunction(kernel._attention_fwd.fn)  # the interpreted kernel's function, as @triton.jit sees it
+    pointers = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16", "Lse": "*fp32", "KeyLengths": "*i64",
+                "DocumentIds": "*i64", "qk_scale": "fp32"}
+    const = dict(CAUSAL=True, HAS_WINDOW=True, HAS_LENGTHS=True, HAS_DOCUMENTS=True, BLOCK_M=64, BLOCK_N=64,
+                 BLOCK_D=64, DOT_PRECISION="tf32", DOT_IN_FP32=False)
+    signature = {n: "constexpr" if n in const else pointers.get(n, "i32") for n in fn.arg_names}
+    source = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(n),): v for n, v in const.items()})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    assert "cubin" in compiled.asm and ".entry _attention_fwd" in compiled.asm["ptx"]
 
 
 @pytest.mark.gpu
@@ -290,8 +281,6 @@ def test_the_compiled_kernel_on_cuda_matches_the_reference(case):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
 def test_the_speed_benchmark_says_it_needs_a_gpu(capsys):
-    from pathlib import Path
-
     benchmarks = Path(__file__).resolve().parents[2] / "benchmarks"
     sys.path.insert(0, str(benchmarks))  # the script imports its shared _common module
     try:
