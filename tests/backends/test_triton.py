@@ -255,7 +255,7 @@ def test_the_kernel_compiles_for_a_hopper_gpu_without_one(kernel):
                  BLOCK_D=64, DOT_PRECISION="tf32", DOT_IN_FP32=False)
     signature = {n: "constexpr" if n in const else pointers.get(n, "i32") for n in fn.arg_names}
     source = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(n),): v for n, v in const.items()})
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "enable_fp_fusion": True})
     assert "cubin" in compiled.asm and ".entry _attention_fwd" in compiled.asm["ptx"]
 
 
