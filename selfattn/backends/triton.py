@@ -107,8 +107,9 @@ def kernel_label(options: Mapping[str, Any]) -> str:
 
 def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
                **options: Any) -> str | None:
-    """"interpreter" when the kernel ran in triton's interpreter (a CPU): its time is numpy's, not a GPU's."""
-    return "interpreter" if q_BHMD.device.type == "cpu" else None
+    """"interpreter" when the kernel runs in triton's interpreter (on a CPU; on CUDA too if TRITON_INTERPRET=1 was
+    set there): its time is numpy's, not a compiled kernel's."""
+    return "interpreter" if _interpreter_on() else None
 
 
 def attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
