@@ -259,8 +259,10 @@ def test_the_kernel_compiles_for_a_hopper_gpu_without_one(kernel):
     assert "cubin" in compiled.asm and ".entry _attention_fwd" in compiled.asm["ptx"]
 
 
+# The CUDA tests compile the kernel (triton's JIT, seconds per variant), so "compiled" is in their names:
+# scripts/gpu_check.sh runs them in its stage of compiled tests, in bf16 and fp32-free ids as that stage selects.
 @pytest.fixture
-def compiled_kernel(monkeypatch):
+def jit_kernel(monkeypatch):
     """The kernel module imported afresh without the interpreter (the module fixture's interpreted one is put
     back after): on CUDA the back end must run the compiled kernel, not the interpreter on copies."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
@@ -278,7 +280,7 @@ def compiled_kernel(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", [(2, 8, 2, 1000, 1000, 128, torch.bfloat16, "causal-docs-pad")],
                          ids=["B2-H8-K2-M1000-N1000-D128-bf16-causal-docs-pad"])
-def test_the_compiled_kernel_on_cuda_matches_the_reference(compiled_kernel, case):
+def test_the_compiled_kernel_on_cuda_matches_the_reference(jit_kernel, case):
     from selfattn.backends import triton as backend
 
     if not backend.available("cuda"):
@@ -295,7 +297,7 @@ def test_the_compiled_kernel_on_cuda_matches_the_reference(compiled_kernel, case
 
 
 @pytest.mark.gpu
-def test_a_cuda_sweep_point_times_the_compiled_kernel(compiled_kernel):
+def test_a_cuda_sweep_point_times_the_compiled_kernel(jit_kernel):
     from selfattn.measure import Budget, measure_point
     from selfattn.point import Point
 
