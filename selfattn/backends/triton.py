@@ -50,6 +50,7 @@ FP8_UNSUPPORTED = "precision fp8: the triton kernel takes fp32, fp16 and bf16 in
 # A hand-written kernel without autotuning: the time guard's optimistic share of the matmul peak.
 EFFICIENCY = 0.5
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MAX_HEAD_DIM = 256  # one (block_m x head_dim) query tile and its fp32 accumulator stay in registers
 BLOCK_SIZES = (16, 32, 64, 128)  # tl.dot's tiles are at least 16 on a side; powers of two
 KERNEL_MODULE = "selfattn.backends.triton_fwd"
 CPU_NEEDS_INTERPRETER = "triton runs on CUDA; on a CPU set TRITON_INTERPRET=1 (correctness only, ~1000x slower)"
@@ -152,9 +153,9 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if q.dtype not in DTYPES:
         raise Unsupported(f"triton kernel: fp32, fp16 and bf16 inputs only (tl.dot has no fp64 tensor-core path "
                           f"here), got {q.dtype}")
-    if q.shape[3] > 256:
-        raise Unsupported(f"triton kernel: head_dim <= 256 (one query tile and its accumulator stay in registers), "
-                          f"got {q.shape[3]}")
+    if q.shape[3] > MAX_HEAD_DIM:
+        raise Unsupported(f"triton kernel: head_dim <= {MAX_HEAD_DIM} (one query tile and its accumulator stay in "
+                          f"registers), got {q.shape[3]}")
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise Unsupported("triton kernel: forward only (no backward kernel yet), so mode=fwd_bwd cannot run")
 

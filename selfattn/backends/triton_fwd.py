@@ -30,8 +30,6 @@ import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
 LOG2E = math.log2(math.e)  # exp(x) = exp2(x · log2 e): the GPU's exp2 is one instruction
-MAX_HEAD_DIM = 256  # one (BLOCK_M × head_dim) query tile and accumulator must fit in registers
-DOT_PRECISIONS = ("tf32", "ieee")  # fp32 inputs: TF32 tensor cores, or exact fp32 products
 
 
 # The kernel calls only triton.language's builtins, none of its jit functions (tl.max, tl.sum, tl.zeros):
