@@ -14,9 +14,11 @@
 #   4. tests    pytest -m gpu: tests/gpu and tests/measure first (and every other CUDA test but
 #               the compiled ones), then the compiled back ends' CUDA tests apart, in bf16 only;
 #               pytest-timeout per test, below the stage's limit    -> OUT_DIR/pytest.log
-#   5. sweeps   quadratic_cost and scaling_stability at reduced size, every back end, every
-#               SDPA kernel, fp32/tf32/bf16/fp16; the compiled back ends (flex, naive and chunked
-#               with compile=true) at one size, causal only, compile_s apart -> OUT_DIR/sweep.log
+#   5. sweeps   quadratic_cost and scaling_stability at reduced size, every back end (the
+#               project's triton kernel beside SDPA's flash kernel in quadratic_cost: bf16,
+#               n = 1024..16384, causal and not, with its error), every SDPA kernel,
+#               fp32/tf32/bf16/fp16; the compiled back ends (flex, naive and chunked with
+#               compile=true) at one size, causal only, compile_s apart -> OUT_DIR/sweep.log
 #   6. results  each sweep's results.csv rebuilt from its row files (a sweep cut off by its
 #               limit never wrote it whole), then one table          -> OUT_DIR/results.csv
 #   7. report   python -m analysis.report (PNG figures)              -> OUT_DIR/report/
@@ -248,8 +250,11 @@ fi
 
 # sweeps: one folder each, never the report (step 7 draws it once from all rows).
 COMMON=(device=$DEVICE report=false budget.max_point_s=$MAX_POINT_S budget.accuracy_rows=32 "$WANDB")
-SWEEP_COST=(experiment=quadratic_cost precision=$COST_PREC seq_len=$COST_SEQ budget.timing_s=0.2 "${COMMON[@]}"
-            hydra.sweep.dir="$WORK/quadratic_cost")
+# quadratic_cost with the triton back end too: its bf16 rows beside sdpa's (auto runs flash there: the kernel column
+# says "auto:flash"), causal and not, each with its error against float64 (benchmarks/triton_speed.py prints the
+# ratios); 0.1 s of timed calls per point (hundreds of calls at these sizes) leaves room for its two kernel compiles.
+SWEEP_COST=(experiment=quadratic_cost backend=naive,sdpa,chunked,triton precision=$COST_PREC seq_len=$COST_SEQ
+            budget.timing_s=0.1 "${COMMON[@]}" hydra.sweep.dir="$WORK/quadratic_cost")
 SWEEP_KERNELS=(experiment=quadratic_cost name=sdpa_kernels backend=sdpa backend.kernel=auto,flash,efficient,math,cudnn
                precision=$KERNEL_PREC seq_len=$KERNEL_SEQ causal=true budget.timing_s=0.1 "${COMMON[@]}"
                hydra.sweep.dir="$WORK/sdpa_kernels")

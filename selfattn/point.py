@@ -81,8 +81,8 @@ class Point:
     """One measured configuration. Field names are the sweep's flat config keys."""
 
     backend: str = spec("naive", parse=check_backend,
-                        help="the attention back end: naive | sdpa | chunked | flex, an installed plugin's name, or a "
-                             "path module:function (docs/plugins.md; `python -m selfattn.backends` lists them)")
+                        help="the attention back end: naive | sdpa | chunked | flex | triton, an installed plugin's "
+                             "name, or a path module:function (docs/plugins.md; `python -m selfattn.backends` lists them)")
     backend_options: Mapping[str, Any] = spec(
         default_factory=dict, help="the back end's own options (config: backend.<option>)")
     precision: str = spec("fp32", choices=PRECISIONS, help="storage and compute precision")

@@ -27,6 +27,9 @@ and optionally
     compiles(resolved_options) -> bool  whether the call runs torch.compile'd code (its first call
                                        compiles: timed apart as compile_s, see selfattn/compile.py)
     FP8_UNSUPPORTED: str               why it has no FP8 path (precision=fp8_*: an unsupported row)
+    missing(device) -> str | None      why it cannot run on this device (None: it can): the listing's reason
+                                       and the unsupported rows' (flex without a compiler, triton without CUDA
+                                       or its interpreter)
     prepare(q, k, v, *, masks, scale, **resolved_options) -> dict[str, float]
                                        one-time set-up the calls reuse (flex: its block mask; chunked:
                                        its block plan, so a timed call reads no tensor on the host),

@@ -1,7 +1,7 @@
 """Which back-end names exist, answered without importing torch or any plugin.
 
 A back end is named one of three ways:
-- built in: `naive`, `sdpa`, `chunked`, `flex` (modules in this package, BUILTIN_NAMES);
+- built in: `naive`, `sdpa`, `chunked`, `flex`, `triton` (modules in this package, BUILTIN_NAMES);
 - an entry point in the group `selfattn.backends` of an installed package (`fast = my_pkg.attn:fast`
   in its pyproject.toml), read from the installed packages' metadata (importlib.metadata);
 - a path, `module:attribute` (`my_pkg.attn:fast`), imported when a job first runs it.
@@ -25,7 +25,7 @@ from importlib import metadata
 
 ENTRY_POINT_GROUP = "selfattn.backends"
 # The built-ins, in the order of tables, legends and colours everywhere.
-BUILTIN_NAMES: tuple[str, ...] = ("naive", "sdpa", "chunked", "flex")
+BUILTIN_NAMES: tuple[str, ...] = ("naive", "sdpa", "chunked", "flex", "triton")
 SOURCES = ("builtin", "entry_point", "path")
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 _PATH = re.compile(rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}(\.{_IDENTIFIER})*$")

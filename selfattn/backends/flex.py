@@ -53,10 +53,10 @@ class Options:
 
 
 def available(device: torch.device | str) -> bool:
-    return _missing(torch.device(device)) is None
+    return missing(torch.device(device)) is None
 
 
-def _missing(device: torch.device) -> str | None:
+def missing(device: torch.device) -> str | None:
     """Why flex cannot run on `device` at all, or None."""
     try:
         import torch.nn.attention.flex_attention  # noqa: F401
@@ -115,9 +115,9 @@ def prepare(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *,
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    missing = _missing(q.device)
-    if missing:
-        raise Unsupported(missing)
+    why = missing(q.device)
+    if why:
+        raise Unsupported(why)
     if q.device.type == "cpu":
         if q.dtype not in CPU_DTYPES:
             raise Unsupported(f"flex on a CPU: fp32, fp16 and bf16 only (inductor's CPU kernel), got {q.dtype}")

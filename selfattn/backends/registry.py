@@ -60,7 +60,7 @@ class ModuleBackend:
     def unavailable_reason(self, device: str) -> str | None:
         if self.module.available(torch.device(device)):
             return None
-        why = getattr(self.module, "_missing", None)
+        why = getattr(self.module, "missing", None)  # optional: why it cannot run here
         text = why(torch.device(device)) if callable(why) else None
         return text or f"{self.origin}.available({device!r}) is false"
 

@@ -14,12 +14,17 @@ from selfattn.masks import Masks
 from selfattn.precision import PRECISIONS, precision_context, resolve_dtype
 
 
-def test_registry_is_a_plain_dict_of_the_four_backends():
+def test_registry_is_a_plain_dict_of_the_five_backends():
     assert isinstance(backends.BACKENDS, dict)
-    assert list(backends.BACKENDS) == ["naive", "sdpa", "chunked", "flex"]
-    # flex needs a C++ compiler on a CPU (this machine and CI have one)
+    assert list(backends.BACKENDS) == ["naive", "sdpa", "chunked", "flex", "triton"]
+    # flex needs a C++ compiler on a CPU (this machine and CI have one); triton runs on a CPU only in its
+    # interpreter (TRITON_INTERPRET=1), and says why not otherwise
+    triton = backends.get_backend("triton")
+    on_cpu = ["triton"] if triton.missing("cpu") is None else []
     # (installed plugins, entry points of `selfattn.backends`, follow the built-ins)
-    assert backends.available_backends("cpu")[:4] == ["naive", "sdpa", "chunked", "flex"]
+    assert backends.available_backends("cpu")[:4 + len(on_cpu)] == ["naive", "sdpa", "chunked", "flex", *on_cpu]
+    if not on_cpu:
+        assert "TRITON_INTERPRET=1" in triton.missing("cpu") or "not installed" in triton.missing("cpu")
     assert selfattn.BACKENDS is backends.BACKENDS
 
 
@@ -128,7 +133,8 @@ def test_layer_is_reproducible_and_backend_independent():
     x = make_x(2, 19, 32, seed=3, dtype=torch.float64)
     layers = {
         name: selfattn.MultiHeadSelfAttention(32, 4, backend=name, causal=True).double() for name in backends.BACKENDS
-        if name != "flex"  # no fp64 on a CPU: compared in fp32 below
+        if name not in ("flex", "triton")  # flex: no fp64 on a CPU, compared in fp32 below; triton: no fp64 at all
+        # (tests/backends/test_triton.py runs it on a CPU, in triton's interpreter)
     }
     outs = {name: layer(x) for name, layer in layers.items()}
     assert outs["naive"].shape == (2, 19, 32)

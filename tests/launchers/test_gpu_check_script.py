@@ -91,7 +91,10 @@ def test_dry_run_prints_the_plan_and_every_stage_and_writes_nothing(dry_run) -> 
     # the plan: every stage, its points counted from the composed configs and collected tests
     plan = _plan(text)
     assert list(plan) == STAGES
-    assert plan["quadratic_cost"]["points"] == "30" and plan["sdpa_kernels"]["points"] == "20"
+    assert plan["quadratic_cost"]["points"] == "40" and plan["sdpa_kernels"]["points"] == "20"
+    # the project's triton kernel beside sdpa (flash in bf16) over n = 1024..16384, causal and not, its compiles planned
+    assert "experiment=quadratic_cost backend=naive,sdpa,chunked,triton precision=bf16 seq_len=1024,2048,4096,8192,16384" in joined
+    assert "2 triton kernel compiles x" in plan["quadratic_cost"]["why"]
     assert plan["flex"]["points"] == "2" and plan["compile_option"]["points"] == "2"
     assert plan["fp8"]["points"] == "8" and "precision=fp8_e4m3 " in joined  # the FP8 grid, cut to fit
     assert "backend.fp8_matmul=auto,dequant" in joined  # auto (scaled_mm on the GPU) beside its dequant twins

@@ -14,11 +14,11 @@ from runners import cli_check
     (["+kernel=flash"], "kernel: unknown key; did you mean backend.kernel?"),
     (["precision=float16"], "precision: expected one of bf16, fp16, fp32, fp64, fp8_e4m3, fp8_e5m2, tf32, "
                             "got 'float16'; did you mean fp16?"),
-    (["backend=chunkd"], "backend: expected one of naive, sdpa, chunked, flex or a path module:function (a plugin, "
+    (["backend=chunkd"], "backend: expected one of naive, sdpa, chunked, flex, triton or a path module:function (a plugin, "
                          "docs/plugins.md), got 'chunkd'; did you mean chunked?"),
     (["experiment=quik"], "experiment: expected one of additive, causal_mask, compiled, cross_gpu, decode, fp8, gqa, "
                           "heads, masks, positions, precision_accuracy, quadratic_cost, quick, rnn_vs_attention, "
-                          "scaling_stability, smoke, training, got 'quik'; did you mean quick?"),
+                          "scaling_stability, smoke, training, triton, got 'quik'; did you mean quick?"),
     (["backend=naive", "backend.q_chunk=64"], "backend.q_chunk: not an option of naive; chunked has it"),
 ])
 def test_a_typo_is_one_line_naming_the_key_and_the_nearest_name(overrides, message):

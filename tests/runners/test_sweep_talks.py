@@ -95,7 +95,7 @@ def test_the_profiler_note_alone_is_dropped_from_stderr(capfd, monkeypatch):
                           "'float16'; did you mean fp16?"),
     ("experiment=quik", "experiment: expected one of additive, causal_mask, compiled, cross_gpu, decode, fp8, gqa, "
                         "heads, masks, positions, precision_accuracy, quadratic_cost, quick, rnn_vs_attention, "
-                        "scaling_stability, smoke, training, got 'quik'; did you mean quick?"),
+                        "scaling_stability, smoke, training, triton, got 'quik'; did you mean quick?"),
 ])
 def test_a_typo_in_a_single_run_is_one_line_and_exit_2(tmp_path, override, message):
     out = run_sweep(override, "experiment=smoke", f"hydra.run.dir={tmp_path / 'run'}")

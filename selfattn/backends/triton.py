@@ -1,0 +1,173 @@
+"""triton: the FlashAttention-2 forward pass as one Triton kernel written in this project.
+
+The kernel and its launcher are selfattn/backends/triton_fwd.py (docs/triton.md reads it beside
+chunked.py); this module is the back end around it. triton is an optional extra (`pip install
+.[triton]`): without it the back end is listed and every point gives an `unsupported` row saying so.
+
+Devices: on CUDA the compiled kernel runs. A CPU runs it only in triton's interpreter, which must be
+switched on (TRITON_INTERPRET=1 in the environment) before the kernel module is imported: it executes
+every tile in numpy, ~1000x slower than SDPA, so CPU rows prove correctness, never speed.
+
+What it cannot do is an `unsupported` row: fp64 and FP8 inputs (fp32, fp16, bf16 only), a head_dim
+above 256, and backward (mode=fwd_bwd): the forward kernel is all there is.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+
+from selfattn.errors import Unsupported
+from selfattn.fields import defaults, spec
+from selfattn.masks import Masks
+from selfattn.point import FP32_BYTES, Point
+
+
+def _triton_missing() -> str | None:
+    """Why triton cannot be imported, or None. tritonbench's model (a guarded import decides whether the
+    back end is enabled), but looked up without importing it: triton's import costs most of a second,
+    and every sweep job loads every back end's Options."""
+    try:
+        found = importlib.util.find_spec("triton")  # absolute: the installed package, not this module
+    except (ImportError, ValueError) as err:
+        found, why = None, str(err)
+    else:
+        why = "no module named 'triton'"
+    return None if found is not None else f"triton is not installed (pip install .[triton]): {why}"
+
+
+TRITON_MISSING: str | None = _triton_missing()
+
+NAME = "triton"
+FP8_UNSUPPORTED = "precision fp8: the triton kernel takes fp32, fp16 and bf16 inputs; naive and chunked quantize FP8 themselves"
+# A hand-written kernel without autotuning: the time guard's optimistic share of the matmul peak.
+EFFICIENCY = 0.5
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MAX_HEAD_DIM = 256  # one (block_m x head_dim) query tile and its fp32 accumulator stay in registers
+BLOCK_SIZES = (16, 32, 64, 128)  # tl.dot's tiles are at least 16 on a side; powers of two
+KERNEL_MODULE = "selfattn.backends.triton_fwd"
+CPU_NEEDS_INTERPRETER = "triton runs on CUDA; on a CPU set TRITON_INTERPRET=1 (correctness only, ~1000x slower)"
+
+
+@dataclass(frozen=True)
+class Options:
+    block_m: int = spec(64, choices=BLOCK_SIZES, help="query rows per program (one tile of the kernel)")
+    block_n: int = spec(64, choices=BLOCK_SIZES, help="key rows per iteration of the kernel's loop")
+    dot_precision: str = spec("auto", choices=("auto", "tf32", "ieee"),
+                              help="fp32 inputs: tl.dot on TF32 tensor cores or exact fp32 (ieee); auto follows "
+                                   "torch's TF32 flag (precision=tf32 -> tf32, fp32 -> ieee)")
+
+
+def _interpreter_on() -> bool:
+    """Whether the kernel runs (or, once imported, will run) in triton's interpreter."""
+    loaded = sys.modules.get(KERNEL_MODULE)
+    if loaded is not None:
+        return bool(loaded.INTERPRETED)  # decided when its kernel was decorated
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def missing(device: torch.device | str) -> str | None:
+    """Why the kernel cannot run on `device` at all, or None."""
+    if TRITON_MISSING:
+        return TRITON_MISSING
+    kind = torch.device(device).type
+    if kind == "cpu" and not _interpreter_on():
+        return CPU_NEEDS_INTERPRETER
+    if kind not in ("cpu", "cuda"):
+        return f"triton runs on CUDA (or a CPU through its interpreter), not on {kind}"
+    return None
+
+
+def available(device: torch.device | str) -> bool:
+    return missing(device) is None
+
+
+def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
+    resolved = {**defaults(Options), **options}
+    if resolved["dot_precision"] == "auto":
+        # read where the harness resolves options: inside precision_context, which sets the flag per precision
+        resolved["dot_precision"] = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    if dtype != torch.float32:
+        resolved["dot_precision"] = "native"  # fp16/bf16 products are exact on the tensor cores; no choice
+    return resolved
+
+
+def kernel_label(options: Mapping[str, Any]) -> str:
+    """fa2-m64-n64, plus the dot's precision for fp32 inputs: fa2-m64-n64-ieee or -tf32."""
+    label = f"fa2-m{options['block_m']}-n{options['block_n']}"
+    precision = options.get("dot_precision", "auto")
+    return label if precision == "native" else f"{label}-{precision}"
+
+
+def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
+               **options: Any) -> str | None:
+    """"interpreter" when the kernel runs in triton's interpreter (on a CPU; on CUDA too if TRITON_INTERPRET=1 was
+    set there): its time is numpy's, not a compiled kernel's."""
+    return "interpreter" if _interpreter_on() else None
+
+
+def attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
+              block_m: int = 64, block_n: int = 64, dot_precision: str = "ieee") -> torch.Tensor:
+    _check(q_BHMD, k_BKND, v_BKND)
+    try:
+        kernel = importlib.import_module(KERNEL_MODULE)
+    except ImportError as err:  # found but broken (a missing numpy for the interpreter, a bad install)
+        raise Unsupported(f"triton kernel: importing it failed: {err}") from None
+    out, _lse = kernel.attention_fwd(
+        q_BHMD, k_BKND, v_BKND, scale=scale, causal=masks.causal, window=masks.window,
+        key_lengths=masks.key_lengths, document_ids=masks.document_ids, block_m=block_m, block_n=block_n,
+        dot_precision="ieee" if dot_precision == "native" else dot_precision)
+    return out
+
+
+def prepare(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
+            **options: Any) -> dict[str, float]:
+    """On CUDA, the point's first call, timed apart as compile_s: triton compiles the kernel for each new
+    dtype, set of mask flags, block sizes and argument specialization (then keeps it in memory and on
+    disk), seconds that must not count as a warm-up the time guard reads. A CPU's interpreter compiles
+    nothing; a call that cannot run is left to the timed call, which raises Unsupported."""
+    if q_BHMD.device.type != "cuda":
+        return {}
+    try:
+        _check(q_BHMD, k_BKND, v_BKND)
+    except Unsupported:
+        return {}
+    torch.cuda.synchronize(q_BHMD.device)
+    started = time.perf_counter()
+    attention(q_BHMD, k_BKND, v_BKND, masks=masks, scale=scale, **options)
+    torch.cuda.synchronize(q_BHMD.device)
+    return {"compile_s": time.perf_counter() - started}
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    why = missing(q.device)
+    if why:
+        raise Unsupported(why)
+    if q.dtype not in DTYPES:
+        raise Unsupported(f"triton kernel: fp32, fp16 and bf16 inputs only (tl.dot has no fp64 tensor-core path "
+                          f"here), got {q.dtype}")
+    if q.shape[3] > MAX_HEAD_DIM:
+        raise Unsupported(f"triton kernel: head_dim <= {MAX_HEAD_DIM} (one query tile and its accumulator stay in "
+                          f"registers), got {q.shape[3]}")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise Unsupported("triton kernel: forward only (no backward kernel yet), so mode=fwd_bwd cannot run")
+
+
+def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
+    """O(n): the output and one fp32 log-sum-exp per query row; the tiles live in registers (on a
+    CPU, the interpreter's numpy tiles of one program at a time: a few (block_m x block_n) arrays)."""
+    lse = point.batch * point.heads * point.q_len_resolved * FP32_BYTES
+    if device == "cuda":
+        return point.out_bytes + lse
+    bm, bn = options.get("block_m", 64), options.get("block_n", 64)
+    bd = max(16, 1 << (point.head_dim - 1).bit_length())
+    # scores, probabilities, their mask (fp32, fp32, bool), K^T and V tiles, q and the accumulator twice
+    tiles = (2 * bm * bn + 2 * bn * bd + 3 * bm * bd) * FP32_BYTES + bm * bn
+    return point.out_bytes + lse + tiles
