@@ -1,0 +1,243 @@
+"""What was measured, as one small table: the swept axes against each back end's median time and memory peak.
+
+One definition for every place that shows it: the report opens with `summary_markdown`, a finished sweep and
+`python -m runners.rows DIR --table` print `summary_text`, and `summary_frame` is the tidy table both render.
+
+An axis is swept when its `Point` field takes more than one value among the measured rows (seeds are repeats:
+the median runs over them); several devices add a `device` axis. A back end is its variant as the figures
+name it (`analysis.cost.variant_labels`: "naive+compile", or "chunked (q_chunk=256)" when one variant ran
+with several option sets). Memory is the column the cost figures read (`analysis.cost.memory_metric`: the
+allocator's exact peak where rows have it, else the process's peak RSS). Refused (`invalid`) rows never ran,
+so they count in the status line only.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from typing import Sequence
+
+import pandas as pd
+
+from analysis.cost import memory_metric, variant_names, variant_labels, variant_order
+from selfattn.point import FIELD_NAMES
+
+# Never an axis of the table: the back end and its options are its columns, seeds are repeats of one point.
+NOT_AXES: tuple[str, ...] = ("backend", "backend_options", "seed", "device")
+# A derived field that only restates another on every row (q_len == seq_len, one K/V head per head) is no axis.
+_RESTATES: dict[str, str] = {"q_len": "seq_len", "kv_heads": "heads"}
+MEMORY_COLUMNS: tuple[str, ...] = ("peak_alloc_bytes", "peak_mem_bytes")
+_FASTEST_MARK = "*"
+
+
+def swept_axes(rows: pd.DataFrame) -> list[str]:
+    """The Point fields (and `device` across several devices) that take more than one value among `rows`."""
+    axes: list[str] = []
+    for name in FIELD_NAMES:
+        if name in NOT_AXES or name not in rows:
+            continue
+        values = rows[name]
+        if values.astype(str).nunique() <= 1:
+            continue
+        restated = _RESTATES.get(name)
+        if restated in rows and (values.isna() | (values == rows[restated])).all():
+            continue
+        axes.append(name)
+    if _device_column(rows) and rows[_device_column(rows)].nunique() > 1:
+        axes.insert(0, "device")
+    return axes
+
+
+def _device_column(rows: pd.DataFrame) -> str | None:
+    for name in ("device_label", "device_name", "device"):
+        if name in rows:
+            return name
+    return None
+
+
+def _measured(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[rows["status"] != "invalid"] if "status" in rows else rows
+
+
+def summary_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per swept-axes value and back end: `rows`, `ok`, median `time_ms` and memory of the ok rows, and
+    `status` ("ok", or the failed rows' statuses, e.g. "oom" or "1 oom, 1 error", when none ran).
+
+    Columns: the swept axes (`swept_axes`), `backend` (the variant's label), `rows`, `ok`, `time_ms`, the memory
+    column (`peak_alloc_bytes` or `peak_mem_bytes`, named as measured), `status`. Sorted by the axes, then the
+    registry's back-end order (a variant's option sets in the rows' order). Empty (with those columns) when no row ran.
+    """
+    measured = _measured(rows).copy()
+    axes = swept_axes(measured)
+    memory = memory_metric(measured) if len(measured) else MEMORY_COLUMNS[-1]
+    columns = [*axes, "backend", "rows", "ok", "time_ms", memory, "status"]
+    if measured.empty:
+        return pd.DataFrame(columns=columns)
+    if "device" in axes:
+        measured["device"] = measured[_device_column(measured)]
+    if "backend_options" not in measured:
+        measured["backend_options"] = ""
+    measured["_name"] = variant_names(measured)
+    measured["backend"] = variant_labels(measured)
+    if memory not in measured:
+        measured[memory] = math.nan
+    records = []
+    for key, group in measured.groupby([*axes, "_name", "backend"], sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        ok = group[group["status"] == "ok"]
+        failed = group.loc[group["status"] != "ok", "status"].value_counts()
+        status = "ok" if len(ok) else ", ".join(f"{n} {s}" if len(group) > 1 else str(s) for s, n in failed.items())
+        records.append({**dict(zip([*axes, "_name", "backend"], key)), "rows": len(group), "ok": len(ok),
+                        "time_ms": ok["time_ms"].median() if len(ok) else math.nan,
+                        memory: ok[memory].median() if len(ok) else math.nan, "status": status})
+    frame = pd.DataFrame.from_records(records)
+    frame["_order"] = frame["_name"].map(variant_order)
+    frame = frame.sort_values([*axes, "_order"], kind="stable")  # option sets of one variant: as they came
+    return frame[columns].reset_index(drop=True)
+
+
+def status_line(rows: pd.DataFrame) -> str:
+    """'24 rows: 20 ok, 3 oom, 1 invalid', every row counted (refused ones too)."""
+    if "status" not in rows or rows.empty:
+        return "0 rows"
+    counts = rows["status"].value_counts()
+    return f"{len(rows)} rows: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+
+
+def format_ms(value: float) -> str:
+    """Three significant figures without an exponent: 0.0123, 1.23, 12.3, 1234."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1 or value == 0:
+        return f"{value:.2f}"
+    return f"{value:#.3g}"  # '#' keeps the trailing zero: 0.470, not 0.47
+
+
+def format_bytes(value: float) -> str:
+    """Binary units, three significant figures: 512 B, 1.50 KiB, 12.0 MiB, 3.20 GiB."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(value) >= size:
+            scaled = value / size
+            return f"{scaled:.0f} {unit}" if scaled >= 100 else f"{scaled:#.3g} {unit}"
+    return f"{value:.0f} B"
+
+
+def _axis_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "—"
+        return f"{value:.0f}" if value.is_integer() else f"{value:g}"
+    return str(value)
+
+
+def _memory_column(frame: pd.DataFrame) -> str | None:
+    """The memory column when any ok row measured it."""
+    for name in MEMORY_COLUMNS:
+        if name in frame and frame[name].notna().any():
+            return name
+    return None
+
+
+def _wide(frame: pd.DataFrame, *, memory: bool, mark_fastest: str) -> tuple[list[str], list[str], list[list[str]]]:
+    """(axis headers, back-end headers, cells per table row): back ends as columns, one cell per point and back end,
+    the fastest back end of a row marked when more than one ran."""
+    axes = [c for c in frame.columns if c not in ("backend", "rows", "ok", "time_ms", "status", *MEMORY_COLUMNS)]
+    backends = list(dict.fromkeys(frame["backend"]))
+    mem = _memory_column(frame) if memory else None
+    cells_by_row: list[list[str]] = []
+    groups = frame.groupby(axes, sort=False, dropna=False) if axes else [((), frame)]
+    for key, group in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        by_backend = {row.backend: row for row in group.itertuples(index=False)}
+        times = group["time_ms"].dropna()
+        fastest = group.loc[times.idxmin(), "backend"] if len(times) > 1 else None
+        cells = [_axis_value(v) for v in key]
+        for backend in backends:
+            row = by_backend.get(backend)
+            if row is None:
+                cells.append("")
+            elif not row.ok:
+                cells.append(row.status)
+            else:
+                text = format_ms(row.time_ms) + " ms"
+                if mem is not None:
+                    text += " · " + format_bytes(getattr(row, mem))
+                if backend == fastest and mark_fastest:
+                    text = mark_fastest.format(text)
+                cells.append(text)
+        cells_by_row.append(cells)
+    return axes, backends, cells_by_row
+
+
+def _explain(frame: pd.DataFrame, memory: bool) -> str:
+    mem = _memory_column(frame) if memory else None
+    what = "median time of the ok rows of each point"
+    if mem is not None:
+        what += (" · their memory peak (" + ("allocated through torch" if mem == "peak_alloc_bytes" else "peak RSS")
+                 + f", {mem})")
+    return what
+
+
+def summary_markdown(rows: pd.DataFrame) -> str:
+    """A pipe table for report.md: the swept axes, then one column per back end ("1.23 ms · 4.00 MiB", the
+    fastest of each row in bold, a failed point's status), and the status counts under it."""
+    frame = summary_frame(rows)
+    if frame.empty:
+        return f"*No measured rows* ({status_line(rows)})."
+    axes, backends, table = _wide(frame, memory=True, mark_fastest="**{}**")
+    header = axes + backends
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |",
+             "|" + "|".join("---" if i < len(axes) else "---:" for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(cell(c) for c in cells) + " |" for cells in table]
+    note = _explain(frame, memory=True) + "; bold: the fastest back end of the row."
+    return "\n".join(lines) + f"\n\n{status_line(rows)}. Cells: {note}"
+
+
+def _text_table(header: Sequence[str], table: Sequence[Sequence[str]], n_axes: int) -> list[str]:
+    widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(header)]
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.ljust(w) if i < n_axes else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))).rstrip()
+    return [line(header), *(line(row) for row in table)]
+
+
+def summary_text(rows: pd.DataFrame, width: int = 100, max_rows: int = 60) -> str:
+    """The same table for a terminal, within `width` columns: back ends as columns; memory is dropped first, then
+    the back ends that do not fit (a note names them), and rows past `max_rows` (a note counts them)."""
+    frame = summary_frame(rows)
+    if frame.empty:
+        return f"No measured rows ({status_line(rows)})."
+    notes: list[str] = []
+    for memory in (True, False):
+        axes, backends, table = _wide(frame, memory=memory, mark_fastest=_FASTEST_MARK + "{}")
+        lines = _text_table(axes + backends, table, len(axes))
+        if max(map(len, lines)) <= width:
+            break
+    if memory and _memory_column(frame) is None:
+        memory = False
+    if max(map(len, lines)) > width:  # back ends from the right until the table fits (at least one stays)
+        kept = len(backends)
+        while kept > 1 and max(map(len, _text_table(axes + backends[:kept], [r[:len(axes) + kept] for r in table],
+                                                     len(axes)))) > width:
+            kept -= 1
+        left_out = backends[kept:]
+        lines = _text_table(axes + backends[:kept], [r[:len(axes) + kept] for r in table], len(axes))
+        if left_out:
+            notes.append(f"left out to fit {width} columns: {', '.join(left_out)}")
+    if not memory and _memory_column(frame) is not None:
+        notes.append("memory left out to fit")
+    if len(lines) - 1 > max_rows:
+        notes.append(f"{len(lines) - 1 - max_rows} more rows not shown")
+        lines = lines[:max_rows + 1]
+    what = status_line(rows) + ". Cells: " + _explain(frame, memory=memory) + f"; {_FASTEST_MARK}: fastest of the row."
+    notes_text = [textwrap.fill(f"({note})", width) for note in notes]
+    return "\n".join([*lines, "", textwrap.fill(what, width), *notes_text])

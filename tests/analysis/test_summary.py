@@ -1,0 +1,154 @@
+"""The summary table of what was measured: its axes, medians, statuses, and how it fits a terminal."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.load import load
+from analysis.summary import (
+    format_bytes, format_ms, status_line, summary_frame, summary_markdown, summary_text, swept_axes,
+)
+from selfattn.results import Row
+
+
+def _row(backend="naive", seq_len=128, causal=False, precision="fp32", seed=0, status="ok", time_ms=1.0,
+         peak_alloc_bytes=2**20, options=None, device_label="Fake CPU", **extra) -> dict:
+    row = Row(status=status, backend=backend, backend_options=json.dumps(options or {}), precision=precision,
+              device="cpu", device_name=device_label, mode="fwd", scope="core", batch=1, heads=4, q_len=seq_len,
+              seq_len=seq_len, head_dim=64, causal=causal, scale="auto", input_std=1.0, seed=seed,
+              time_ms=time_ms if status == "ok" else None,
+              peak_alloc_bytes=peak_alloc_bytes if status == "ok" else None, **extra).to_dict()
+    row["device_label"] = device_label
+    return row
+
+
+def _rows(*rows: dict) -> pd.DataFrame:
+    return pd.DataFrame(list(rows))
+
+
+def _grid() -> pd.DataFrame:
+    """3 back ends x 2 sizes x 2 masks; sdpa is fastest everywhere, chunked runs out of memory at 256 causal."""
+    speed = {"naive": 3.0, "sdpa": 1.0, "chunked": 2.0}
+    rows = []
+    for n in (128, 256):
+        for causal in (False, True):
+            for backend, factor in speed.items():
+                status = "oom" if (backend == "chunked" and n == 256 and causal) else "ok"
+                rows.append(_row(backend, n, causal, time_ms=factor * n / 128, status=status,
+                                 peak_alloc_bytes=factor * 2**20))
+    return pd.DataFrame(rows)
+
+
+def test_the_axes_are_the_fields_that_vary_and_q_len_restating_seq_len_is_not_one():
+    rows = _grid()
+    assert swept_axes(rows) == ["seq_len", "causal"]  # q_len == seq_len everywhere; backend is the columns
+    rows.loc[0, "q_len"] = 1  # a decode-shaped row: now q_len says something of its own
+    assert swept_axes(rows) == ["q_len", "seq_len", "causal"]
+
+
+def test_seeds_are_repeats_whose_median_is_taken_and_devices_become_an_axis():
+    rows = _rows(*(_row(seed=s, time_ms=t) for s, t in enumerate((1.0, 5.0, 2.0))),
+                 _row(device_label="Other GPU", time_ms=0.5))
+    frame = summary_frame(rows)
+    assert list(frame["device"]) == ["Fake CPU", "Other GPU"]
+    assert list(frame["time_ms"]) == [2.0, 0.5]  # the median of 1, 5, 2; not the mean (2.67)
+    assert list(frame["rows"]) == [3, 1]
+
+
+def test_frame_has_one_row_per_point_and_back_end_in_registry_order_with_failed_statuses():
+    frame = summary_frame(_grid())
+    assert list(frame.columns) == ["seq_len", "causal", "backend", "rows", "ok", "time_ms", "peak_alloc_bytes",
+                                   "status"]
+    assert len(frame) == 12
+    assert list(frame["backend"][:3]) == ["naive", "sdpa", "chunked"]  # BACKEND_NAMES' order, not the rows'
+    oom = frame[(frame["seq_len"] == 256) & frame["causal"] & (frame["backend"] == "chunked")].iloc[0]
+    assert oom["status"] == "oom" and oom["ok"] == 0 and math.isnan(oom["time_ms"])
+    assert (frame.loc[frame["status"] == "ok", "ok"] == 1).all()
+
+
+def test_invalid_rows_count_in_the_status_line_only():
+    rows = _rows(_row(), _row(backend="sdpa", time_ms=0.5), _row(status="invalid", seq_len=0))
+    frame = summary_frame(rows)
+    assert "seq_len" not in frame.columns and len(frame) == 2  # the refused seq_len=0 is no axis value
+    assert status_line(rows) == "3 rows: 2 ok, 1 invalid"
+
+
+def test_compiled_and_option_variants_are_columns_of_their_own():
+    rows = _rows(_row("naive", time_ms=2.0), _row("naive", time_ms=1.0, options={"compile": True}),
+                 _row("chunked", options={"q_chunk": 64}), _row("chunked", options={"q_chunk": 128}))
+    assert list(summary_frame(rows)["backend"]) == [
+        "naive", "naive+compile", "chunked (q_chunk=64)", "chunked (q_chunk=128)"]
+
+
+def test_markdown_has_back_ends_as_columns_the_fastest_in_bold_and_the_oom_cell():
+    text = summary_markdown(_grid())
+    lines = text.splitlines()
+    assert lines[0] == "| seq_len | causal | naive | sdpa | chunked |"
+    assert lines[2] == "| 128 | false | 3.00 ms · 3.00 MiB | **1.00 ms · 1.00 MiB** | 2.00 ms · 2.00 MiB |"
+    assert lines[5] == "| 256 | true | 6.00 ms · 3.00 MiB | **2.00 ms · 1.00 MiB** | oom |"
+    assert "12 rows: 11 ok, 1 oom." in text
+
+
+def test_the_fastest_mark_follows_the_data_not_the_column_order():
+    rows = _grid()
+    rows.loc[rows["backend"] == "naive", "time_ms"] = 0.1  # naive is now the fastest everywhere
+    first = summary_markdown(rows).splitlines()[2]
+    assert first.startswith("| 128 | false | **0.100 ms") and "**1.00 ms" not in first
+
+
+def test_text_fits_the_width_dropping_memory_first_then_back_ends_with_a_note():
+    rows = _grid()
+    wide = summary_text(rows, width=200)
+    assert "MiB" in wide and "left out" not in wide
+    assert max(len(line) for line in wide.splitlines()) <= 200
+    narrow = summary_text(rows, width=40)
+    table = narrow.split("\n\n")[0].splitlines()
+    assert max(len(line) for line in narrow.splitlines()) <= 40  # the notes are wrapped too
+    assert "MiB" not in "\n".join(table) and "memory left out" in narrow
+    flat = " ".join(narrow.split())
+    assert "left out to fit 40 columns: chunked" in flat
+    assert "12 rows: 11 ok, 1 oom" in flat
+
+
+def test_text_counts_the_rows_it_does_not_show():
+    text = summary_text(_grid(), width=200, max_rows=2)
+    assert len(text.split("\n\n")[0].splitlines()) == 3  # header + 2
+    assert "(2 more rows not shown)" in text
+
+
+def test_no_measured_rows_say_so():
+    rows = _rows(_row(status="invalid"))
+    assert summary_frame(rows).empty
+    assert summary_text(rows) == "No measured rows (1 rows: 1 invalid)."
+    assert summary_markdown(rows).startswith("*No measured rows*")
+
+
+def test_a_single_point_has_no_axis_columns():
+    text = summary_markdown(_rows(_row(), _row("sdpa", time_ms=0.5)))
+    assert text.splitlines()[0] == "| naive | sdpa |"
+
+
+@pytest.mark.parametrize("value, text", [(0.0123, "0.0123"), (0.47, "0.470"), (1.234, "1.23"), (12.34, "12.3"),
+                                         (1234.5, "1234"), (math.nan, "—")])
+def test_times_keep_three_significant_figures(value, text):
+    assert format_ms(value) == text
+
+
+@pytest.mark.parametrize("value, text", [(512, "512 B"), (1536, "1.50 KiB"), (12 * 2**20, "12.0 MiB"),
+                                         (300 * 2**30, "300 GiB"), (math.nan, "—")])
+def test_bytes_in_binary_units(value, text):
+    assert format_bytes(value) == text
+
+
+def test_real_rows_of_the_quick_sweep():
+    rows = load([Path(__file__).parent / "data" / "quick_cpu_results.csv"], warn=False).rows
+    frame = summary_frame(rows)
+    assert frame["ok"].sum() == (rows["status"] == "ok").sum()  # every ok row lands in exactly one cell
+    assert "seq_len" in frame.columns and "seed" not in frame.columns
+    text = summary_text(rows, width=100)
+    assert max(len(line) for line in text.splitlines()) <= 100
