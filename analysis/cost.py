@@ -135,8 +135,29 @@ def _options_text(text: str) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
 
 
+_FACETS_KEPT = 2  # rows objects whose facets are remembered: the report's rows, and the claims' when they differ
+_facets_memo: list[tuple[pd.DataFrame, dict[str, list[Facet]]]] = []
+
+
 def cost_facets(rows: pd.DataFrame, metric: str) -> list[Facet]:
-    """Per (precision, device): lines of `metric` vs seq_len; panels with no line of 2+ sizes are dropped."""
+    """Per (precision, device): lines of `metric` vs seq_len; panels with no line of 2+ sizes are dropped.
+
+    Remembered per rows object and metric: figures 1-4, the exponent table and the cost claims read the same
+    lines, and fitting them (every line's cost model is bootstrapped) is computed once. Rows are read, never
+    changed, by the analysis (as `analysis.claim.per_rows` relies on too); the facets must not be changed either."""
+    for seen, by_metric in _facets_memo:
+        if seen is rows:  # holding the rows keeps their id from being reused
+            break
+    else:
+        by_metric = {}
+        _facets_memo.insert(0, (rows, by_metric))
+        del _facets_memo[_FACETS_KEPT:]
+    if metric not in by_metric:
+        by_metric[metric] = _cost_facets(rows, metric)
+    return by_metric[metric]
+
+
+def _cost_facets(rows: pd.DataFrame, metric: str) -> list[Facet]:
     rows = self_attention(rows)
     facets: list[Facet] = []
     for (precision, device), panel in rows.groupby(["precision", "device_label"], sort=True):

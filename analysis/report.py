@@ -2,7 +2,7 @@
 
 Each PATH is a results.csv or a folder searched for them; rows from several sweeps and
 devices merge (one row per point and device: an ok row beats a failed one, then the newest). Writes DIR/report.md,
-DIR/figures/*.png (+ .pdf) and the tables as CSV. Exit status 0 when a report was
+DIR/figures/*.png (+ .pdf with --pdf) and the tables as CSV. Exit status 0 when a report was
 written, 1 when no input held a usable row.
 """
 
@@ -39,7 +39,7 @@ class Report:
 
 
 def write_report(paths: Sequence[str | Path], out_dir: str | Path, *, baseline_device: str | None = None,
-                 formats: Sequence[str] = ("png", "pdf"), figures: Sequence[Callable] = FIGURES,
+                 formats: Sequence[str] = ("png",), figures: Sequence[Callable] = FIGURES,
                  warn: bool = True) -> Report:
     """Load `paths`, draw `figures` into out_dir/figures, write out_dir/report.md; raises NoUsableResults."""
     out_dir = Path(out_dir)
@@ -273,12 +273,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, metavar="DIR", help="where report.md and figures/ go")
     parser.add_argument("--baseline-device", default=None, metavar="NAME",
                         help="device the others are compared with (label or name, substring ok); default: most rows")
-    parser.add_argument("--formats", default="png,pdf", help="figure formats, comma separated (png,pdf,svg)")
+    parser.add_argument("--pdf", action="store_true",
+                        help="also write a PDF copy of each figure (for papers; embedding fonts makes it slower)")
+    parser.add_argument("--formats", default="png", help="figure formats, comma separated (png,pdf,svg)")
     args = parser.parse_args(argv)
     formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
     allowed = {"png", "pdf", "svg"}
     if not formats or not set(formats) <= allowed:
         parser.error(f"--formats: expected a comma-separated subset of png, pdf, svg, got {args.formats!r}")
+    if args.pdf and "pdf" not in formats:
+        formats.append("pdf")
     if "png" in formats:  # the README embeds PNGs: write them first so their layout is the solved one
         formats.remove("png")
         formats.insert(0, "png")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import matplotlib
+import matplotlib.image
 
 matplotlib.use("Agg")  # files only, no display: works headless and in CI
 
@@ -43,7 +44,7 @@ SEED_INTERVAL = ("pi", 60)
 @dataclass
 class Context:
     out_dir: Path  # figures are written to out_dir / "<name>.<format>"
-    formats: Sequence[str] = ("png", "pdf")
+    formats: Sequence[str] = ("png",)  # PDF copies when asked (analysis.report --pdf)
     baseline_device: str | None = None
 
 
@@ -116,27 +117,37 @@ def mask_handle(color: str, mask: str, label: str) -> Line2D:
 
 
 def save(fig, ctx: Context, name: str) -> list[Path]:
+    """Write `fig` in each of ctx.formats, rendering it once: the PNG is that rendering's pixels, written as
+    savefig writes them. savefig would render the figure again after the tick-label check's rendering; the
+    layout is still solved as often as that took (three times: constrained layout's result depends on where it
+    starts), so the pictures are the same to the pixel."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     # Per-panel legends sit outside their axes: constrained layout makes room for them, which
     # the tight layout seaborn's grids use does not.
     fig.set_layout_engine("constrained")
+    fig.draw_without_rendering()  # solves the layout: the tick labels' places are known
     _drop_touching_tick_labels(fig)
+    fig.draw_without_rendering()
+    fig.canvas.draw()  # the third solve, and the one rendering
+    fig.set_layout_engine("none")  # solved: other formats draw with the same positions
     paths = []
-    for i, fmt in enumerate(ctx.formats):
+    for fmt in ctx.formats:
         path = ctx.out_dir / f"{name}.{fmt}"
-        fig.savefig(path, format=fmt)
+        if fmt == "png":
+            # FigureCanvasAgg.print_png's own call, on the rendering just made (savefig.dpi is the figure's).
+            matplotlib.image.imsave(path, fig.canvas.buffer_rgba(), format="png", origin="upper", dpi=fig.dpi)
+        else:
+            fig.savefig(path, format=fmt)
         paths.append(path)
-        if i == 0:  # the layout is solved once; redoing it per format doubles the drawing time
-            fig.set_layout_engine("none")
     plt.close(fig)
     return paths
 
 
-def _drop_touching_tick_labels(fig, pad_px: float = 3.0) -> None:
-    """Once the layout is solved: drop x tick labels that still touch a neighbour (set_log2_ticks spaces them
+def _drop_touching_tick_labels(fig, pad_px: float = 3.0) -> bool:
+    """Once the figure is drawn: drop x tick labels that still touch a neighbour (set_log2_ticks spaces them
     for an estimated axis width; a wide legend beside the panel can leave less). The smallest and largest
-    stay, then the shortest labels."""
-    fig.canvas.draw()
+    stay, then the shortest labels. Returns whether any was dropped."""
+    dropped = False
     for ax in fig.axes:
         locator, formatter = ax.xaxis.get_major_locator(), ax.xaxis.get_major_formatter()
         if not isinstance(locator, ticker.FixedLocator) or not isinstance(formatter, ticker.FixedFormatter):
@@ -155,6 +166,8 @@ def _drop_touching_tick_labels(fig, pad_px: float = 3.0) -> None:
             kept.sort()
             ax.xaxis.set_major_locator(ticker.FixedLocator([ticks[i] for i in kept]))
             ax.xaxis.set_major_formatter(ticker.FixedFormatter([texts[i] for i in kept]))
+            dropped = True
+    return dropped
 
 
 def size_text(n: float) -> str:

@@ -79,9 +79,12 @@ def test_two_devices_give_the_comparison_figure_and_table(tmp_path, fabricate):
     assert pick_baseline(rows, "TPU")[1].startswith("baseline_device: 'TPU' matches none")
 
 
-def test_cli_writes_png_and_pdf_and_skips_what_is_missing(tmp_path, fabricate, capsys):
+def test_cli_writes_png_and_a_pdf_only_when_asked_and_skips_what_is_missing(tmp_path, fabricate, capsys):
     csv = fabricate().quadratic_cost(sizes=(256, 512, 1024)).write(tmp_path / "sweep" / "results.csv")
-    assert main([str(csv.parent), "--out", str(tmp_path / "out")]) == 0
+    assert main([str(csv.parent), "--out", str(tmp_path / "png")]) == 0
+    assert (tmp_path / "png" / "figures" / "fig1_time_vs_seq_len.png").read_bytes().startswith(b"\x89PNG")
+    assert not list((tmp_path / "png" / "figures").glob("*.pdf"))  # PNG is the default
+    assert main([str(csv.parent), "--out", str(tmp_path / "out"), "--pdf"]) == 0
     assert "report.md" in capsys.readouterr().out
     assert (tmp_path / "out" / "figures" / "fig1_time_vs_seq_len.pdf").read_bytes().startswith(b"%PDF")
     text = (tmp_path / "out" / "report.md").read_text()
