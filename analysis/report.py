@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
+from analysis.claim import SHARED_RULES
 from analysis.claims import (
     CHAPTER, NOT_DECIDED, NOT_MEASURED, check_claims, claims_frame, studies_in_order, study_tables,
 )
@@ -26,6 +27,7 @@ from analysis.compare import device_speedups, pick_baseline, speedup_table
 from analysis.cost import exponent_table
 from analysis.figures import FIGURES, Context, Made, Skipped
 from analysis.load import Loaded, NoUsableResults, describe_devices, load
+from analysis.summary import summary_markdown
 
 
 @dataclass
@@ -90,6 +92,9 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
         + (f"; measured {times.min():%Y-%m-%d %H:%M} to {times.max():%Y-%m-%d %H:%M} UTC" if len(times) else "")
         + ".", "",
         *_sweeps_line(rows),
+        "## What was measured", "",
+        "The swept axes (the point's fields that take more than one value here) against each back end.", "",
+        summary_markdown(rows), "",
         "## Devices", "", _devices_table(rows), "",
         "## The chapter's claims, checked", "",
         "Each verdict is computed from the rows by the rule under the table: **holds** when every measured group "
@@ -115,12 +120,17 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
         _exponent_table(exponents), "",
         "## Figures", "",
     ]
+    not_drawn = []
     for index, fig in enumerate(figures, start=1):
         numbered = re.match(r"fig(\d+)_", fig.name)  # keep the issue's numbering when only some are drawn
-        lines.append(f"### {numbered.group(1) if numbered else index}. {fig.title}")
+        number = numbered.group(1) if numbered else str(index)
+        if isinstance(fig, Skipped) and not fig.reason.startswith("failed"):
+            not_drawn.append(f"{number}. {fig.title} (`{fig.experiment}`)")
+            continue
+        lines.append(f"### {number}. {fig.title}")
         lines.append("")
         if isinstance(fig, Skipped):
-            lines.append(f"*Not drawn: {fig.reason}. Rows from the `{fig.experiment}` experiment make it.*")
+            lines.append(f"*Not drawn: {fig.reason}.*")
         else:
             png = [p for p in fig.files if p.suffix == ".png"]
             others = [p for p in fig.files if p.suffix != ".png"]
@@ -133,6 +143,9 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
                 lines.append("")
                 lines.append("Slice: " + "; ".join(fig.notes) + ".")
         lines.append("")
+    if not_drawn:
+        lines += ["*Not drawn, since no rows here make them (in parentheses: the experiment that draws each):* "
+                  + "; ".join(not_drawn) + ".", ""]
     if not devices.empty:
         lines += ["## Devices compared", "",
                   f"Speed-up = time on {devices['baseline'].iloc[0]} / time on the device, over points measured on "
@@ -172,8 +185,17 @@ def _markdown(frame: pd.DataFrame) -> str:
 
 
 def _claims_section(claims: pd.DataFrame) -> list[str]:
-    """A study's claims table and, under it, each claim's own rule."""
-    return [_claims_table(claims), "", "Rules:", "", *[f"{i + 1}. {rule}" for i, rule in enumerate(claims["rule"])], ""]
+    """A study's claims table and, under it, each claim's own rule; a part several rules share
+    (analysis.claim.shared_rule) is printed once after them, each rule naming it."""
+    rules, shared = [], {}
+    for rule in claims["rule"]:
+        for name, text in SHARED_RULES.items():
+            if text in rule:
+                rule = rule.replace(text, f"Lines are judged by {name}, below.")
+                shared[name] = text
+        rules.append(rule)
+    return [_claims_table(claims), "", "Rules:", "", *[f"{i + 1}. {rule}" for i, rule in enumerate(rules)], "",
+            *[line for name, text in shared.items() for line in (f"*{name[0].upper()}{name[1:]}:* {text}", "")]]
 
 
 def _studies_section(claims: pd.DataFrame, tables: Sequence[tuple[str, str, pd.DataFrame]]) -> list[str]:
