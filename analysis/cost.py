@@ -15,13 +15,13 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 import selfattn.backends as registry  # BACKEND_NAMES is a plain tuple: importing it does not import torch
 from analysis.claim import Evidence, claim
 from analysis.fit import PowerFit, fit_power_law
 from analysis.growth import Growth, judge_growth
 from analysis.slices import dot_without_positions, fix_axes, self_attention
+from analysis.theilsen import theil_sen
 
 FAILED_STATUSES = ("oom", "skipped_budget")
 # The axes a cost line holds fixed within one precision x device panel.
@@ -327,7 +327,7 @@ def layer_crossover(rows: pd.DataFrame) -> Evidence:
         return Evidence("no back end timed with scope=layer and scope=core at 3 or more n")
     passes, parts = [], []
     for (device, precision, backend, _options, d_model), g in groups:
-        slope = stats.theilslopes(g["share"].to_numpy(), np.log(g["seq_len"].to_numpy(dtype=float)))[0]
+        slope = theil_sen(g["share"].to_numpy(), np.log(g["seq_len"].to_numpy(dtype=float))).slope
         cross = crossover_n(g["seq_len"].to_numpy(), g["share"].to_numpy())
         theory = 2.0 * float(d_model)
         near = bool(np.isfinite(cross) and theory / CROSSOVER_FACTOR <= cross <= theory * CROSSOVER_FACTOR)
