@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import math
 import textwrap
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
+
+from analysis.figures.made import Context, Made, Skipped  # noqa: F401  (re-exported: every figure module reads them here)
 
 import matplotlib
 import matplotlib.image
@@ -39,30 +40,6 @@ MASK_DASHES = {"no mask": "", "causal": (4, 2)}
 # Each line is the median over seeds at each x; the shaded interval is their p20-p80 where seeds differ.
 ESTIMATOR = "median"
 SEED_INTERVAL = ("pi", 60)
-
-
-@dataclass
-class Context:
-    out_dir: Path  # figures are written to out_dir / "<name>.<format>"
-    formats: Sequence[str] = ("png",)  # PDF copies when asked (analysis.report --pdf)
-    baseline_device: str | None = None
-
-
-@dataclass
-class Made:
-    name: str
-    title: str
-    how_to_read: str
-    files: list[Path]
-    notes: list[str] = field(default_factory=list)  # slices and caveats computed from the data
-
-
-@dataclass
-class Skipped:
-    name: str
-    title: str
-    reason: str
-    experiment: str  # the named experiment whose rows make this figure
 
 
 def suptitle(fig, text: str) -> None:
@@ -117,18 +94,17 @@ def mask_handle(color: str, mask: str, label: str) -> Line2D:
 
 
 def save(fig, ctx: Context, name: str) -> list[Path]:
-    """Write `fig` in each of ctx.formats, rendering it once: the PNG is that rendering's pixels, written as
-    savefig writes them. savefig would render the figure again after the tick-label check's rendering; the
-    layout is still solved as often as that took (three times: constrained layout's result depends on where it
-    starts), so the pictures are the same to the pixel."""
+    """Write `fig` in each of ctx.formats from one rendering (two when tick labels had to be dropped): the PNG is
+    that rendering's pixels, written as savefig writes them. savefig would solve the layout twice more and render
+    again, which took half of a small report's time; the pictures differ from those by a pixel at most (a
+    constrained layout solved again starts from the last one's positions)."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     # Per-panel legends sit outside their axes: constrained layout makes room for them, which
     # the tight layout seaborn's grids use does not.
     fig.set_layout_engine("constrained")
-    fig.draw_without_rendering()  # solves the layout: the tick labels' places are known
-    _drop_touching_tick_labels(fig)
-    fig.draw_without_rendering()
-    fig.canvas.draw()  # the third solve, and the one rendering
+    fig.canvas.draw()  # solves the layout and renders: the tick labels' places are known
+    if _drop_touching_tick_labels(fig):
+        fig.canvas.draw()  # the layout solved again without the labels left out
     fig.set_layout_engine("none")  # solved: other formats draw with the same positions
     paths = []
     for fmt in ctx.formats:

@@ -174,3 +174,18 @@ def test_known_back_ends_take_the_registry_colours_and_unknown_ones_a_stable_one
     names = [f"variant {i}" for i in range(len(style._COLORS) - len(BACKEND_NAMES))]
     palette = backend_palette(names + list(BACKEND_NAMES))
     assert len(set(palette.values())) == len(palette)
+
+
+def test_importing_the_report_loads_no_plotting_library():
+    # figures import their module when first called: the report's own import stays light (a subprocess, since
+    # this test session has imported them already); the negative control is a figure module, which does
+    import subprocess
+    import sys
+
+    probe = ("import sys, importlib; importlib.import_module(sys.argv[1]); "
+             "print(','.join(m for m in ('matplotlib', 'seaborn', 'scipy.stats', 'torch') if m in sys.modules))")
+    loaded = {module: subprocess.run([sys.executable, "-c", probe, module], capture_output=True, text=True,
+                                     check=True).stdout.strip()
+              for module in ("analysis.report", "analysis.figures.cost")}
+    assert loaded["analysis.report"] == ""
+    assert "matplotlib" in loaded["analysis.figures.cost"] and "seaborn" in loaded["analysis.figures.cost"]
