@@ -7,7 +7,7 @@ import pytest
 from matplotlib.colors import to_hex
 
 from analysis.compare import device_speedups, pick_baseline, speedup_table
-from analysis.figures import Made, Skipped
+from analysis.figures import FIGURES, Made, Skipped
 from analysis.figures import causal as causal_module
 from analysis.figures import cost as cost_module
 from analysis.figures.causal import causal_saving
@@ -189,3 +189,27 @@ def test_importing_the_report_loads_no_plotting_library():
               for module in ("analysis.report", "analysis.figures.cost")}
     assert loaded["analysis.report"] == ""
     assert "matplotlib" in loaded["analysis.figures.cost"] and "seaborn" in loaded["analysis.figures.cost"]
+
+
+def test_figures_without_rows_create_no_figure_and_share_one_line(tmp_path, fabricate, monkeypatch):
+    import matplotlib.figure
+
+    created = []
+    init = matplotlib.figure.Figure.__init__
+
+    def counting(self, *args, **kwargs):
+        created.append(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "__init__", counting)
+    one_point = fabricate()
+    one_point.point(seq_len=256)
+    report = write_report([one_point.write(tmp_path / "results.csv")], tmp_path / "out", warn=False)
+    assert all(isinstance(fig, Skipped) for fig in report.figures)
+    assert created == []  # no figure was made only to be thrown away
+    text = report.path.read_text()
+    assert "## Figures" in text and "### " not in text.split("## Figures")[1]
+    # negative control: rows that draw figure 4 make figures
+    lines = fabricate().quadratic_cost(sizes=(256, 512, 1024)).write(tmp_path / "cost.csv")
+    write_report([lines], tmp_path / "out2", figures=[f for f in FIGURES if f.__name__ == "causal_saving"], warn=False)
+    assert len(created) == 1
