@@ -76,8 +76,16 @@ def main(argv: list[str] | None = None) -> int:
     print_header("report speed: python -m analysis.report, a fresh process each, imports included")
     checks = []
 
-    small = [report_s(REPO, FIXTURE) for _ in range(args.repeats)]
+    small, small_then = [], []
+    for _ in range(args.repeats):  # with a baseline checkout, its report of the same rows takes turns (no target)
+        small.append(report_s(REPO, FIXTURE))
+        if args.baseline_checkout:
+            small_then.append(report_s(args.baseline_checkout.resolve(), FIXTURE, "--formats", "png"))
     print(f"24-row report (PNG): {fmt_s(small)} s, median {statistics.median(small):.2f} s")
+    if small_then:
+        print(f"  the same at {args.baseline_checkout} (--formats png): {fmt_s(small_then)} s, median "
+              f"{statistics.median(small_then):.2f} s; paired ratio "
+              f"{statistics.median(n / t for n, t in zip(small, small_then)):.2f}x")
     checks.append(Check("1", "24-row report, wall incl. imports", statistics.median(small), SMALL_TARGET_S, "s",
                         note="quiet machine"))
     if args.pdf:
