@@ -5,6 +5,7 @@ Colours live in analysis.figures.style."""
 from __future__ import annotations
 
 import math
+import sys
 import textwrap
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -19,7 +20,25 @@ matplotlib.use("Agg")  # files only, no display: works headless and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
+
+
+def _seaborn():
+    """seaborn, without the scipy.stats it imports for its KDE alone (no figure here draws one): a third of a
+    small report's imports. An import of a module mapped to None fails, and seaborn then takes its bundled
+    KDE, as it does where scipy is not installed; scipy.stats stays importable for whoever needs it later."""
+    if "scipy.stats" in sys.modules:
+        import seaborn
+        return seaborn
+    sys.modules["scipy.stats"] = None  # type: ignore[assignment]
+    try:
+        import seaborn
+    finally:
+        if sys.modules.get("scipy.stats", False) is None:
+            del sys.modules["scipy.stats"]
+    return seaborn
+
+
+sns = _seaborn()
 from matplotlib import ticker  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.lines import Line2D
 
 from analysis.cost import Facet, cost_facets, memory_metric
 from analysis.costmodel import MIN_MODEL_SIZES
 from analysis.figures.common import (
     MASKS, SEED_INTERVAL, Context, Made, Skipped, bytes_formatter, guide_lines, legend_right, line_grid, log_if_spans,
-    mark_failed, mask_handle, save, set_log2_ticks, suptitle, tidy_log_axis,
+    mark_failed, mask_handle, save, set_log2_ticks, sns, suptitle, tidy_log_axis,
 )
 from analysis.figures.style import backend_palette, precision_order
 
