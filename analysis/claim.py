@@ -133,6 +133,16 @@ CLAIMS: list[ClaimSpec] = []  # every registered claim, in registration order
 TABLES: list[TableSpec] = []  # numbers under a study's claims that no robust rule could judge (a compile time)
 
 
+SHARED_RULES: dict[str, str] = {}  # name -> a rule text several claims end with (the report prints it once)
+
+
+def shared_rule(name: str, text: str) -> str:
+    """Register `text` as a part several claims' rules share, under `name` ("the growth rule"); returns the text,
+    for the rules to include. The report prints it once under the claims that use it, naming it in their rules."""
+    SHARED_RULES[name] = text
+    return text
+
+
 def claim(key: str, statement: str, *, rule: str, experiment: str, study: str = CHAPTER,
           metrics: tuple[str, ...] = ()):
     """Register the decorated `(rows) -> Evidence | None` as the claim `key`; keys are unique.

@@ -15,13 +15,13 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 import selfattn.backends as registry  # BACKEND_NAMES is a plain tuple: importing it does not import torch
 from analysis.claim import Evidence, claim
 from analysis.fit import PowerFit, fit_power_law
 from analysis.growth import Growth, judge_growth
 from analysis.slices import dot_without_positions, fix_axes, self_attention
+from analysis.theilsen import theil_sen
 
 FAILED_STATUSES = ("oom", "skipped_budget")
 # The axes a cost line holds fixed within one precision x device panel.
@@ -135,8 +135,29 @@ def _options_text(text: str) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
 
 
+_FACETS_KEPT = 2  # rows objects whose facets are remembered: the report's rows, and the claims' when they differ
+_facets_memo: list[tuple[pd.DataFrame, dict[str, list[Facet]]]] = []
+
+
 def cost_facets(rows: pd.DataFrame, metric: str) -> list[Facet]:
-    """Per (precision, device): lines of `metric` vs seq_len; panels with no line of 2+ sizes are dropped."""
+    """Per (precision, device): lines of `metric` vs seq_len; panels with no line of 2+ sizes are dropped.
+
+    Remembered per rows object and metric: figures 1-4, the exponent table and the cost claims read the same
+    lines, and fitting them (every line's cost model is bootstrapped) is computed once. Rows are read, never
+    changed, by the analysis (as `analysis.claim.per_rows` relies on too); the facets must not be changed either."""
+    for seen, by_metric in _facets_memo:
+        if seen is rows:  # holding the rows keeps their id from being reused
+            break
+    else:
+        by_metric = {}
+        _facets_memo.insert(0, (rows, by_metric))
+        del _facets_memo[_FACETS_KEPT:]
+    if metric not in by_metric:
+        by_metric[metric] = _cost_facets(rows, metric)
+    return by_metric[metric]
+
+
+def _cost_facets(rows: pd.DataFrame, metric: str) -> list[Facet]:
     rows = self_attention(rows)
     facets: list[Facet] = []
     for (precision, device), panel in rows.groupby(["precision", "device_label"], sort=True):
@@ -306,7 +327,7 @@ def layer_crossover(rows: pd.DataFrame) -> Evidence:
         return Evidence("no back end timed with scope=layer and scope=core at 3 or more n")
     passes, parts = [], []
     for (device, precision, backend, _options, d_model), g in groups:
-        slope = stats.theilslopes(g["share"].to_numpy(), np.log(g["seq_len"].to_numpy(dtype=float)))[0]
+        slope = theil_sen(g["share"].to_numpy(), np.log(g["seq_len"].to_numpy(dtype=float))).slope
         cross = crossover_n(g["seq_len"].to_numpy(), g["share"].to_numpy())
         theory = 2.0 * float(d_model)
         near = bool(np.isfinite(cross) and theory / CROSSOVER_FACTOR <= cross <= theory * CROSSOVER_FACTOR)

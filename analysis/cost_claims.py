@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.claim import Evidence, claim, per_rows
+from analysis.claim import Evidence, claim, per_rows, shared_rule
 from analysis.cost import Facet, causal_ratios, cost_facets, memory_metric
 from analysis.fit import upper_sizes
 from analysis.growth import (
@@ -21,7 +21,7 @@ __all__ = ["LINEAR_MAX", "MAX_CI_HALF_WIDTH", "MIN_FIT_SIZES", "QUADRATIC_BAND"]
 
 LINEAR_MAX = 1.3  # fitted memory exponent below which a back end counts as O(n) memory
 CAUSAL_MIN_RATIO = 1.3  # time(no mask)/time(causal) at the largest n that counts as a real saving (ideal 2)
-GROWTH_RULE = (
+GROWTH_RULE = shared_rule("the growth rule", (
     f"A line is quadratic when its Theil-Sen exponent b over the larger sizes (the top 1.5 octaves, >= "
     f"{MIN_FIT_SIZES} sizes) lies in [{QUADRATIC_BAND[0]}, {QUADRATIC_BAND[1]}] with a 95% CI no wider than "
     f"±{MAX_CI_HALF_WIDTH}, or when the cost model fixed + linear·n + quadratic·n² (non-negative least squares on "
@@ -32,7 +32,7 @@ GROWTH_RULE = (
     f"{NEGLIGIBLE_SHARE:.0%} (upper end); sub-quadratic when one straight log-log line with its whole CI below "
     f"{QUADRATIC_BAND[0]} follows every size at least as well as the model and b's whole CI (the larger sizes, "
     f"precise) is below {QUADRATIC_BAND[0]} too; otherwise not decided, with the n at "
-    f"which the model's n² term would reach {DECIDING_SHARE:.0%}")
+    f"which the model's n² term would reach {DECIDING_SHARE:.0%}"))
 EXPERIMENT = "quadratic_cost"
 MORE = f"{EXPERIMENT} (more seq_len values, longer timing)"  # what to run where a line was not decided
 
@@ -99,10 +99,15 @@ def memory_quadratic(rows: pd.DataFrame) -> Evidence:
 def chunked_linear(rows: pd.DataFrame) -> Evidence:
     passes, undecided, parts = [], [], []
     for facet, line, growth in _growths(_memory_facets(rows), "chunked"):
-        parts.append(f"{facet.title}: {growth.text()}")
         fit = growth.fit
-        low = growth.kind == LINEAR or ((fit.ci_high - fit.ci_low) / 2 <= MAX_CI_HALF_WIDTH
-                                        and fit.exponent <= LINEAR_MAX)
+        by_exponent = (fit.ci_high - fit.ci_low) / 2 <= MAX_CI_HALF_WIDTH and fit.exponent <= LINEAR_MAX
+        low = growth.kind == LINEAR or by_exponent
+        if low and growth.kind != LINEAR:  # the evidence names what decided, never a judgement the verdict overrules
+            parts.append(f"{facet.title}: {fit.label()}"
+                         + (f"; {growth.model.label()}" if growth.model else "")
+                         + f": at most linear by its exponent (b <= {LINEAR_MAX}, CI ±{MAX_CI_HALF_WIDTH} or narrower)")
+        else:
+            parts.append(f"{facet.title}: {growth.text()}")
         if low or growth.kind == QUADRATIC:
             passes.append(low)
         else:
@@ -118,12 +123,15 @@ def chunked_linear(rows: pd.DataFrame) -> Evidence:
 def compute_quadratic(rows: pd.DataFrame) -> Evidence:
     passes, undecided, parts = [], [], []
     for facet in _time_facets(rows):
-        kinds, waiting = [], []
+        kinds, waiting, judged = [], [], []
         for _facet, line, growth in _growths([facet]):
-            parts.append(f"{facet.title} {line.label}: {growth.text()}")
+            judged.append((f"{facet.title} {line.label}: {growth.text()}", growth.kind))
             if growth.kind == UNDECIDED:
                 waiting.append(f"{line.label} {growth.need_text()}")
             kinds.append(growth.kind)
+        # beside a quadratic line the rule counts only the decided ones: an undecided line's text says so
+        counted_only = QUADRATIC in kinds and not any(kind in (LINEAR, SUB_QUADRATIC) for kind in kinds)
+        parts += [text + (", not counted" if counted_only and kind == UNDECIDED else "") for text, kind in judged]
         if any(kind in (LINEAR, SUB_QUADRATIC) for kind in kinds):
             passes.append(False)
         elif QUADRATIC in kinds:

@@ -22,7 +22,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import nnls
 
 MIN_MODEL_SIZES = 5  # three terms and at least two sizes to judge the fit by
 BOOTSTRAP_RESAMPLES = 400
@@ -99,6 +98,8 @@ def repeat_noise(n: np.ndarray, y: np.ndarray) -> float:
 
 def _nnls_relative(n: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Non-negative (fixed, linear, quadratic) minimising the relative residuals; columns scaled by n_max."""
+    from scipy.optimize import nnls  # here: a report whose lines have too few sizes for a model never imports it
+
     scale = float(n.max())
     x = n / scale
     design = np.stack([np.ones_like(x), x, x ** 2], axis=1)

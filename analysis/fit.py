@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from analysis.theilsen import theil_sen
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,6 @@ MIN_SIZES_FOR_LEAVE_ONE_OUT = 6  # five or more sizes must remain
 
 
 def _theil_sen(sizes: np.ndarray, log_n: np.ndarray, log_y: np.ndarray) -> PowerFit:
-    slope, intercept, low, high = stats.theilslopes(log_y, log_n, alpha=0.95)
+    slope, intercept, low, high = theil_sen(log_y, log_n, alpha=0.95)
     return PowerFit(float(slope), float(low), float(high), float(math.exp(intercept)), len(sizes),
                     float(sizes[0]), float(sizes[-1]))

@@ -21,10 +21,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
-from analysis.costmodel import CostModel, fit_cost_model, repeat_noise
+from analysis.costmodel import MIN_MODEL_SIZES, CostModel, fit_cost_model, repeat_noise
 from analysis.fit import PowerFit, fit_power_law
+from analysis.theilsen import theil_sen
 
 QUADRATIC_BAND = (1.7, 2.3)  # fitted exponent of a visibly quadratic cost
 MIN_FIT_SIZES = 3  # a power-law fit counts over at least this many sizes...
@@ -64,6 +64,8 @@ class Growth:
     def need_text(self) -> str:
         if math.isfinite(self.needs_n):
             return f"needs n >= {_round_up(self.needs_n)}"
+        if self.model is None:  # the evidence says "too few sizes for the model": the verdict names how many
+            return f"needs {MIN_MODEL_SIZES} or more sizes"
         return "needs more sizes or steadier timing"
 
 
@@ -79,7 +81,7 @@ def _straight(n: np.ndarray, y: np.ndarray) -> Straight | None:
         return None
     log_n = np.log(sizes)
     log_y = np.log([float(np.median(y[n == s])) for s in sizes])
-    slope, intercept, low, high = stats.theilslopes(log_y, log_n, alpha=0.95)
+    slope, intercept, low, high = theil_sen(log_y, log_n, alpha=0.95)
     residual = float(np.sqrt(np.mean((log_y - intercept - slope * log_n) ** 2)))
     return Straight(float(slope), float(low), float(high), residual)
 
@@ -135,6 +137,6 @@ def judge_growth(n: np.ndarray, y: np.ndarray, *, reduce: str = "median") -> Gro
     elif model:
         reason = f"the n² term's share at n={model.n_max:.0f} spans {DOMINANT_SHARE:.0%}"
     else:
-        reason = "too few sizes for the model"
+        reason = f"too few sizes for the model (it needs {MIN_MODEL_SIZES})"
     return growth(UNDECIDED, reason, needs if needs > (model.n_max if model else 0) else math.nan)
 

@@ -2,7 +2,7 @@
 
 Each PATH is a results.csv or a folder searched for them; rows from several sweeps and
 devices merge (one row per point and device: an ok row beats a failed one, then the newest). Writes DIR/report.md,
-DIR/figures/*.png (+ .pdf) and the tables as CSV. Exit status 0 when a report was
+DIR/figures/*.png (+ .pdf with --pdf) and the tables as CSV. Exit status 0 when a report was
 written, 1 when no input held a usable row.
 """
 
@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from analysis import wandb_report
+from analysis.claim import SHARED_RULES
 from analysis.claims import (
     CHAPTER, NOT_DECIDED, NOT_MEASURED, check_claims, claims_frame, studies_in_order, study_tables,
 )
@@ -27,6 +28,7 @@ from analysis.compare import device_speedups, pick_baseline, speedup_table
 from analysis.cost import exponent_table
 from analysis.figures import FIGURES, Context, Made, Skipped
 from analysis.load import Loaded, NoUsableResults, describe_devices, load
+from analysis.summary import summary_markdown
 
 
 @dataclass
@@ -40,7 +42,7 @@ class Report:
 
 
 def write_report(paths: Sequence[str | Path], out_dir: str | Path, *, baseline_device: str | None = None,
-                 formats: Sequence[str] = ("png", "pdf"), figures: Sequence[Callable] = FIGURES,
+                 formats: Sequence[str] = ("png",), figures: Sequence[Callable] = FIGURES,
                  warn: bool = True) -> Report:
     """Load `paths`, draw `figures` into out_dir/figures, write out_dir/report.md; raises NoUsableResults."""
     out_dir = Path(out_dir)
@@ -91,6 +93,9 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
         + (f"; measured {times.min():%Y-%m-%d %H:%M} to {times.max():%Y-%m-%d %H:%M} UTC" if len(times) else "")
         + ".", "",
         *_sweeps_line(rows),
+        "## What was measured", "",
+        "The swept axes (the point's fields that take more than one value here) against each back end.", "",
+        summary_markdown(rows), "",
         "## Devices", "", _devices_table(rows), "",
         "## The chapter's claims, checked", "",
         "Each verdict is computed from the rows by the rule under the table: **holds** when every measured group "
@@ -116,12 +121,17 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
         _exponent_table(exponents), "",
         "## Figures", "",
     ]
+    not_drawn = []
     for index, fig in enumerate(figures, start=1):
         numbered = re.match(r"fig(\d+)_", fig.name)  # keep the issue's numbering when only some are drawn
-        lines.append(f"### {numbered.group(1) if numbered else index}. {fig.title}")
+        number = numbered.group(1) if numbered else str(index)
+        if isinstance(fig, Skipped) and not fig.reason.startswith("failed"):
+            not_drawn.append(f"{number}. {fig.title} (`{fig.experiment}`)")
+            continue
+        lines.append(f"### {number}. {fig.title}")
         lines.append("")
         if isinstance(fig, Skipped):
-            lines.append(f"*Not drawn: {fig.reason}. Rows from the `{fig.experiment}` experiment make it.*")
+            lines.append(f"*Not drawn: {fig.reason}.*")
         else:
             png = [p for p in fig.files if p.suffix == ".png"]
             others = [p for p in fig.files if p.suffix != ".png"]
@@ -134,6 +144,9 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
                 lines.append("")
                 lines.append("Slice: " + "; ".join(fig.notes) + ".")
         lines.append("")
+    if not_drawn:
+        lines += ["*Not drawn, since no rows here make them (in parentheses: the experiment that draws each):* "
+                  + "; ".join(not_drawn) + ".", ""]
     if not devices.empty:
         lines += ["## Devices compared", "",
                   f"Speed-up = time on {devices['baseline'].iloc[0]} / time on the device, over points measured on "
@@ -173,8 +186,17 @@ def _markdown(frame: pd.DataFrame) -> str:
 
 
 def _claims_section(claims: pd.DataFrame) -> list[str]:
-    """A study's claims table and, under it, each claim's own rule."""
-    return [_claims_table(claims), "", "Rules:", "", *[f"{i + 1}. {rule}" for i, rule in enumerate(claims["rule"])], ""]
+    """A study's claims table and, under it, each claim's own rule; a part several rules share
+    (analysis.claim.shared_rule) is printed once after them, each rule naming it."""
+    rules, shared = [], {}
+    for rule in claims["rule"]:
+        for name, text in SHARED_RULES.items():
+            if text in rule:
+                rule = rule.replace(text, f"Lines are judged by {name}, below.")
+                shared[name] = text
+        rules.append(rule)
+    return [_claims_table(claims), "", "Rules:", "", *[f"{i + 1}. {rule}" for i, rule in enumerate(rules)], "",
+            *[line for name, text in shared.items() for line in (f"*{name[0].upper()}{name[1:]}:* {text}", "")]]
 
 
 def _studies_section(claims: pd.DataFrame, tables: Sequence[tuple[str, str, pd.DataFrame]]) -> list[str]:
@@ -274,13 +296,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, metavar="DIR", help="where report.md and figures/ go")
     parser.add_argument("--baseline-device", default=None, metavar="NAME",
                         help="device the others are compared with (label or name, substring ok); default: most rows")
-    parser.add_argument("--formats", default="png,pdf", help="figure formats, comma separated (png,pdf,svg)")
+    parser.add_argument("--pdf", action="store_true",
+                        help="also write a PDF copy of each figure (for papers; embedding fonts makes it slower)")
+    parser.add_argument("--formats", default="png", help="figure formats, comma separated (png,pdf,svg)")
     wandb_report.add_arguments(parser)
     args = parser.parse_args(argv)
     formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
     allowed = {"png", "pdf", "svg"}
     if not formats or not set(formats) <= allowed:
         parser.error(f"--formats: expected a comma-separated subset of png, pdf, svg, got {args.formats!r}")
+    if args.pdf and "pdf" not in formats:
+        formats.append("pdf")
     if "png" in formats:  # the README embeds PNGs: write them first so their layout is the solved one
         formats.remove("png")
         formats.insert(0, "png")

@@ -9,10 +9,10 @@ the overflow claims are in analysis.overflow). The four claims on the scale's ef
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from analysis.claim import Evidence, claim, per_rows
 from analysis.fit import fit_power_law
@@ -105,8 +105,16 @@ def predicted_nonfinite_frac(input_std: np.ndarray | float, head_dim: np.ndarray
     s = np.asarray(input_std, dtype=float)
     d = np.asarray(head_dim, dtype=float)
     sigma = s ** 2 * (np.sqrt(d) if unscaled_product else np.ones_like(d))
-    p = stats.norm.sf(FINITE_MAX.get(precision, FP16_MAX) / sigma)
+    p = _normal_sf(FINITE_MAX.get(precision, FP16_MAX) / sigma)
     return -np.expm1(np.asarray(keys, dtype=float) * np.log1p(-p))
+
+
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _normal_sf(z: np.ndarray | float) -> np.ndarray:
+    """P(Z > z) for a standard normal Z (as scipy.stats.norm.sf, without importing scipy.stats)."""
+    return 0.5 * np.asarray(_erfc(np.asarray(z, dtype=float) / math.sqrt(2.0)), dtype=float)
 
 
 STD_BAND = (0.7, 1.4)  # measured logit std / theory (s² scaled, s²·sqrt(d_k) unscaled)

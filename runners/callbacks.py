@@ -153,8 +153,8 @@ def write_report(csv_path: Path, out_dir: Path) -> Path | None:
     """The analysis report of results.csv (just built from the rows), in-process; returns report.md.
 
     The report's own function, not its command line: a missing package, no usable row or a
-    failure is one line, not a crash. PNG only: the figures a person looks at right after a
-    sweep, at half the cost of PNG+PDF (`python -m analysis.report DIR --out DIR/report` writes both).
+    failure is one line, not a crash. PNG, as `python -m analysis.report` writes by default
+    (its `--pdf` adds PDF copies for a paper).
     """
     try:
         from analysis import report

@@ -5,19 +5,40 @@ Colours live in analysis.figures.style."""
 from __future__ import annotations
 
 import math
+import sys
 import textwrap
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from analysis.figures.made import Context, Made, Skipped  # noqa: F401  (re-exported: every figure module reads them here)
+
 import matplotlib
+import matplotlib.image
 
 matplotlib.use("Agg")  # files only, no display: works headless and in CI
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
+
+
+def _seaborn():
+    """seaborn, without the scipy.stats it imports for its KDE alone (no figure here draws one): a third of a
+    small report's imports. An import of a module mapped to None fails, and seaborn then takes its bundled
+    KDE, as it does where scipy is not installed; scipy.stats stays importable for whoever needs it later."""
+    if "scipy.stats" in sys.modules:
+        import seaborn
+        return seaborn
+    sys.modules["scipy.stats"] = None  # type: ignore[assignment]
+    try:
+        import seaborn
+    finally:
+        if sys.modules.get("scipy.stats", False) is None:
+            del sys.modules["scipy.stats"]
+    return seaborn
+
+
+sns = _seaborn()
 from matplotlib import ticker  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
@@ -38,30 +59,6 @@ MASK_DASHES = {"no mask": "", "causal": (4, 2)}
 # Each line is the median over seeds at each x; the shaded interval is their p20-p80 where seeds differ.
 ESTIMATOR = "median"
 SEED_INTERVAL = ("pi", 60)
-
-
-@dataclass
-class Context:
-    out_dir: Path  # figures are written to out_dir / "<name>.<format>"
-    formats: Sequence[str] = ("png", "pdf")
-    baseline_device: str | None = None
-
-
-@dataclass
-class Made:
-    name: str
-    title: str
-    how_to_read: str
-    files: list[Path]
-    notes: list[str] = field(default_factory=list)  # slices and caveats computed from the data
-
-
-@dataclass
-class Skipped:
-    name: str
-    title: str
-    reason: str
-    experiment: str  # the named experiment whose rows make this figure
 
 
 def suptitle(fig, text: str) -> None:
@@ -116,27 +113,36 @@ def mask_handle(color: str, mask: str, label: str) -> Line2D:
 
 
 def save(fig, ctx: Context, name: str) -> list[Path]:
+    """Write `fig` in each of ctx.formats from one rendering (two when tick labels had to be dropped): the PNG is
+    that rendering's pixels, written as savefig writes them. savefig would solve the layout twice more and render
+    again, which took half of a small report's time; the pictures differ from those by a pixel at most (a
+    constrained layout solved again starts from the last one's positions)."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     # Per-panel legends sit outside their axes: constrained layout makes room for them, which
     # the tight layout seaborn's grids use does not.
     fig.set_layout_engine("constrained")
-    _drop_touching_tick_labels(fig)
+    fig.canvas.draw()  # solves the layout and renders: the tick labels' places are known
+    if _drop_touching_tick_labels(fig):
+        fig.canvas.draw()  # the layout solved again without the labels left out
+    fig.set_layout_engine("none")  # solved: other formats draw with the same positions
     paths = []
-    for i, fmt in enumerate(ctx.formats):
+    for fmt in ctx.formats:
         path = ctx.out_dir / f"{name}.{fmt}"
-        fig.savefig(path, format=fmt)
+        if fmt == "png":
+            # FigureCanvasAgg.print_png's own call, on the rendering just made (savefig.dpi is the figure's).
+            matplotlib.image.imsave(path, fig.canvas.buffer_rgba(), format="png", origin="upper", dpi=fig.dpi)
+        else:
+            fig.savefig(path, format=fmt)
         paths.append(path)
-        if i == 0:  # the layout is solved once; redoing it per format doubles the drawing time
-            fig.set_layout_engine("none")
     plt.close(fig)
     return paths
 
 
-def _drop_touching_tick_labels(fig, pad_px: float = 3.0) -> None:
-    """Once the layout is solved: drop x tick labels that still touch a neighbour (set_log2_ticks spaces them
+def _drop_touching_tick_labels(fig, pad_px: float = 3.0) -> bool:
+    """Once the figure is drawn: drop x tick labels that still touch a neighbour (set_log2_ticks spaces them
     for an estimated axis width; a wide legend beside the panel can leave less). The smallest and largest
-    stay, then the shortest labels."""
-    fig.canvas.draw()
+    stay, then the shortest labels. Returns whether any was dropped."""
+    dropped = False
     for ax in fig.axes:
         locator, formatter = ax.xaxis.get_major_locator(), ax.xaxis.get_major_formatter()
         if not isinstance(locator, ticker.FixedLocator) or not isinstance(formatter, ticker.FixedFormatter):
@@ -155,6 +161,8 @@ def _drop_touching_tick_labels(fig, pad_px: float = 3.0) -> None:
             kept.sort()
             ax.xaxis.set_major_locator(ticker.FixedLocator([ticks[i] for i in kept]))
             ax.xaxis.set_major_formatter(ticker.FixedFormatter([texts[i] for i in kept]))
+            dropped = True
+    return dropped
 
 
 def size_text(n: float) -> str:

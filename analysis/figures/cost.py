@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.lines import Line2D
 
 from analysis.cost import Facet, cost_facets, memory_metric
+from analysis.costmodel import MIN_MODEL_SIZES
 from analysis.figures.common import (
     MASKS, SEED_INTERVAL, Context, Made, Skipped, bytes_formatter, guide_lines, legend_right, line_grid, log_if_spans,
-    mark_failed, mask_handle, save, set_log2_ticks, suptitle, tidy_log_axis,
+    mark_failed, mask_handle, save, set_log2_ticks, sns, suptitle, tidy_log_axis,
 )
 from analysis.figures.style import backend_palette, precision_order
 
@@ -102,6 +102,7 @@ def time_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     # The fastest repeat at each n, as the fit uses (analysis.cost._points): load only adds time.
     g, palette, placed = _grid(facets, "time_ms", errorbar=None, estimator="min")
     g.set(yscale="log")
+    share_shown = False  # whether some legend shows a cost model's n² share: the title promises it only then
     for facet in facets:
         ax = placed[(facet.precision, facet.device_label)]
         for line in facet.lines:
@@ -113,6 +114,7 @@ def time_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         first = values[values["seq_len"] == values["seq_len"].min()]["value"]
         guide_lines(ax, values["seq_len"].min(), values["seq_len"].max(), float(first.min()) / 2.5)
         shares = _draw_models(ax, facet, palette)
+        share_shown |= any(t.startswith("n²") for t in shares.values())
         failed = mark_failed(ax, facet.failed, None, _row_color(palette)) + _model_handles(any(t.startswith("n²") for t in shares.values()))
         set_log2_ticks(ax, pd.concat([values["seq_len"], facet.failed["seq_len"]]))
         ax.set_xlabel("sequence length n (tokens)")
@@ -121,15 +123,18 @@ def time_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_title(f"{facet.title}\n{facet.slice_text}")
         _legend(ax, facet, palette, lambda line: _with_share(f"{line.label}, {_mask_text(line.causal)}: "
                 + (line.fit.label() if line.fit else "no fit"), line, shares), failed)
-    suptitle(g.figure, "Time vs n, log-log; legend: fitted exponent b with 95% CI (larger sizes) and the cost "
-             "model's n² share; band: p20–p80")
+    suptitle(g.figure, "Time vs n, log-log; legend: fitted exponent b with 95% CI (larger sizes)"
+             + (" and the cost model's n² share" if share_shown else "") + "; band: p20–p80")
     return Made(name, title,
                 "Each line is one back end with (dashed) or without (solid) a causal mask; on log-log axes a "
                 "slope of 2 (the grey dash-dot guide) is quadratic growth, and the legend gives each line's "
-                "fitted slope b with its 95% interval over the larger sizes. The thin line is the cost model "
-                "fixed + linear·n + quadratic·n² fitted to the no-mask line, the dash-dot-dot line its n² term "
-                "alone: where they meet, the n² work is the whole cost, and the legend's share says how much of "
-                "the time it is at the largest n (the compute claim judges by it).",
+                "fitted slope b with its 95% interval over the larger sizes."
+                + (" The thin line is the cost model fixed + linear·n + quadratic·n² fitted to the no-mask line, the "
+                   "dash-dot-dot line its n² term alone: where they meet, the n² work is the whole cost, and the "
+                   "legend's share says how much of the time it is at the largest n (the compute claim judges by it)."
+                   if share_shown else
+                   f" No line was measured at the {MIN_MODEL_SIZES} sizes the cost model fixed + linear·n + "
+                   "quadratic·n² needs, or none follows it, so no model or n² share is drawn."),
                 save(g.figure, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets])
 
 

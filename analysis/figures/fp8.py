@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.lines import Line2D
 
-from analysis.figures.common import Context, Made, Skipped, save, set_log2_ticks, suptitle
+from analysis.figures.common import Context, Made, Skipped, save, set_log2_ticks, sns, suptitle
 from analysis.figures.style import precision_color, scale_color
 from analysis.fp8 import BASELINES, _scaled_errors, fp8_points, overflow_points, predicted_nonfinite_frac, \
     predicted_saturated_frac

@@ -72,8 +72,22 @@ def test_noisy_fits_are_listed_but_decide_nothing(tmp_path, fabricate):
     for key in ("memory_quadratic", "compute_quadratic"):
         claim = claims[key]
         assert claim.verdict.startswith(NOT_DECIDED), claim.evidence
-        assert "needs more sizes" in claim.verdict and "undecided" in claim.evidence
+        # the verdict and the evidence give one reason: how many sizes the model needs
+        assert "needs 5 or more sizes" in claim.verdict, claim.verdict
+        assert "undecided (too few sizes for the model (it needs 5))" in claim.evidence
         assert "more seq_len values" in claim.experiment
+
+
+def test_a_verdict_that_holds_never_sits_beside_an_undecided_judgement(tmp_path, fabricate):
+    # Three sizes: no cost model, yet chunked's memory exponent is plainly linear (b <= 1.3, precise), which the
+    # rule accepts; its evidence says that, not the growth judgement's "undecided" the verdict overrules
+    claims = verdicts(tmp_path, fabricate(laws={"noise": 0.01}).quadratic_cost(sizes=(256, 512, 1024)))
+    chunked = claims["chunked_linear"]
+    assert chunked.verdict == HOLDS, chunked.evidence
+    assert "undecided" not in chunked.evidence and "at most linear by its exponent (b <= 1.3" in chunked.evidence
+    for claim in claims.values():  # and no claim of the chapter does otherwise
+        if claim.verdict == HOLDS and "undecided" in claim.evidence:
+            assert ", not counted" in claim.evidence, (claim.key, claim.evidence)
 
 
 def test_a_claim_whose_metric_was_off_says_so_and_ignores_the_empty_cells(tmp_path, fabricate):

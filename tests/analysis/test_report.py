@@ -7,7 +7,7 @@ import pytest
 from matplotlib.colors import to_hex
 
 from analysis.compare import device_speedups, pick_baseline, speedup_table
-from analysis.figures import Made, Skipped
+from analysis.figures import FIGURES, Made, Skipped
 from analysis.figures import causal as causal_module
 from analysis.figures import cost as cost_module
 from analysis.figures.causal import causal_saving
@@ -40,7 +40,18 @@ def test_report_embeds_figures_and_tables_and_names_the_missing_experiment(full_
     for fig in full_report.figures:
         if isinstance(fig, Made):
             assert f"](figures/{fig.name}.png)" in text
-    assert "Not drawn: rows come from a single device" in text and "cross_gpu" in text
+    # figures without rows: one line naming each and the experiment that draws it, no section of their own
+    not_drawn = [line for line in text.splitlines() if line.startswith("*Not drawn, since no rows")]
+    assert len(not_drawn) == 1 and "9. Devices compared (`cross_gpu" in not_drawn[0]
+    assert "### 9. Devices compared" not in text
+    skipped = [fig for fig in full_report.figures if isinstance(fig, Skipped)]
+    assert skipped and all(f". {fig.title} (`{fig.experiment}`)" in not_drawn[0] for fig in skipped)
+    # the summary table of what was measured opens the report, before the claims
+    assert text.index("## What was measured") < text.index("## The chapter's claims")
+    assert "| seq_len |" in text and "rows: " in text
+    # a rule part several claims share is printed once
+    from analysis.cost_claims import GROWTH_RULE
+    assert text.count(GROWTH_RULE) == 1 and text.count("judged by the growth rule, below") == 3
     assert "## Fitted exponents" in text
     header = next(line for line in text.splitlines() if line.startswith("| Device ") and "Mask" in line)
     assert [cell.strip() for cell in header.strip("|").split("|")][:4] == ["Device", "Precision", "Back end", "Mask"]
@@ -79,13 +90,16 @@ def test_two_devices_give_the_comparison_figure_and_table(tmp_path, fabricate):
     assert pick_baseline(rows, "TPU")[1].startswith("baseline_device: 'TPU' matches none")
 
 
-def test_cli_writes_png_and_pdf_and_skips_what_is_missing(tmp_path, fabricate, capsys):
+def test_cli_writes_png_and_a_pdf_only_when_asked_and_skips_what_is_missing(tmp_path, fabricate, capsys):
     csv = fabricate().quadratic_cost(sizes=(256, 512, 1024)).write(tmp_path / "sweep" / "results.csv")
-    assert main([str(csv.parent), "--out", str(tmp_path / "out")]) == 0
+    assert main([str(csv.parent), "--out", str(tmp_path / "png")]) == 0
+    assert (tmp_path / "png" / "figures" / "fig1_time_vs_seq_len.png").read_bytes().startswith(b"\x89PNG")
+    assert not list((tmp_path / "png" / "figures").glob("*.pdf"))  # PNG is the default
+    assert main([str(csv.parent), "--out", str(tmp_path / "out"), "--pdf"]) == 0
     assert "report.md" in capsys.readouterr().out
     assert (tmp_path / "out" / "figures" / "fig1_time_vs_seq_len.pdf").read_bytes().startswith(b"%PDF")
     text = (tmp_path / "out" / "report.md").read_text()
-    assert "### 5. Scaling stability vs d_k\n\n*Not drawn:" in text and "`scaling_stability" in text
+    assert "5. Scaling stability vs d_k (`scaling_stability" in text and "### 5. Scaling" not in text
 
 
 def test_cli_exits_non_zero_only_when_nothing_is_usable(tmp_path, capsys):
@@ -160,3 +174,43 @@ def test_known_back_ends_take_the_registry_colours_and_unknown_ones_a_stable_one
     names = [f"variant {i}" for i in range(len(style._COLORS) - len(BACKEND_NAMES))]
     palette = backend_palette(names + list(BACKEND_NAMES))
     assert len(set(palette.values())) == len(palette)
+
+
+def test_importing_the_report_loads_no_plotting_library():
+    # figures import their module when first called: the report's own import stays light (a subprocess, since
+    # this test session has imported them already); the negative control is a figure module, which does
+    import subprocess
+    import sys
+
+    probe = ("import sys, importlib; importlib.import_module(sys.argv[1]); "
+             "print(','.join(m for m in ('matplotlib', 'seaborn', 'scipy.stats', 'torch') if m in sys.modules))")
+    loaded = {module: subprocess.run([sys.executable, "-c", probe, module], capture_output=True, text=True,
+                                     check=True).stdout.strip()
+              for module in ("analysis.report", "analysis.figures.cost")}
+    assert loaded["analysis.report"] == ""
+    assert "matplotlib" in loaded["analysis.figures.cost"] and "seaborn" in loaded["analysis.figures.cost"]
+    assert "scipy.stats" not in loaded["analysis.figures.cost"]  # seaborn's KDE import is left out (common._seaborn)
+
+
+def test_figures_without_rows_create_no_figure_and_share_one_line(tmp_path, fabricate, monkeypatch):
+    import matplotlib.figure
+
+    created = []
+    init = matplotlib.figure.Figure.__init__
+
+    def counting(self, *args, **kwargs):
+        created.append(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "__init__", counting)
+    one_point = fabricate()
+    one_point.point(seq_len=256)
+    report = write_report([one_point.write(tmp_path / "results.csv")], tmp_path / "out", warn=False)
+    assert all(isinstance(fig, Skipped) for fig in report.figures)
+    assert created == []  # no figure was made only to be thrown away
+    text = report.path.read_text()
+    assert "## Figures" in text and "### " not in text.split("## Figures")[1]
+    # negative control: rows that draw figure 4 make figures
+    lines = fabricate().quadratic_cost(sizes=(256, 512, 1024)).write(tmp_path / "cost.csv")
+    write_report([lines], tmp_path / "out2", figures=[f for f in FIGURES if f.__name__ == "causal_saving"], warn=False)
+    assert len(created) == 1
