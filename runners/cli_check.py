@@ -142,7 +142,7 @@ def _values(override: Any) -> list[Any]:
     """The values an override sets: each of a sweep's, else its one value."""
     try:
         if override.is_sweep_override():
-            return list(override.sweep_string_iterator())
+            return list(override.sweep_iterator())  # the values themselves (the string form escapes `:`)
         return [override.value()]
     except Exception:  # a sweep Hydra itself cannot expand: its own message says why, later
         return []

@@ -82,3 +82,10 @@ def test_a_users_experiment_on_hydras_search_path_is_a_name(tmp_path, monkeypatc
     assert cli_check.problems(["experiment=mine"])[0].startswith("experiment: expected one of")  # not on the path
     assert cli_check.problems(["experiment=mine"], config_dir="my_conf") == found
     assert cli_check.problems(["experiment=theirs", "hydra.searchpath=[pkg://their_pkg.conf]"]) == []  # Hydra judges
+
+
+def test_a_plugin_path_in_a_sweep_is_its_value_not_hydras_escaped_spelling():
+    # Hydra's string form of a sweep escapes `:` (my_attn\:quick); the check reads the values themselves
+    assert cli_check.problems(["backend=sdpa,my_pkg.attn:fast"]) == []
+    assert cli_check.problems(["backend=choice(sdpa,my_pkg.attn:fast)"]) == []
+    assert "'my_pkg.attn::fast'" in cli_check.problems(["backend=sdpa,my_pkg.attn::fast"])[0]
