@@ -9,6 +9,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+if __name__ == "__main__":  # Ctrl-C while Hydra and torch load: one line, no traceback (interrupts.py takes over later)
+    import os
+    import signal
+
+    def _interrupted_while_starting(signum: int, frame: object) -> None:
+        # os._exit, not an exception: raised inside an import, an exception can be swallowed and leave a
+        # module half loaded; nothing is written before interrupts.py's handlers replace this one
+        print("interrupted while starting: nothing was measured", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+    signal.signal(signal.SIGTERM, _interrupted_while_starting)
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode

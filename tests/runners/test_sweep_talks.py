@@ -173,6 +173,22 @@ def test_an_interrupted_sweep_ends_in_one_line_and_resumes_in_one_line(tmp_path,
 
 
 @pytest.mark.slow
+def test_ctrl_c_while_the_sweep_starts_is_one_line_too(tmp_path):
+    # 1 s in, Hydra and torch are still loading (the typo check alone takes seconds): before interrupts.py's
+    # handlers exist, sweep.py's own says so; either way one line, exit 130, no traceback
+    args = ["-m", "seq_len=16,24", "device=cpu", "experiment=smoke", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    proc = subprocess.Popen(sweep_cmd(*args), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    (line,) = stderr.strip().splitlines()
+    assert line == "interrupted while starting: nothing was measured" or line.startswith("interrupted after 0 of")
+
+
+@pytest.mark.slow
 def test_the_allocator_profilers_note_shows_only_with_verbose(tmp_path):
     """A real measurement: chunked at n=512 frees, under the memory profiler, blocks made before it started."""
     args = ["backend=chunked", "seq_len=512", "heads=4", "metrics=[memory]", "experiment=smoke"]
