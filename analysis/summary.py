@@ -172,7 +172,7 @@ def leading_slice(frame: pd.DataFrame) -> Slice | None:
             held[axis] = part[axis].iloc[0]
     held = {a: held[a] for a in axes if a in held}  # the frame's axis order
     outside = frame[~inside]
-    other_axes = [a for a in held_axes if (outside[a].astype(str) != str(held[a])).any()]
+    other_axes = [a for a in held if (outside[a].astype(str) != str(held[a])).any()]
     part = part.drop(columns=list(held)).reset_index(drop=True)
     return Slice(part, held, int(outside["rows"].sum()), other_axes)
 
