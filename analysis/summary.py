@@ -138,6 +138,11 @@ def _tuples(keys: pd.DataFrame, columns: Sequence[str]) -> pd.Series:
     return keys[list(columns)].apply(tuple, axis=1)
 
 
+def _plain(value: object) -> object:
+    """A NumPy scalar as the Python value it holds (np.False_ -> False), so it prints as the table's cells do."""
+    return value.item() if hasattr(value, "item") else value
+
+
 def leading_slice(frame: pd.DataFrame) -> Slice | None:
     """The slice a table of `frame` (a `summary_frame`) leads with, or None when the points are one grid (the whole
     table is the answer).
@@ -166,11 +171,8 @@ def leading_slice(frame: pd.DataFrame) -> Slice | None:
         return None
     inside = _tuples(keys, held_axes) == key
     part = frame[inside]
-    held = {a: part[a].iloc[0] for a in held_axes}
-    for axis in [a for a in axes if a not in held_axes]:
-        if part[axis].astype(str).nunique() <= 1:
-            held[axis] = part[axis].iloc[0]
-    held = {a: held[a] for a in axes if a in held}  # the frame's axis order
+    single = [a for a in axes if a in held_axes or part[a].astype(str).nunique() <= 1]  # in the frame's axis order
+    held = {a: _plain(part[a].iloc[0]) for a in single}
     outside = frame[~inside]
     other_axes = [a for a in held if (outside[a].astype(str) != str(held[a])).any()]
     part = part.drop(columns=list(held)).reset_index(drop=True)

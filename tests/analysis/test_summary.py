@@ -190,6 +190,7 @@ def test_a_lead_axis_with_one_value_in_the_slice_is_held_too():
     piece = leading_slice(summary_frame(rows))  # causal varies, but only outside the slice
     assert list(piece.frame.columns[:2]) == ["seq_len", "backend"]
     assert piece.held == {"head_dim": 64, "causal": False, "scale": "auto"}
+    assert summary_text(rows).splitlines()[0] == "Back ends compared at head_dim 64, causal false, scale auto:"
     assert "causal" in piece.other_axes
 
 
