@@ -9,12 +9,19 @@ name it (`analysis.cost.variant_labels`: "naive+compile", or "chunked (q_chunk=2
 with several option sets). Memory is the column the cost figures read (`analysis.cost.memory_metric`: the
 allocator's exact peak where rows have it, else the process's peak RSS). Refused (`invalid`) rows never ran,
 so they count in the status line only.
+
+Rows that are not one simple grid (the default sweep is a union of small grids, each varying other axes) would make
+a table of a dozen axis columns and hundreds of mostly empty cells. Their table leads with the slice that answers
+"which back end is fastest at which n" (`leading_slice`): seq_len (with causal or precision) against every back end,
+the other axes held at the values the most points share; one line names the held values and what the other rows vary.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import textwrap
+from dataclasses import dataclass
 from typing import Sequence
 
 import pandas as pd
@@ -28,6 +35,9 @@ NOT_AXES: tuple[str, ...] = ("backend", "backend_options", "seed", "device")
 _RESTATES: dict[str, str] = {"q_len": "seq_len", "kv_heads": "heads"}
 MEMORY_COLUMNS: tuple[str, ...] = ("peak_alloc_bytes", "peak_mem_bytes")
 _FASTEST_MARK = "*"
+# The axes that matter most for cost, in the order the leading slice takes them as its rows (seq_len first).
+LEAD_AXES: tuple[str, ...] = ("seq_len", "causal", "precision")
+_CELL_COLUMNS: tuple[str, ...] = ("backend", "rows", "ok", "time_ms", "status", *MEMORY_COLUMNS)
 
 
 def swept_axes(rows: pd.DataFrame) -> list[str]:
@@ -96,6 +106,93 @@ def summary_frame(rows: pd.DataFrame) -> pd.DataFrame:
     return frame[columns].reset_index(drop=True)
 
 
+@dataclass(frozen=True)
+class Slice:
+    """The part of a summary frame that leads its table: `frame` holds only the axes that vary in it (its rows);
+    `held` the other swept axes' values; `other_rows` the measured rows outside it and `other_axes` the held axes
+    on which they differ."""
+
+    frame: pd.DataFrame
+    held: dict[str, object]
+    other_rows: int
+    other_axes: list[str]
+
+
+def frame_axes(frame: pd.DataFrame) -> list[str]:
+    """The axis columns of a `summary_frame`."""
+    return [c for c in frame.columns if c not in _CELL_COLUMNS]
+
+
+def _is_grid(frame: pd.DataFrame, axes: Sequence[str]) -> bool:
+    """Whether the points are every combination of the axes' values (one grid), as text so NaN and bools compare."""
+    if len(axes) <= 1:
+        return True
+    keys = frame[list(axes)].astype(str)
+    return len(keys.drop_duplicates()) == math.prod(keys[a].nunique() for a in axes)
+
+
+def _tuples(keys: pd.DataFrame, columns: Sequence[str]) -> pd.Series:
+    """Each row's values of `columns` as one tuple (the empty tuple for no columns)."""
+    if not columns:
+        return pd.Series([()] * len(keys), index=keys.index, dtype=object)
+    return keys[list(columns)].apply(tuple, axis=1)
+
+
+def _plain(value: object) -> object:
+    """A NumPy scalar as the Python value it holds (np.False_ -> False), so it prints as the table's cells do."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def leading_slice(frame: pd.DataFrame) -> Slice | None:
+    """The slice a table of `frame` (a `summary_frame`) leads with, or None when the points are one grid (the whole
+    table is the answer).
+
+    Rows: seq_len, then causal or precision (`LEAD_AXES`, whichever gives the larger slice), else the first axis.
+    The other axes are held at the combination of values with the most ok cells among those where at least two back
+    ends ran (any combination when none has two). Row axes with one value in the slice join the held ones."""
+    axes = frame_axes(frame)
+    if _is_grid(frame, axes):
+        return None
+    keys = frame[axes].astype(str)
+    ok = frame["ok"] > 0
+    lead = [a for a in LEAD_AXES if a in axes] or axes[:1]
+    candidates = [[lead[0], second] for second in lead[1:]] + [[lead[0]]]
+    best: tuple[tuple[int, int, int], list[str], tuple] | None = None
+    for rank, row_axes in enumerate(candidates):
+        held_axes = [a for a in axes if a not in row_axes]
+        for key, group in frame[ok].groupby(_tuples(keys[ok], held_axes), sort=False):
+            score = (int(group["backend"].nunique() >= 2), len(group), -rank)
+            if best is None or score > best[0]:
+                best = (score, held_axes, key)
+    if best is None:  # no ok cell at all: the whole table says what failed
+        return None
+    _, held_axes, key = best
+    if not held_axes:  # the lead axes are all the axes: the whole table is the slice
+        return None
+    inside = _tuples(keys, held_axes) == key
+    part = frame[inside]
+    single = [a for a in axes if a in held_axes or part[a].astype(str).nunique() <= 1]  # in the frame's axis order
+    held = {a: _plain(part[a].iloc[0]) for a in single}
+    outside = frame[~inside]
+    other_axes = [a for a in held if (outside[a].astype(str) != str(held[a])).any()]
+    part = part.drop(columns=list(held)).reset_index(drop=True)
+    return Slice(part, held, int(outside["rows"].sum()), other_axes)
+
+
+def held_text(piece: Slice) -> str:
+    """'at precision fp32, heads 4, scope core' (no held axis: 'at every point')."""
+    if not piece.held:
+        return "at every point"
+    return "at " + ", ".join(f"{a} {_axis_value(v)}" for a, v in piece.held.items())
+
+
+def _others_text(piece: Slice, where: str) -> str:
+    if not piece.other_rows:
+        return ""
+    vary = ", ".join(piece.other_axes)
+    return f"{piece.other_rows} other rows vary {vary} ({where})"
+
+
 def status_line(rows: pd.DataFrame) -> str:
     """'24 rows: 20 ok, 3 oom, 1 invalid', every row counted (refused ones too)."""
     if "status" not in rows or rows.empty:
@@ -149,7 +246,7 @@ def _memory_column(frame: pd.DataFrame) -> str | None:
 def _wide(frame: pd.DataFrame, *, memory: bool, mark_fastest: str) -> tuple[list[str], list[str], list[list[str]]]:
     """(axis headers, back-end headers, cells per table row): back ends as columns, one cell per point and back end,
     the fastest back end of a row marked when more than one ran."""
-    axes = [c for c in frame.columns if c not in ("backend", "rows", "ok", "time_ms", "status", *MEMORY_COLUMNS)]
+    axes = frame_axes(frame)
     backends = list(dict.fromkeys(frame["backend"]))
     mem = _memory_column(frame) if memory else None
     cells_by_row: list[list[str]] = []
@@ -186,21 +283,35 @@ def _explain(frame: pd.DataFrame, memory: bool) -> str:
     return what
 
 
-def summary_markdown(rows: pd.DataFrame) -> str:
-    """A pipe table for report.md: the swept axes, then one column per back end ("1.23 ms · 4.00 MiB", the
-    fastest of each row in bold, a failed point's status), and the status counts under it."""
-    frame = summary_frame(rows)
-    if frame.empty:
-        return f"*No measured rows* ({status_line(rows)})."
+def _markdown_table(frame: pd.DataFrame) -> list[str]:
     axes, backends, table = _wide(frame, memory=True, mark_fastest="**{}**")
     header = axes + backends
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
     lines = ["| " + " | ".join(cell(h) for h in header) + " |",
              "|" + "|".join("---" if i < len(axes) else "---:" for i in range(len(header))) + "|"]
-    lines += ["| " + " | ".join(cell(c) for c in cells) + " |" for cells in table]
+    return lines + ["| " + " | ".join(cell(c) for c in cells) + " |" for cells in table]
+
+
+def summary_markdown(rows: pd.DataFrame) -> str:
+    """A pipe table for report.md: the swept axes, then one column per back end ("1.23 ms · 4.00 MiB", the
+    fastest of each row in bold, a failed point's status), and the status counts under it. Rows that are not one
+    grid get the leading slice's table first (`leading_slice`, its held values in the line above it), then every
+    point's."""
+    frame = summary_frame(rows)
+    if frame.empty:
+        return f"*No measured rows* ({status_line(rows)})."
     note = _explain(frame, memory=True) + "; bold: the fastest back end of the row."
-    return "\n".join(lines) + f"\n\n{status_line(rows)}. Cells: {note}"
+    full = "\n".join(_markdown_table(frame))
+    piece = leading_slice(frame)
+    if piece is None:
+        return full + f"\n\n{status_line(rows)}. Cells: {note}"
+    vary = f": the {piece.other_rows} other rows vary {', '.join(piece.other_axes)}" if piece.other_rows else ""
+    return "\n".join([
+        f"Back ends compared {held_text(piece)}:", "",
+        *_markdown_table(piece.frame), "",
+        f"{status_line(rows)}. Cells: {note}", "",
+        f"Every point{vary}.", "", full])
 
 
 def _text_table(header: Sequence[str], table: Sequence[Sequence[str]], n_axes: int) -> list[str]:
@@ -210,12 +321,16 @@ def _text_table(header: Sequence[str], table: Sequence[Sequence[str]], n_axes: i
     return [line(header), *(line(row) for row in table)]
 
 
-def summary_text(rows: pd.DataFrame, width: int = 100, max_rows: int = 60) -> str:
-    """The same table for a terminal, within `width` columns: back ends as columns; memory is dropped first, then
-    the back ends that do not fit (a note names them), and rows past `max_rows` (a note counts them)."""
-    frame = summary_frame(rows)
-    if frame.empty:
-        return f"No measured rows ({status_line(rows)})."
+def _short_labels(backends: Sequence[str]) -> list[str]:
+    """The back-end labels with their option names left out ("chunked (q_chunk=256)" -> "chunked (256)"), or the
+    labels as they are when leaving the names out would make two of them the same."""
+    short = [re.sub(r"\b\w+=", "", label) for label in backends]
+    return short if len(set(short)) == len(short) else list(backends)
+
+
+def _fit_text(frame: pd.DataFrame, width: int, max_rows: int) -> tuple[list[str], list[str], bool]:
+    """(table lines, notes, whether memory is shown) for `frame` within `width`: memory goes first, then the
+    back-end labels lose their option names, then the back ends that still do not fit go (a note names them)."""
     notes: list[str] = []
     for memory in (True, False):
         axes, backends, table = _wide(frame, memory=memory, mark_fastest=_FASTEST_MARK + "{}")
@@ -224,13 +339,20 @@ def summary_text(rows: pd.DataFrame, width: int = 100, max_rows: int = 60) -> st
             break
     if memory and _memory_column(frame) is None:
         memory = False
+    labels = backends
+    if max(map(len, lines)) > width:
+        labels = _short_labels(backends)
+        lines = _text_table(axes + labels, table, len(axes))
+        renamed = [f"{short} = {label}" for short, label in zip(labels, backends) if short != label]
+        if renamed:
+            notes.append("back ends named by their option values to fit: " + "; ".join(renamed))
     if max(map(len, lines)) > width:  # back ends from the right until the table fits (at least one stays)
         kept = len(backends)
-        while kept > 1 and max(map(len, _text_table(axes + backends[:kept], [r[:len(axes) + kept] for r in table],
+        while kept > 1 and max(map(len, _text_table(axes + labels[:kept], [r[:len(axes) + kept] for r in table],
                                                      len(axes)))) > width:
             kept -= 1
         left_out = backends[kept:]
-        lines = _text_table(axes + backends[:kept], [r[:len(axes) + kept] for r in table], len(axes))
+        lines = _text_table(axes + labels[:kept], [r[:len(axes) + kept] for r in table], len(axes))
         if left_out:
             notes.append(f"left out to fit {width} columns: {', '.join(left_out)}")
     if not memory and _memory_column(frame) is not None:
@@ -238,6 +360,25 @@ def summary_text(rows: pd.DataFrame, width: int = 100, max_rows: int = 60) -> st
     if len(lines) - 1 > max_rows:
         notes.append(f"{len(lines) - 1 - max_rows} more rows not shown")
         lines = lines[:max_rows + 1]
+    return lines, notes, memory
+
+
+def summary_text(rows: pd.DataFrame, width: int = 100, max_rows: int = 60) -> str:
+    """The same table for a terminal, within `width` columns: back ends as columns; memory is dropped first, then
+    the back-end labels lose their option names, then the back ends that do not fit go (a note names them), and rows
+    past `max_rows` (a note counts them). Rows that are not one grid show their leading slice only (`leading_slice`:
+    a line above it names the held values, a note under it what the other rows vary)."""
+    frame = summary_frame(rows)
+    if frame.empty:
+        return f"No measured rows ({status_line(rows)})."
+    piece = leading_slice(frame)
+    lines, notes, memory = _fit_text(frame if piece is None else piece.frame, width, max_rows)
+    head: list[str] = []
+    if piece is not None:
+        head = [textwrap.fill(f"Back ends compared {held_text(piece)}:", width)]
+        others = _others_text(piece, "report.md has them")
+        if others:
+            notes.append(others)
     what = status_line(rows) + ". Cells: " + _explain(frame, memory=memory) + f"; {_FASTEST_MARK}: fastest of the row."
     notes_text = [textwrap.fill(f"({note})", width) for note in notes]
-    return "\n".join([*lines, "", textwrap.fill(what, width), *notes_text])
+    return "\n".join([*head, *lines, "", textwrap.fill(what, width), *notes_text])

@@ -2,7 +2,9 @@
 
 Printed at the end of a multirun (runners/callbacks.py) and by `python -m runners.rows DIR --table`:
 the swept axes against each back end's median time (and memory peak where measured), the status
-counts, fitted to the terminal's width (summary_text drops memory, then back ends, and says so).
+counts, fitted to the terminal's width (summary_text drops memory, then option names from the back-end labels,
+then back ends, and says so). Rows that are not one grid (the default sweep) show the slice of seq_len against
+every back end at the other axes' most shared values, with a line naming those values.
 """
 
 from __future__ import annotations

@@ -11,18 +11,19 @@ import pytest
 
 from analysis.load import load
 from analysis.summary import (
-    format_bytes, format_ms, status_line, summary_frame, summary_markdown, summary_text, swept_axes,
+    format_bytes, format_ms, leading_slice, status_line, summary_frame, summary_markdown, summary_text, swept_axes,
 )
 from selfattn.results import Row
 
 
 def _row(backend="naive", seq_len=128, causal=False, precision="fp32", seed=0, status="ok", time_ms=1.0,
          peak_alloc_bytes=2**20, options=None, device_label="Fake CPU", **extra) -> dict:
-    row = Row(status=status, backend=backend, backend_options=json.dumps(options or {}), precision=precision,
-              device="cpu", device_name=device_label, mode="fwd", scope="core", batch=1, heads=4, q_len=seq_len,
-              seq_len=seq_len, head_dim=64, causal=causal, scale="auto", input_std=1.0, seed=seed,
-              time_ms=time_ms if status == "ok" else None,
-              peak_alloc_bytes=peak_alloc_bytes if status == "ok" else None, **extra).to_dict()
+    fields = dict(status=status, backend=backend, backend_options=json.dumps(options or {}), precision=precision,
+                  device="cpu", device_name=device_label, mode="fwd", scope="core", batch=1, heads=4, q_len=seq_len,
+                  seq_len=seq_len, head_dim=64, causal=causal, scale="auto", input_std=1.0, seed=seed,
+                  time_ms=time_ms if status == "ok" else None,
+                  peak_alloc_bytes=peak_alloc_bytes if status == "ok" else None)
+    row = Row(**{**fields, **extra}).to_dict()
     row["device_label"] = device_label
     return row
 
@@ -152,3 +153,86 @@ def test_real_rows_of_the_quick_sweep():
     assert "seq_len" in frame.columns and "seed" not in frame.columns
     text = summary_text(rows, width=100)
     assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def _union() -> pd.DataFrame:
+    """Two small grids as the default sweep unions them: seq_len x causal over 3 back ends at head_dim 64, and
+    head_dim x scale for naive alone at seq_len 128 (5 points outside the first grid)."""
+    rows = [_row(b, n, c, time_ms=f * n / 128) for n in (128, 256, 512) for c in (False, True)
+            for b, f in (("naive", 3.0), ("sdpa", 1.0), ("chunked", 2.0))]
+    rows += [_row("naive", 128, head_dim=d, scale=s, time_ms=1.0) for d in (16, 32, 64) for s in ("auto", "none")
+             if (d, s) != (64, "auto")]
+    return pd.DataFrame(rows)
+
+
+def test_a_union_of_grids_leads_with_seq_len_against_every_back_end_at_the_shared_values():
+    rows = _union()
+    frame = summary_frame(rows)
+    assert set(swept_axes(rows)) == {"seq_len", "head_dim", "causal", "scale"}
+    piece = leading_slice(frame)
+    assert list(piece.frame.columns[:3]) == ["seq_len", "causal", "backend"]
+    assert set(piece.frame["backend"]) == {"naive", "sdpa", "chunked"} and len(piece.frame) == 18
+    assert piece.held == {"head_dim": 64, "scale": "auto"}
+    assert piece.other_rows == 5 and piece.other_axes == ["head_dim", "scale"]
+    text = summary_text(rows, width=100)
+    lines = text.splitlines()
+    assert lines[0] == "Back ends compared at head_dim 64, scale auto:"
+    assert lines[1].split() == ["seq_len", "causal", "naive", "sdpa", "chunked"]
+    assert "(5 other rows vary head_dim, scale (report.md has them))" in text
+    assert "23 rows: 23 ok" in text
+
+
+def test_a_lead_axis_with_one_value_in_the_slice_is_held_too():
+    rows = _union()
+    rows = rows[~rows["causal"].astype(bool)]  # causal now varies nowhere: no axis at all
+    assert "causal" not in swept_axes(rows)
+    rows = pd.concat([rows, pd.DataFrame([_row("naive", 128, True, head_dim=16, time_ms=1.0)])])
+    piece = leading_slice(summary_frame(rows))  # causal varies, but only outside the slice
+    assert list(piece.frame.columns[:2]) == ["seq_len", "backend"]
+    assert piece.held == {"head_dim": 64, "causal": False, "scale": "auto"}
+    assert summary_text(rows).splitlines()[0] == "Back ends compared at head_dim 64, causal false, scale auto:"
+    assert "causal" in piece.other_axes
+
+
+def test_one_grid_keeps_its_whole_table():
+    rows = _grid()
+    assert leading_slice(summary_frame(rows)) is None  # every combination of the axes: the table is the answer
+    text = summary_text(rows, width=200)
+    assert "Back ends compared" not in text and "other rows" not in text
+    assert len(text.split("\n\n")[0].splitlines()) == 5  # header + 2 sizes x 2 masks
+    assert "Every point" not in summary_markdown(rows)
+
+
+def test_option_values_name_the_back_ends_before_any_is_left_out():
+    rows = _union()
+    rows.loc[rows["backend"] == "chunked", "backend_options"] = json.dumps({"q_chunk": 64})
+    extra = rows[rows["backend"] == "chunked"].assign(backend_options=json.dumps({"q_chunk": 128}), time_ms=9.0)
+    rows = pd.concat([rows, extra], ignore_index=True)
+    wide = summary_text(rows, width=200)
+    assert "chunked (q_chunk=64)" in wide.splitlines()[1] and "named by" not in wide
+    narrow = summary_text(rows, width=70)  # the full labels need 82 columns even without memory
+    assert narrow.splitlines()[1].split() == ["seq_len", "causal", "naive", "sdpa", "chunked", "(64)", "chunked",
+                                              "(128)"]
+    flat = " ".join(narrow.split())
+    assert "chunked (64) = chunked (q_chunk=64); chunked (128) = chunked (q_chunk=128)" in flat
+    assert "left out to fit 70" not in flat and max(map(len, narrow.splitlines())) <= 70
+    narrower = " ".join(summary_text(rows, width=60).split())  # shortened, and still one too many
+    assert "chunked (64) =" in narrower and "left out to fit 60 columns: chunked (q_chunk=128)" in narrower
+
+
+def test_the_quick_sweep_shows_every_back_end_against_seq_len():
+    rows = load([Path(__file__).parent / "data" / "quick_cpu_results.csv"], warn=False).rows
+    text = summary_text(rows, width=100)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 100 and "left out" not in text
+    assert lines[0].startswith("Back ends compared at precision fp32, batch 1, heads 4, head_dim 64,")
+    header = next(line for line in lines if line.startswith("seq_len"))
+    assert header.split()[:2] == ["seq_len", "causal"]
+    for backend in ("naive", "sdpa", "chunked"):
+        assert backend in header
+    assert "other rows vary precision," in " ".join(text.split())
+    markdown = summary_markdown(rows)
+    assert markdown.startswith("Back ends compared at precision fp32,")
+    assert "| seq_len | causal | naive (scale_at=logits) | sdpa | chunked |" in markdown
+    every = markdown.index("Every point: the ")
+    assert "| naive (scale_at=query) |" in markdown[every:]  # the full table keeps the option set the slice lacks
