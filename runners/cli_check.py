@@ -139,10 +139,11 @@ def check_key(key: str, backends: Sequence[str]) -> str:
 
 
 def _values(override: Any) -> list[Any]:
-    """The values an override sets: each of a sweep's, else its one value."""
+    """The values an override sets: each of a sweep's, else its one value. The values themselves, not
+    their re-parseable strings (those escape ':', so `my_pkg.attn:fast` would read `my_pkg.attn\\:fast`)."""
     try:
         if override.is_sweep_override():
-            return list(override.sweep_string_iterator())
+            return list(override.sweep_iterator())
         return [override.value()]
     except Exception:  # a sweep Hydra itself cannot expand: its own message says why, later
         return []

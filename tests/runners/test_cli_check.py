@@ -38,6 +38,8 @@ def test_every_bad_value_of_every_sweep_is_listed():
     ["backend=chunked", "backend.q_chunk=64"], ["backend=naive,chunked", "backend.q_chunk=64"],
     ["experiment=quick", "backend.q_chunk=256"],  # the experiment's grids pick chunked
     ["backend=my_pkg.attn:fast", "backend.block=7"],  # a plugin by path: its options are its own
+    ["backend=sdpa,my_pkg.attn:fast", "seq_len=64,128"],  # a path in a sweep (Hydra escapes its ':' there)
+    ["backend=choice(naive,my_pkg.attn:fast)"],
     ["hydra/launcher=basic", "hydra.sweep.dir=x", "++hydra.job.chdir=false", "experiment=null"],
     ["seq_len=0,abc"],  # values only a point can judge: invalid rows, not a refused sweep
     ["grids.cost.seed=[3]", "grid_point=0", "verbose=true", "~causal"],
