@@ -116,16 +116,52 @@ def _plain_keys() -> frozenset[str]:
     return frozenset({*AXES, *(f.name for f in fields(RunnerConf)), *sections, "backend.name", "precision.name"})
 
 
-def check_key(key: str, backends: Sequence[str]) -> str:
-    """'' when the config reads `key` (a top-level key or a section's), else the one-line problem."""
+def backend_options(name: str) -> tuple[frozenset[str], str]:
+    """Back end `name`'s option keys (`backend.<field>`) and, for a plugin that cannot be loaded, why.
+    A plugin is imported here, and only when the command line sets a `backend.*` key."""
+    from selfattn.backends import get_backend
+    from selfattn.backends.registry import BrokenBackend
+
+    try:
+        entry = get_backend(name)
+    except ValueError:  # not a back end: its name's own problem is reported
+        return frozenset(), ""
+    why = entry.unsupported_reason(None, "cpu") if isinstance(entry, BrokenBackend) else ""
+    return frozenset(f"backend.{f.name}" for f in fields(entry.Options)), why or ""
+
+
+def check_option(key: str, backends: Sequence[str], every: bool) -> str:
+    """'' when back-end option `key` is one of `backends`' (of each of them when `every`: Hydra composes every
+    job of a sweep with it, and a back end without the key stops the sweep), else the one-line problem."""
+    names = list(dict.fromkeys(backends))
+    has = {name: backend_options(name) for name in names}
+    lacking = [name for name in names if key not in has[name][0]]
+    if not lacking or (not every and len(lacking) < len(names)):
+        return ""
+    why = "; ".join(has[name][1] for name in lacking if has[name][1])
+    why = f" ({why})" if why else ""
+    owners = [n for n in names if n not in lacking]
+    owners += [n for n in group_options("backend") if n not in names and key in backend_options(n)[0]]
+    if owners:
+        return (f"{key}: not an option of {', '.join(lacking)}; "
+                f"{', '.join(owners)} {'has' if len(owners) == 1 else 'have'} it{why}")
+    candidates = sorted({k for name in names for k in has[name][0]})
+    if not candidates:
+        return f"{key}: not an option of {', '.join(names)}, which {'has' if len(names) == 1 else 'have'} none{why}"
+    return f"{unknown_key(key, candidates)}{why}"
+
+
+def check_key(key: str, backends: Sequence[str], every: bool = False) -> str:
+    """'' when the config reads `key` (a top-level key or a section's), else the one-line problem. A
+    `backend.*` key must be an option of one of `backends`, or of each of them when `every`."""
     if key in GROUPS:
         return ""
     if key.startswith("grids.") or key == "grids":  # the union of grids: its keys are checked as a grid's
         return ""
     if key in _plain_keys():
         return ""
-    if key.startswith("backend.") and any(name not in group_options("backend") for name in backends):
-        return ""  # a plugin's options are its own: the point checks them against its Options
+    if key.startswith("backend.") and (every or any(name not in group_options("backend") for name in backends)):
+        return check_option(key, backends, every)  # a plugin's options are its own Options' fields
     known = known_keys(backends)
     if key in known:
         return ""
@@ -208,8 +244,9 @@ def problems(overrides: Sequence[str], config_dir: str | None = None) -> list[st
     backends = [str(v) for v in named["backend"]] or ["naive"]
     if named["experiment"]:
         backends += list(group_options("backend"))
-    for o in ours:
-        if problem := check_key(o.key_or_group, backends):
+    for o in ours:  # `+backend.x` adds the key where it is missing (the point refuses it there)
+        every = not named["experiment"] and not o.is_add() and not o.is_force_add()
+        if problem := check_key(o.key_or_group, backends, every):
             found.append(problem)
     for experiment in dict.fromkeys(str(v) for v in named["experiment"]):
         if extra is not None and experiment in options_in("experiment", extra):
