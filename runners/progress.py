@@ -103,7 +103,8 @@ def line(index: int | None, total: int | None, what: str, row: Mapping[str, Any]
             first = "compiled in" if row.get("recompiled") else "first call (compiled code reused)"
             result += f", {first} {row['compile_s']:.1f} s"
     else:
-        error = str(row.get("error") or "").splitlines()[0][:100] if row.get("error") else ""
+        # 200: room for a plugin's import error after its name and path (a back end's reason is one line)
+        error = str(row.get("error") or "").splitlines()[0][:200] if row.get("error") else ""
         result = f"{status}{': ' + error if error else ''}"
     tail = f" (ETA {fmt_duration(eta)})" if eta is not None and total and index and index < total else ""
     return f"{head}{what} -> {result}{tail}"
