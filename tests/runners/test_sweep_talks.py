@@ -39,6 +39,13 @@ def test_skipped_points_are_one_line_with_what_is_left():
     for _ in range(3):
         every.add("ok")
     assert every.line(3) == "all 3 points already measured, nothing to measure"
+    # a point met after this sweep measured others (two grids of an experiment naming one point): no count of
+    # what is left, which would read as points still to come
+    later = progress.Skipped()
+    for _ in range(8):
+        later.measuring()
+    later.add("unsupported")
+    assert later.line(9) == "1 point already measured (1 unsupported)"
 
 
 def test_the_resume_command_names_the_folder_hydra_named_by_the_clock(tmp_path):
