@@ -61,7 +61,7 @@ def test_a_sweep_without_an_ok_row_says_why_in_one_line():
     why = nothing_measured([{"status": "invalid", "error": "seq_len: expected an integer >= 1, got 0"}] * 2
                            + [{"status": "unsupported", "error": "Unsupported: no fp8 here"}])
     assert why == ("no point of the sweep could be measured (3 rows, none ok): seq_len: expected an integer >= 1, "
-                   "got 0 (2 rows), and 1 other reasons")
+                   "got 0 (2 rows), and 1 other reason")
 
 
 def test_hydras_deprecation_notes_are_hidden_unless_verbose(monkeypatch):
@@ -129,7 +129,7 @@ def test_a_sweep_where_no_point_could_be_measured_exits_1_saying_why(tmp_path):
     assert [r["status"] for r in read_csv(tmp_path / "results.csv")] == ["invalid", "invalid"]
     assert out.stderr.strip().splitlines()[-1] == (
         "error: no point of the sweep could be measured (2 rows, none ok): seq_len: expected an integer >= 1, got 0, "
-        "and 1 other reasons")
+        "and 1 other reason")
 
 
 @pytest.mark.slow
