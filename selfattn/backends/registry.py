@@ -259,8 +259,8 @@ def _load(name: str, target: str, source: str) -> Any:
         for part in filter(None, attribute.split(".")):
             obj = getattr(obj, part)
     except BaseException as err:  # noqa: BLE001 - a plugin's import may raise anything, SystemExit included
-        if isinstance(err, KeyboardInterrupt):
-            raise
+        if not isinstance(err, (Exception, SystemExit)):  # Ctrl-C, or the sweep's SIGINT/SIGTERM exception
+            raise  # (runners.interrupts.Interrupted): the run ends; it is no broken plugin
         hint = ""
         if isinstance(err, AttributeError) and isinstance(obj, ModuleType):  # a misspelt function: the nearest
             near = difflib.get_close_matches(part, [n for n in vars(obj) if not n.startswith("_")], n=1, cutoff=0.6)

@@ -271,6 +271,23 @@ def test_a_plugin_that_fails_to_import_gives_unsupported_rows_naming_the_error(p
     assert row.status == "unsupported" and "needs a library this machine lacks" in row.error
 
 
+class _Signal(BaseException):
+    """As the sweep's handler raises on SIGINT/SIGTERM (runners.interrupts.Interrupted): no Exception."""
+
+
+def test_a_signal_during_a_plugins_import_stops_the_run_and_is_no_broken_plugin(plugins, tmp_path):
+    # a plugin's import that raises SystemExit is a broken plugin; Ctrl-C while it imports (a heavy library)
+    # must end the sweep, not become unsupported rows "import failed: Interrupted" that a resume then skips
+    (tmp_path / f"exits_{plugins}.py").write_text("raise SystemExit(3)\n")
+    assert "import failed: SystemExit" in registry.get_backend(f"exits_{plugins}:fast").unsupported_reason(None, "cpu")
+    (tmp_path / f"signalled_{plugins}.py").write_text(
+        f"import {__name__} as t\nraise t._Signal('SIGINT')\n")
+    with pytest.raises(_Signal):
+        registry.get_backend(f"signalled_{plugins}:fast")
+    with pytest.raises(_Signal):  # not remembered as broken: the next try imports it again
+        registry.get_backend(f"signalled_{plugins}:fast")
+
+
 def test_a_misspelt_function_of_a_path_names_the_nearest_one(plugins, tmp_path):
     reason = registry.get_backend(f"{plugins}:plian").unsupported_reason(None, "cpu")
     assert f"has no attribute 'plian'; did you mean {plugins}:plain?" in reason, reason
