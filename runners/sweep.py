@@ -9,13 +9,18 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from runners import interrupts
 
-from runners import cli_check, config, given, interrupts, job, launcher, quiet
-from runners.callbacks import sweep_id, sweep_meta
+if __name__ == "__main__":  # Ctrl-C while torch and Hydra import (seconds): one line, as later, no traceback
+    interrupts.before_run()
+
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from hydra.types import RunMode  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from runners import cli_check, config, given, job, launcher, quiet  # noqa: E402
+from runners.callbacks import sweep_id, sweep_meta  # noqa: E402
 
 config.register_resolvers()  # ${by_device:...} and ${grid_range:} in conf/experiment/*.yaml
 

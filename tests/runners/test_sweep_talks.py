@@ -229,3 +229,19 @@ def test_a_resumed_sweeps_eta_averages_over_the_points_it_measured(tmp_path, fak
             job_dir=tmp_path / str(num), sweep_dir=tmp_path, multirun=True, index=num, total=12, started_unix=started))
     # 2 left at 10 s each; counting the 9 skipped as done would say 10 s / 10 points x 2 = 2 s
     assert capsys.readouterr().out.splitlines()[-1].endswith("(ETA 20s)")
+
+
+def test_a_signal_while_the_sweep_starts_is_one_line_not_a_traceback():
+    # torch and Hydra take seconds to import before the sweep's handlers are in place: Ctrl-C there is a
+    # new user's first (a command typed wrong); the same one line and 130/143 as later, nothing measured
+    import signal
+    import subprocess
+    import sys
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        code = ("from runners import interrupts; interrupts.before_run(); import os, signal, time; "
+                f"os.kill(os.getpid(), {int(signum)}); time.sleep(30)")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                             restore_signals=True)
+        assert out.returncode == 128 + int(signum), out
+        assert out.stderr == "interrupted before the first point; nothing was measured\n", out.stderr
