@@ -8,6 +8,8 @@ results.csv are written, so a row is never half there. Every file is replaced wh
 Then: results.csv is built from the rows there are, one line says how far the sweep got and the
 command that resumes it, and the exit status is 128 + the signal's number (130, 143), no traceback.
 The jobs tell this module how far the sweep is (`sweep_started`, `job_done`): same process.
+Before that, while torch and Hydra import, `before_run()` (runners/sweep.py's first call) makes a signal
+one line too ("interrupted before the first point; nothing was measured").
 """
 
 from __future__ import annotations
