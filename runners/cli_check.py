@@ -205,18 +205,30 @@ def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
 
 
-def search_dirs(parsed: Sequence[Any], config_dir: str | None = None) -> list[Path] | None:
-    """Folders the command line adds to Hydra's search path (`hydra.searchpath=[file://...]`, `--config-dir`);
-    None when one of them is not a plain folder (pkg://...)."""
-    dirs = [Path(config_dir)] if config_dir else []
+PLUGIN_SOURCE = "selfattn-backend://"  # conf/config.yaml's search path entry behind backend=<plugin>
+
+
+def searchpath_of(parsed: Sequence[Any]) -> list[str] | None:
+    """The entries of the command line's `hydra.searchpath=[...]` (which replaces conf/config.yaml's), or None."""
+    entries = None
     for o in parsed:
         if o.key_or_group == "hydra.searchpath" and not o.is_delete():
             value = o.value()
-            for entry in value if isinstance(value, list) else [value]:
-                entry = str(entry)
-                if not entry.startswith("file://"):
-                    return None
-                dirs.append(Path(entry[len("file://"):]))
+            entries = [str(e) for e in (value if isinstance(value, list) else [value])]
+    return entries
+
+
+def search_dirs(parsed: Sequence[Any], config_dir: str | None = None) -> list[Path] | None:
+    """Folders the command line adds to Hydra's search path (`hydra.searchpath=[file://...]`, `--config-dir`);
+    None when one of them is not a plain folder (pkg://...). The plugin source holds only plugins' options,
+    which the registry judges: no folder, and no reason to stop checking."""
+    dirs = [Path(config_dir)] if config_dir else []
+    for entry in searchpath_of(parsed) or []:
+        if entry.startswith(PLUGIN_SOURCE):
+            continue
+        if not entry.startswith("file://"):
+            return None
+        dirs.append(Path(entry[len("file://"):]))
     return dirs
 
 
@@ -239,6 +251,15 @@ def problems(overrides: Sequence[str], config_dir: str | None = None) -> list[st
         for value in dict.fromkeys(str(v) for v in named[group]):
             if problem := check_name(group, value, extra):
                 found.append(problem)
+    searchpath = searchpath_of(parsed)
+    if searchpath is not None and not any(e.startswith(PLUGIN_SOURCE) for e in searchpath):
+        # Hydra would compose the built-ins' jobs, then stop at "Could not find 'backend/<plugin>'"
+        files = options_in("backend", extra or [])  # a built-in's YAML, or one of the user's folders
+        plugins = [n for n in dict.fromkeys(str(v) for v in named["backend"]) if n not in files and is_backend_name(n)]
+        if plugins:
+            found.append(f"backend: {', '.join(plugins)} {'is a plugin' if len(plugins) == 1 else 'are plugins'}, "
+                         f"named through the search path entry {PLUGIN_SOURCE}, which hydra.searchpath="
+                         f"{searchpath} leaves out: add it (hydra.searchpath=[{PLUGIN_SOURCE},...])")
     # backend.* keys: options of the back ends named (conf/config.yaml's default: naive); an experiment
     # may pick others in its grids or defaults, so with one every built-in's options are keys
     backends = [str(v) for v in named["backend"]] or ["naive"]

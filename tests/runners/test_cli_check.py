@@ -137,3 +137,21 @@ def test_an_option_of_a_plugin_that_cannot_be_loaded_names_why(option_plugins):
     found = cli_check.problems(["backend=cli_plugins_gone:fast", "backend.block=7"])
     assert len(found) == 1 and found[0].startswith("backend.block: not an option of cli_plugins_gone:fast"), found
     assert "import failed" in found[0], found
+
+
+def test_a_search_path_with_the_plugin_source_keeps_every_check(tmp_path, monkeypatch):
+    # docs/plugins.md's form, hydra.searchpath=[selfattn-backend://,file://...]: the source is no folder of
+    # options, and must not turn the check off (Hydra's search-path block for precision=float16)
+    mine = tmp_path / "my_conf"
+    (mine / "experiment").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    found = cli_check.problems(["precision=float16", "backend=sdpx", f"hydra.searchpath=[selfattn-backend://,file://{mine}]"])
+    assert [p.split(":")[0] for p in found] == ["backend", "precision"], found
+
+
+def test_a_search_path_without_the_plugin_source_refuses_a_plugin_before_hydra_does(tmp_path):
+    # Hydra would measure the built-ins' points, then stop at "Could not find 'backend/my_pkg.attn:fast'"
+    searchpath = f"hydra.searchpath=[file://{tmp_path}]"
+    found = cli_check.problems(["backend=sdpa,my_pkg.attn:fast", searchpath])
+    assert len(found) == 1 and "selfattn-backend://" in found[0] and "my_pkg.attn:fast" in found[0], found
+    assert cli_check.problems(["backend=sdpa,naive", searchpath]) == []  # built-ins have their files
