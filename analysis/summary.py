@@ -47,7 +47,7 @@ def swept_axes(rows: pd.DataFrame) -> list[str]:
         if name in NOT_AXES or name not in rows:
             continue
         values = rows[name]
-        if values.astype(str).nunique() <= 1:
+        if values.astype(str).nunique(dropna=False) <= 1:  # null is a value (window=null,8): pandas 3 keeps it NaN
             continue
         restated = _RESTATES.get(name)
         if restated in rows and (values.isna() | (values == rows[restated])).all():

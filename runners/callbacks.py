@@ -146,7 +146,8 @@ def nothing_measured(all_rows: list[dict[str, Any]]) -> str:
     errors = Counter(str(r.get("error") or r.get("status")) for r in all_rows)
     (first, n), others = errors.most_common(1)[0], len(errors) - 1
     return (f"no point of the sweep could be measured ({len(all_rows)} rows, none ok): "
-            f"{first}" + (f" ({n} rows)" if n > 1 else "") + (f", and {others} other reasons" if others else ""))
+            f"{first}" + (f" ({n} rows)" if n > 1 else "")
+            + (f", and {others} other reason{'s' if others > 1 else ''}" if others else ""))
 
 
 def write_report(csv_path: Path, out_dir: Path) -> Path | None:

@@ -116,16 +116,52 @@ def _plain_keys() -> frozenset[str]:
     return frozenset({*AXES, *(f.name for f in fields(RunnerConf)), *sections, "backend.name", "precision.name"})
 
 
-def check_key(key: str, backends: Sequence[str]) -> str:
-    """'' when the config reads `key` (a top-level key or a section's), else the one-line problem."""
+def backend_options(name: str) -> tuple[frozenset[str], str]:
+    """Back end `name`'s option keys (`backend.<field>`) and, for a plugin that cannot be loaded, why.
+    A plugin is imported here, and only when the command line sets a `backend.*` key."""
+    from selfattn.backends import get_backend
+    from selfattn.backends.registry import BrokenBackend
+
+    try:
+        entry = get_backend(name)
+    except ValueError:  # not a back end: its name's own problem is reported
+        return frozenset(), ""
+    why = entry.unsupported_reason(None, "cpu") if isinstance(entry, BrokenBackend) else ""
+    return frozenset(f"backend.{f.name}" for f in fields(entry.Options)), why or ""
+
+
+def check_option(key: str, backends: Sequence[str], every: bool) -> str:
+    """'' when back-end option `key` is one of `backends`' (of each of them when `every`: Hydra composes every
+    job of a sweep with it, and a back end without the key stops the sweep), else the one-line problem."""
+    names = list(dict.fromkeys(backends))
+    has = {name: backend_options(name) for name in names}
+    lacking = [name for name in names if key not in has[name][0]]
+    if not lacking or (not every and len(lacking) < len(names)):
+        return ""
+    why = "; ".join(has[name][1] for name in lacking if has[name][1])
+    why = f" ({why})" if why else ""
+    owners = [n for n in names if n not in lacking]
+    owners += [n for n in group_options("backend") if n not in names and key in backend_options(n)[0]]
+    if owners:
+        return (f"{key}: not an option of {', '.join(lacking)}; "
+                f"{', '.join(owners)} {'has' if len(owners) == 1 else 'have'} it{why}")
+    candidates = sorted({k for name in names for k in has[name][0]})
+    if not candidates:
+        return f"{key}: not an option of {', '.join(names)}, which {'has' if len(names) == 1 else 'have'} none{why}"
+    return f"{unknown_key(key, candidates)}{why}"
+
+
+def check_key(key: str, backends: Sequence[str], every: bool = False) -> str:
+    """'' when the config reads `key` (a top-level key or a section's), else the one-line problem. A
+    `backend.*` key must be an option of one of `backends`, or of each of them when `every`."""
     if key in GROUPS:
         return ""
     if key.startswith("grids.") or key == "grids":  # the union of grids: its keys are checked as a grid's
         return ""
     if key in _plain_keys():
         return ""
-    if key.startswith("backend.") and any(name not in group_options("backend") for name in backends):
-        return ""  # a plugin's options are its own: the point checks them against its Options
+    if key.startswith("backend.") and (every or any(name not in group_options("backend") for name in backends)):
+        return check_option(key, backends, every)  # a plugin's options are its own Options' fields
     known = known_keys(backends)
     if key in known:
         return ""
@@ -139,10 +175,11 @@ def check_key(key: str, backends: Sequence[str]) -> str:
 
 
 def _values(override: Any) -> list[Any]:
-    """The values an override sets: each of a sweep's, else its one value."""
+    """The values an override sets: each of a sweep's, else its one value. The values themselves, not
+    their re-parseable strings (those escape ':', so `my_pkg.attn:fast` would read `my_pkg.attn\\:fast`)."""
     try:
         if override.is_sweep_override():
-            return list(override.sweep_iterator())  # the values themselves (the string form escapes `:`)
+            return list(override.sweep_iterator())
         return [override.value()]
     except Exception:  # a sweep Hydra itself cannot expand: its own message says why, later
         return []
@@ -168,18 +205,30 @@ def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
 
 
-def search_dirs(parsed: Sequence[Any], config_dir: str | None = None) -> list[Path] | None:
-    """Folders the command line adds to Hydra's search path (`hydra.searchpath=[file://...]`, `--config-dir`);
-    None when one of them is not a plain folder (pkg://...)."""
-    dirs = [Path(config_dir)] if config_dir else []
+PLUGIN_SOURCE = "selfattn-backend://"  # conf/config.yaml's search path entry behind backend=<plugin>
+
+
+def searchpath_of(parsed: Sequence[Any]) -> list[str] | None:
+    """The entries of the command line's `hydra.searchpath=[...]` (which replaces conf/config.yaml's), or None."""
+    entries = None
     for o in parsed:
         if o.key_or_group == "hydra.searchpath" and not o.is_delete():
             value = o.value()
-            for entry in value if isinstance(value, list) else [value]:
-                entry = str(entry)
-                if not entry.startswith("file://"):
-                    return None
-                dirs.append(Path(entry[len("file://"):]))
+            entries = [str(e) for e in (value if isinstance(value, list) else [value])]
+    return entries
+
+
+def search_dirs(parsed: Sequence[Any], config_dir: str | None = None) -> list[Path] | None:
+    """Folders the command line adds to Hydra's search path (`hydra.searchpath=[file://...]`, `--config-dir`);
+    None when one of them is not a plain folder (pkg://...). The plugin source holds only plugins' options,
+    which the registry judges: no folder, and no reason to stop checking."""
+    dirs = [Path(config_dir)] if config_dir else []
+    for entry in searchpath_of(parsed) or []:
+        if entry.startswith(PLUGIN_SOURCE):
+            continue
+        if not entry.startswith("file://"):
+            return None
+        dirs.append(Path(entry[len("file://"):]))
     return dirs
 
 
@@ -202,13 +251,23 @@ def problems(overrides: Sequence[str], config_dir: str | None = None) -> list[st
         for value in dict.fromkeys(str(v) for v in named[group]):
             if problem := check_name(group, value, extra):
                 found.append(problem)
+    searchpath = searchpath_of(parsed)
+    if searchpath is not None and not any(e.startswith(PLUGIN_SOURCE) for e in searchpath):
+        # Hydra would compose the built-ins' jobs, then stop at "Could not find 'backend/<plugin>'"
+        files = options_in("backend", extra or [])  # a built-in's YAML, or one of the user's folders
+        plugins = [n for n in dict.fromkeys(str(v) for v in named["backend"]) if n not in files and is_backend_name(n)]
+        if plugins:
+            found.append(f"backend: {', '.join(plugins)} {'is a plugin' if len(plugins) == 1 else 'are plugins'}, "
+                         f"named through the search path entry {PLUGIN_SOURCE}, which hydra.searchpath="
+                         f"{searchpath} leaves out: add it (hydra.searchpath=[{PLUGIN_SOURCE},...])")
     # backend.* keys: options of the back ends named (conf/config.yaml's default: naive); an experiment
     # may pick others in its grids or defaults, so with one every built-in's options are keys
     backends = [str(v) for v in named["backend"]] or ["naive"]
     if named["experiment"]:
         backends += list(group_options("backend"))
-    for o in ours:
-        if problem := check_key(o.key_or_group, backends):
+    for o in ours:  # `+backend.x` adds the key where it is missing (the point refuses it there)
+        every = not named["experiment"] and not o.is_add() and not o.is_force_add()
+        if problem := check_key(o.key_or_group, backends, every):
             found.append(problem)
     for experiment in dict.fromkeys(str(v) for v in named["experiment"]):
         if extra is not None and experiment in options_in("experiment", extra):

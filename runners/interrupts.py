@@ -8,10 +8,13 @@ results.csv are written, so a row is never half there. Every file is replaced wh
 Then: results.csv is built from the rows there are, one line says how far the sweep got and the
 command that resumes it, and the exit status is 128 + the signal's number (130, 143), no traceback.
 The jobs tell this module how far the sweep is (`sweep_started`, `job_done`): same process.
+Before that, while torch and Hydra import, `before_run()` (runners/sweep.py's first call) makes a signal
+one line too ("interrupted before the first point; nothing was measured").
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import sys
@@ -101,6 +104,24 @@ def _rebuild_csv() -> None:
         rows.rebuild_csv(STATE.sweep_dir)
     except OSError as exc:  # the rows are intact; `python -m runners.rows DIR` builds it later
         print(f"results: not rebuilt ({exc.strerror or exc})", file=sys.stderr)
+
+
+def _before_run(signum: int, frame: Any) -> None:
+    # nothing has started: no row, no folder; os._exit, since SystemExit raised inside an import could be
+    # caught there (a plugin's import failure is caught whole: selfattn/backends/registry.py)
+    try:
+        sys.stdout.flush()
+    except (OSError, RuntimeError):  # a write the signal cut short
+        pass
+    os.write(2, b"interrupted before the first point; nothing was measured\n")
+    os._exit(128 + int(signum))
+
+
+def before_run() -> None:
+    """Until `run`: SIGINT/SIGTERM end the process with one line and 128 + the signal, not a KeyboardInterrupt
+    traceback from inside torch's or Hydra's imports (seconds, the moment a mistyped command is cancelled)."""
+    for sig in SIGNALS:
+        signal.signal(sig, _before_run)
 
 
 def run(main: Callable[[], Any], argv: Sequence[str]) -> None:

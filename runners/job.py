@@ -126,6 +126,8 @@ def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
 
     if note := progress.SKIPPED.line(ctx.total):
         print(note, flush=True)
+    if ctx.multirun and interrupts.STATE.sweep_dir is not None:
+        progress.SKIPPED.measuring()  # a point skipped after this one is no resumed sweep's first
     try:
         with stops_from_scheduler():
             row = measure(parsed, metrics)

@@ -103,7 +103,8 @@ def line(index: int | None, total: int | None, what: str, row: Mapping[str, Any]
             first = "compiled in" if row.get("recompiled") else "first call (compiled code reused)"
             result += f", {first} {row['compile_s']:.1f} s"
     else:
-        error = str(row.get("error") or "").splitlines()[0][:100] if row.get("error") else ""
+        # 200: room for a plugin's import error after its name and path (a back end's reason is one line)
+        error = str(row.get("error") or "").splitlines()[0][:200] if row.get("error") else ""
         result = f"{status}{': ' + error if error else ''}"
     tail = f" (ETA {fmt_duration(eta)})" if eta is not None and total and index and index < total else ""
     return f"{head}{what} -> {result}{tail}"
@@ -116,15 +117,20 @@ class Skipped:
         15 of 36 points already measured, measuring 21
     A resumed sweep meets them first (its jobs run in order, and rows were written in that order), so
     the first line's count of points left is exact; points met later (a grid grown since) get
-    `3 more points already measured`.
+    `3 more points already measured`, and met after points measured in this run (two grids naming one
+    point) `1 point already measured`.
     """
 
     def __init__(self) -> None:
         self.pending: dict[str, int] = {}  # status -> points, since the last line
         self.said = 0  # points already counted in a line
+        self.measured = 0  # points this process has measured
 
     def add(self, status: str) -> None:
         self.pending[status] = self.pending.get(status, 0) + 1
+
+    def measuring(self) -> None:
+        self.measured += 1
 
     def line(self, total: int | None) -> str | None:
         """The line for the points counted since the last one (None when there are none)."""
@@ -135,6 +141,8 @@ class Skipped:
             " (" + ", ".join(f"{n} {s}" for s, n in sorted(self.pending.items(), key=lambda kv: -kv[1])) + ")")
         if self.said:
             text = f"{count} more point{'s' if count > 1 else ''} already measured{statuses}"
+        elif self.measured:  # not a resumed sweep's first points: "measuring N" would count points already done
+            text = f"{count} point{'s' if count > 1 else ''} already measured{statuses}"
         elif total and count >= total:
             text = f"all {total} points already measured{statuses}, nothing to measure"
         elif total:

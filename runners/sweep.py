@@ -9,26 +9,18 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-if __name__ == "__main__":  # Ctrl-C while Hydra and torch load: one line, no traceback (interrupts.py takes over later)
-    import os
-    import signal
+from runners import interrupts
 
-    def _interrupted_while_starting(signum: int, frame: object) -> None:
-        # os._exit, not an exception: raised inside an import, an exception can be swallowed and leave a
-        # module half loaded; nothing is written before interrupts.py's handlers replace this one
-        print("interrupted while starting: nothing was measured", file=sys.stderr, flush=True)
-        os._exit(128 + signum)
+if __name__ == "__main__":  # Ctrl-C while torch and Hydra import (seconds): one line, as later, no traceback
+    interrupts.before_run()
 
-    signal.signal(signal.SIGINT, _interrupted_while_starting)
-    signal.signal(signal.SIGTERM, _interrupted_while_starting)
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from hydra.types import RunMode  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
-
-from runners import cli_check, config, given, interrupts, job, launcher, quiet
-from runners.callbacks import sweep_id, sweep_meta
+from runners import cli_check, config, given, job, launcher, quiet  # noqa: E402
+from runners.callbacks import sweep_id, sweep_meta  # noqa: E402
 
 config.register_resolvers()  # ${by_device:...} and ${grid_range:} in conf/experiment/*.yaml
 

@@ -110,7 +110,8 @@ def generation(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     axes[0].set_yscale("log")
     axes[0].set_xlabel("context (prompt + half the new tokens)")
     axes[0].set_ylabel("time per new token, median (ms)")
-    axes[0].legend(loc="upper left", fontsize=7)
+    if axes[0].get_legend_handles_labels()[0]:  # one prompt per back end (scope=generate alone) draws no line here
+        axes[0].legend(loc="upper left", fontsize=7)
     # Cumulative time against T at one prompt: the prompt length with the most new_tokens values.
     per_prompt = gen.groupby("seq_len")["new_tokens"].nunique()
     prompt = per_prompt.idxmax()

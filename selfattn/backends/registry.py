@@ -15,6 +15,7 @@ that cannot be loaded is a `BrokenBackend` whose every point is an `unsupported`
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 from types import ModuleType
 from typing import Any, Callable, Mapping
@@ -251,14 +252,20 @@ def forget() -> None:
 def _load(name: str, target: str, source: str) -> Any:
     """Import `module:attribute` and wrap what it holds; any failure becomes a BrokenBackend."""
     module_name, _, attribute = target.partition(":")
+    obj: Any = None  # stays None when the module itself fails to import
+    part = ""
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj = importlib.import_module(module_name)
         for part in filter(None, attribute.split(".")):
             obj = getattr(obj, part)
     except BaseException as err:  # noqa: BLE001 - a plugin's import may raise anything, SystemExit included
-        if isinstance(err, KeyboardInterrupt):
-            raise
-        return BrokenBackend(name, source=source, origin=target, error=f"import failed: {_one_line(err)}")
+        if not isinstance(err, (Exception, SystemExit)):  # Ctrl-C, or the sweep's SIGINT/SIGTERM exception
+            raise  # (runners.interrupts.Interrupted): the run ends; it is no broken plugin
+        hint = ""
+        if isinstance(err, AttributeError) and isinstance(obj, ModuleType):  # a misspelt function: the nearest
+            near = difflib.get_close_matches(part, [n for n in vars(obj) if not n.startswith("_")], n=1, cutoff=0.6)
+            hint = f"; did you mean {module_name}:{near[0]}?" if near and "." not in attribute else ""
+        return BrokenBackend(name, source=source, origin=target, error=f"import failed: {_one_line(err)}{hint}")
     if isinstance(obj, ModuleType) and hasattr(obj, "attention") and hasattr(obj, "Options"):
         return ModuleBackend(obj, name=name, source=source, origin=target)  # today's module shape
     if not callable(obj):

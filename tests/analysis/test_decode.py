@@ -81,3 +81,16 @@ def test_figures_are_drawn_from_decode_rows(tmp_path):
     for figure in (roofline, decode_time, generation):
         made = figure(rows, ctx)
         assert isinstance(made, Made) and all(path.exists() for path in made.files)
+
+
+def test_one_generate_point_per_back_end_draws_without_a_legend_warning(tmp_path):
+    # `scope=generate` typed alone, one point per back end: no line against the context, so no labelled artist;
+    # matplotlib's "No artists with labels found" warning then reached the sweep's terminal
+    import warnings
+
+    rows = [_generate(1024, True, 1.0), {**_generate(1024, True, 1.0), "backend": "fast"}]
+    pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(tmp_path / "results.csv", index=False)
+    ctx = Context(tmp_path / "figs", formats=("png",))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        generation(load([tmp_path], warn=False).rows, ctx)

@@ -236,3 +236,15 @@ def test_the_quick_sweep_shows_every_back_end_against_seq_len():
     assert "| seq_len | causal | naive (scale_at=logits) | sdpa | chunked |" in markdown
     every = markdown.index("Every point: the ")
     assert "| naive (scale_at=query) |" in markdown[every:]  # the full table keeps the option set the slice lacks
+
+
+def test_an_axis_whose_values_include_none_is_an_axis_and_none_its_own_row():
+    # window=null,8 (a plugin without window gives unsupported rows at 8): two rows per back end, never one
+    # median over both; pandas 3 keeps a missing value missing through astype(str), so it is counted apart
+    rows = _rows(_row("sdpa", window=None, time_ms=1.0), _row("sdpa", window=8, time_ms=3.0),
+                 _row("fast", window=None, time_ms=2.0), _row("fast", window=8, status="unsupported"))
+    assert swept_axes(rows) == ["window"]
+    frame = summary_frame(rows)
+    assert len(frame) == 4 and sorted(frame.loc[frame["backend"] == "sdpa", "time_ms"]) == [1.0, 3.0]
+    text = summary_text(rows, width=100)
+    assert "unsupported" in text and "3.00 ms" in text and "1.00 ms" in text, text

@@ -271,6 +271,33 @@ def test_a_plugin_that_fails_to_import_gives_unsupported_rows_naming_the_error(p
     assert row.status == "unsupported" and "needs a library this machine lacks" in row.error
 
 
+class _Signal(BaseException):
+    """As the sweep's handler raises on SIGINT/SIGTERM (runners.interrupts.Interrupted): no Exception."""
+
+
+def test_a_signal_during_a_plugins_import_stops_the_run_and_is_no_broken_plugin(plugins, tmp_path):
+    # a plugin's import that raises SystemExit is a broken plugin; Ctrl-C while it imports (a heavy library)
+    # must end the sweep, not become unsupported rows "import failed: Interrupted" that a resume then skips
+    (tmp_path / f"exits_{plugins}.py").write_text("raise SystemExit(3)\n")
+    assert "import failed: SystemExit" in registry.get_backend(f"exits_{plugins}:fast").unsupported_reason(None, "cpu")
+    (tmp_path / f"signalled_{plugins}.py").write_text(
+        f"import {__name__} as t\nraise t._Signal('SIGINT')\n")
+    with pytest.raises(_Signal):
+        registry.get_backend(f"signalled_{plugins}:fast")
+    with pytest.raises(_Signal):  # not remembered as broken: the next try imports it again
+        registry.get_backend(f"signalled_{plugins}:fast")
+
+
+def test_a_misspelt_function_of_a_path_names_the_nearest_one(plugins, tmp_path):
+    reason = registry.get_backend(f"{plugins}:plian").unsupported_reason(None, "cpu")
+    assert f"has no attribute 'plian'; did you mean {plugins}:plain?" in reason, reason
+    reason = registry.get_backend(f"{plugins}:zzzzzz").unsupported_reason(None, "cpu")
+    assert reason.endswith("has no attribute 'zzzzzz'"), reason  # nothing near: no guess
+    (tmp_path / f"attr_{plugins}.py").write_text("import os\nos.no_such_thing\n")  # raised by its import
+    reason = registry.get_backend(f"attr_{plugins}:plain").unsupported_reason(None, "cpu")
+    assert "import failed: AttributeError" in reason and "did you mean" not in reason, reason
+
+
 def test_non_finite_output_of_a_builtin_in_fp16_stays_a_measurement(plugins):
     # the chapter's overflow (fp16, unscaled, large inputs) is a measured row, not a broken contract
     row = measure_point(small_point("naive", precision="fp16", scale="none", input_std=300.0, head_dim=64), BUDGET)

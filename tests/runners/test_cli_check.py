@@ -35,9 +35,10 @@ def test_every_bad_value_of_every_sweep_is_listed():
 @pytest.mark.parametrize("overrides", [
     ["-m"], ["backend=naive,sdpa,chunked,flex", "seq_len=16,32", "causal=true,false"],
     ["experiment=quick"], ["experiment=smoke", "budget.timing_s=0.1", "wandb.mode=disabled", "metrics=[]"],
-    ["backend=chunked", "backend.q_chunk=64"], ["backend=naive,chunked", "backend.q_chunk=64"],
+    ["backend=chunked", "backend.q_chunk=64"], ["backend=naive,chunked", "+backend.q_chunk=64"],
     ["experiment=quick", "backend.q_chunk=256"],  # the experiment's grids pick chunked
-    ["backend=my_pkg.attn:fast", "backend.block=7"],  # a plugin by path: its options are its own
+    ["backend=sdpa,my_pkg.attn:fast", "seq_len=64,128"],  # a path in a sweep (Hydra escapes its ':' there)
+    ["backend=choice(naive,my_pkg.attn:fast)"],
     ["hydra/launcher=basic", "hydra.sweep.dir=x", "++hydra.job.chdir=false", "experiment=null"],
     ["seq_len=0,abc"],  # values only a point can judge: invalid rows, not a refused sweep
     ["grids.cost.seed=[3]", "grid_point=0", "verbose=true", "~causal"],
@@ -89,3 +90,75 @@ def test_a_plugin_path_in_a_sweep_is_its_value_not_hydras_escaped_spelling():
     assert cli_check.problems(["backend=sdpa,my_pkg.attn:fast"]) == []
     assert cli_check.problems(["backend=choice(sdpa,my_pkg.attn:fast)"]) == []
     assert "'my_pkg.attn::fast'" in cli_check.problems(["backend=sdpa,my_pkg.attn::fast"])[0]
+
+
+OPTION_PLUGINS = """
+from dataclasses import dataclass
+from selfattn.backends import backend
+from selfattn.fields import spec
+
+@dataclass(frozen=True)
+class Options:
+    block: int = spec(64, ge=1, help="keys per step")
+
+@backend(options=Options)
+def blocked(q, k, v, *, causal, window, key_lengths, document_ids, scale, block):
+    raise NotImplementedError
+
+def plain(q, k, v, *, causal, window, key_lengths, document_ids, scale):
+    raise NotImplementedError
+"""
+
+
+@pytest.fixture
+def option_plugins(tmp_path, monkeypatch):
+    """cli_plugins:blocked (one option, block) and cli_plugins:plain (none) on sys.path."""
+    from selfattn.backends import registry
+
+    (tmp_path / "cli_plugins.py").write_text(OPTION_PLUGINS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry.forget()
+    yield
+    registry.forget()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["backend=cli_plugins:blocked", "backend.block=7"], None),
+    (["backend=naive,chunked", "+backend.q_chunk=64"], None),  # `+` adds the key where it is missing
+    (["experiment=quick", "backend=cli_plugins:blocked", "backend.q_chunk=64"], None),  # the grids pick chunked
+    (["backend=cli_plugins:blocked", "backend.blok=7"], "backend.blok: unknown key; did you mean backend.block?"),
+    (["backend=cli_plugins:plain", "backend.block=7"], "backend.block: not an option of cli_plugins:plain, "
+                                                       "which has none"),
+    (["backend=cli_plugins:blocked", "backend.q_chunk=64"], "backend.q_chunk: not an option of cli_plugins:blocked; "
+                                                            "chunked has it"),
+    # Hydra composes each job with every override: an option that one named back end lacks stops the sweep
+    (["backend=naive,chunked", "backend.q_chunk=64"], "backend.q_chunk: not an option of naive; chunked has it"),
+    (["backend=sdpa,cli_plugins:blocked", "backend.block=7"], "backend.block: not an option of sdpa; "
+                                                              "cli_plugins:blocked has it"),
+])
+def test_a_plugins_options_are_checked_like_a_builtins(option_plugins, overrides, message):
+    assert cli_check.problems(overrides) == ([message] if message else [])
+
+
+def test_an_option_of_a_plugin_that_cannot_be_loaded_names_why(option_plugins):
+    found = cli_check.problems(["backend=cli_plugins_gone:fast", "backend.block=7"])
+    assert len(found) == 1 and found[0].startswith("backend.block: not an option of cli_plugins_gone:fast"), found
+    assert "import failed" in found[0], found
+
+
+def test_a_search_path_with_the_plugin_source_keeps_every_check(tmp_path, monkeypatch):
+    # docs/plugins.md's form, hydra.searchpath=[selfattn-backend://,file://...]: the source is no folder of
+    # options, and must not turn the check off (Hydra's search-path block for precision=float16)
+    mine = tmp_path / "my_conf"
+    (mine / "experiment").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    found = cli_check.problems(["precision=float16", "backend=sdpx", f"hydra.searchpath=[selfattn-backend://,file://{mine}]"])
+    assert [p.split(":")[0] for p in found] == ["backend", "precision"], found
+
+
+def test_a_search_path_without_the_plugin_source_refuses_a_plugin_before_hydra_does(tmp_path):
+    # Hydra would measure the built-ins' points, then stop at "Could not find 'backend/my_pkg.attn:fast'"
+    searchpath = f"hydra.searchpath=[file://{tmp_path}]"
+    found = cli_check.problems(["backend=sdpa,my_pkg.attn:fast", searchpath])
+    assert len(found) == 1 and "selfattn-backend://" in found[0] and "my_pkg.attn:fast" in found[0], found
+    assert cli_check.problems(["backend=sdpa,naive", searchpath]) == []  # built-ins have their files

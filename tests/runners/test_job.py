@@ -115,6 +115,10 @@ def test_progress_line():
     assert progress.fmt_ms(8.0) == "8.00 ms" and progress.fmt_ms(0.0123) == "0.0123 ms" and progress.fmt_ms(2682.2) == "2682 ms"
     failed = {**row, "status": "oom", "error": "CUDA out of memory\nmore"}
     assert progress.line(None, None, "x", failed) == "x -> oom: CUDA out of memory"
+    # a plugin that cannot be loaded: what failed comes last, after its name and path, and must stay in the line
+    broken = {**row, "status": "unsupported", "error": "Unsupported: backend fsat (my_pkg.attn:fsat) cannot be used: "
+              "import failed: AttributeError: module 'my_pkg.attn' has no attribute 'fsat'"}
+    assert progress.line(None, None, "x", broken).endswith("has no attribute 'fsat'")
     compiled = {**row, "backend_options": '{"compile": true, "q_chunk": null}', "compile_s": 7.31, "recompiled": True}
     assert progress.line(1, 2, progress.describe(compiled, ["seq_len"]), compiled) == (
         "[1/2] chunked+compile seq_len=4096 fp32 -> 41.2 ms, 9.3 MiB, ok, compiled in 7.3 s")
