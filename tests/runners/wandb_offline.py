@@ -19,11 +19,16 @@ def wandb_records(path: Path):
             pos += block - pos % block
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if pos + 7 + length > len(data):  # wandb's service is still writing this chunk: read it next time
+            return
         chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
         buf = chunk if kind in (1, 2) else buf + chunk  # full/first start a record, middle/last extend it
         if kind in (1, 4):
             record = pb.Record()
-            record.ParseFromString(buf)
+            try:
+                record.ParseFromString(buf)
+            except Exception:  # DecodeError: a record caught half written (its exit record is not there yet)
+                return
             yield record
 
 
