@@ -18,6 +18,7 @@ cannot be named.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Sequence
 
@@ -37,30 +38,29 @@ def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def _register(dotted: str, kind: type) -> str | None:
+    """Make the plugin class `dotted` (module.Class) known to Hydra's registry as a `kind`: None once it is,
+    else why it cannot be (one line)."""
+    plugins = Plugins.instance()  # the scan runs here, once per process (Hydra's main would run it anyway)
+    if any(_qualname(found) == dotted for found in plugins.discover(kind)):
+        return None  # the scan saw it: a regular install, or a checkout on sys.path
+    module, _, name = dotted.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:  # no such module, or a name it imports from Hydra is gone
+        return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    plugins.register(cls)
+    return None
+
+
 def register_launcher() -> str | None:
     """Make LAUNCHER known to Hydra's plugin registry: None once it is, else why it cannot be."""
-    plugins = Plugins.instance()  # the scan runs here, once per process (Hydra's main would run it anyway)
-    if any(_qualname(found) == LAUNCHER for found in plugins.discover(Launcher)):
-        return None  # the scan saw it: a regular install, or a checkout on sys.path
-    try:
-        from hydra_plugins.selfattn_launcher.compose_once import ComposeOnceLauncher
-    except ImportError as exc:  # no such module, or a name it imports from Hydra is gone
-        return f"{type(exc).__name__}: {' '.join(str(exc).split())}"  # one line
-    plugins.register(ComposeOnceLauncher)
-    return None
+    return _register(LAUNCHER, Launcher)
 
 
 def register_source() -> str | None:
     """Make SOURCE known to Hydra's plugin registry: None once it is, else why it cannot be."""
-    plugins = Plugins.instance()
-    if any(_qualname(found) == SOURCE for found in plugins.discover(ConfigSource)):
-        return None
-    try:
-        from hydra_plugins.selfattn_backends.backend_source import SelfattnBackendSource
-    except ImportError as exc:
-        return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-    plugins.register(SelfattnBackendSource)
-    return None
+    return _register(SOURCE, ConfigSource)
 
 
 def launcher_overrides(args: Sequence[str]) -> list[str]:
