@@ -28,8 +28,8 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 TEXT_COLUMNS: tuple[str, ...] = tuple(name for name, kind in field_types(Row).items() if kind is str)
 # Booleans besides `causal` (which must be present) are parsed like it; an empty cell (an older file, or a
 # back end the column does not apply to) reads as the default: the axis's for an axis, else False.
-# `recompiled`: whether a compiling back end's first call of the point compiled new code.
-BOOL_COLUMNS: tuple[str, ...] = ("kv_cache", "recompiled")
+# `recompiled`: whether a compiling back end's first call of the point compiled new code; `alibi`: an axis.
+BOOL_COLUMNS: tuple[str, ...] = ("kv_cache", "recompiled", "alibi")
 NUMERIC_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in TEXT_COLUMNS and c != "causal"
                                          and c not in BOOL_COLUMNS)
 # A point is these sweep axes; the same point on the same device measured twice keeps one row.

@@ -182,7 +182,7 @@ def point_masks(point: Point, device: torch.device | str = "cpu") -> Masks:
     key_lengths = make_key_lengths(point.batch, point.seq_len, point.pad_frac, seed=point.seed)
     document_ids = make_document_ids(point.batch, point.seq_len, point.documents, seed=point.seed)
     return Masks(
-        causal=point.causal, window=point.window,
+        causal=point.causal, window=point.window, softcap=point.softcap, alibi=point.alibi, sink=point.sink,
         key_lengths=None if key_lengths is None else key_lengths.to(device),
         document_ids=None if document_ids is None else document_ids.to(device),
     )

@@ -4,6 +4,8 @@ Every mask the harness supports leaves each query row a contiguous range of keys
 positions are aligned bottom-right (query i sits at p = i + seq_len - q_len), and
     causal        keys j <= p
     window w      p - j < w, and (unless causal) j - p < w
+    window (l, r) p - l <= j <= p + r, -1 unbounded on its side, causal capping r at 0
+                  (FlashAttention's window_size; selfattn/variants.py)
     key_lengths   keys j < key_lengths[b] (the rest of sequence b is right padding)
     document_ids  keys of the query's own document (packed sequences; ids never decrease,
                   so a document is a contiguous range; needs q_len == seq_len)
@@ -11,6 +13,9 @@ combine by intersection, so query i of sequence b sees exactly the keys lo[b, i]
 A row with lo > hi sees no key; every back end returns zeros there (as FlashAttention does).
 Describing masks as intervals makes block skipping, exact FLOP counts and the boolean mask one
 computation instead of one per back end.
+
+The score transforms (softcap, alibi, sink: selfattn/variants.py) ride on the same object, since they are
+arguments of the same call, but hide no key: the geometry below ignores them.
 
 Decisions made in Python from the masks' values (whether some row sees no key, chunked's block
 plan, flex's cache key) read tensor values on the host: on a GPU each such read waits for every
@@ -31,6 +36,8 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
+from selfattn.variants import variants_used, window_extents
+
 T = TypeVar("T")
 # Decisions of masks without tensors, keyed on (causal, window, what, *args): small Python values,
 # enough of them for one generation loop's distinct (q_len, seq_len) steps, oldest dropped first.
@@ -44,9 +51,13 @@ class Masks:
     """The mask arguments of one call, checked (selfattn.validate.check_masks)."""
 
     causal: bool = False
-    window: int | None = None
+    window: int | tuple[int, int] | None = None  # one width, or (left, right) with -1 unbounded
     key_lengths: torch.Tensor | None = None  # (batch,) int64
     document_ids: torch.Tensor | None = None  # (batch, seq_len)
+    # score transforms (selfattn/variants.py): they change the logits of the keys a row sees, not which
+    softcap: float | None = None
+    alibi: bool = False
+    sink: float | None = None
     # decisions kept for these tensors' values (see `decision`); not a mask argument
     _decisions: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -54,6 +65,21 @@ class Masks:
     def only_causal(self) -> bool:
         """Causal or nothing: the case fused kernels have a flag for (`is_causal`)."""
         return self.window is None and self.key_lengths is None and self.document_ids is None
+
+    @property
+    def plain_scores(self) -> bool:
+        """No score transform: softmax(scale * q.k) over the keys a row sees."""
+        return self.softcap is None and not self.alibi and self.sink is None
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """The variants these arguments use (selfattn.variants.VARIANT_NAMES), for a back end's declaration."""
+        return variants_used(self.window, self.softcap, self.alibi, self.sink)
+
+    @property
+    def extents(self) -> tuple[int | None, int | None]:
+        """(left, right): how far before and after its position a query sees (None: unbounded), causal included."""
+        return window_extents(self.window, self.causal)
 
     def intervals(self, q_len: int, seq_len: int, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(lo, hi), each int64 (batch or 1, q_len): query i of sequence b sees keys lo..hi inclusive."""
@@ -122,7 +148,7 @@ def key_intervals(
     seq_len: int,
     *,
     causal: bool = False,
-    window: int | None = None,
+    window: int | tuple[int, int] | None = None,
     key_lengths: torch.Tensor | None = None,
     document_ids: torch.Tensor | None = None,
     device: torch.device | str | None = None,
@@ -134,12 +160,11 @@ def key_intervals(
     pos = torch.arange(q_len, device=device, dtype=torch.long) + (seq_len - q_len)  # p, bottom-right aligned
     lo = torch.zeros(1, q_len, dtype=torch.long, device=device)
     hi = torch.full((1, q_len), seq_len - 1, dtype=torch.long, device=device)
-    if causal:
-        hi = torch.minimum(hi, pos[None])
-    if window is not None:
-        lo = torch.maximum(lo, pos[None] - window + 1)
-        if not causal:
-            hi = torch.minimum(hi, pos[None] + window - 1)
+    left, right = window_extents(window, causal)  # causal is right = 0
+    if left is not None:
+        lo = torch.maximum(lo, pos[None] - left)
+    if right is not None:
+        hi = torch.minimum(hi, pos[None] + right)
     if key_lengths is not None:
         hi = torch.minimum(hi, key_lengths.to(device=device, dtype=torch.long)[:, None] - 1)
     if document_ids is not None:  # q_len == seq_len: query i is key i's position

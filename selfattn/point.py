@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from selfattn.backends.discovery import backend_name, backend_source, check_backend, is_path
 from selfattn.fields import default_of, spec, validate_instance
 from selfattn.fp8_formats import fp8_format
+from selfattn.variants import parse_alibi, parse_sink, parse_softcap, parse_window, variants_used, window_text
 
 # precision -> bytes per element (tf32 is float32 storage with TF32 matmuls; fp8_* is what an FP8
 # kernel reads and a KV cache holds, though this harness keeps Q, K, V in fp32 and quantizes them in the call)
@@ -94,7 +95,10 @@ class Point:
     seq_len: int = spec(1024, ge=1, help="keys per sequence (n)")
     head_dim: int = spec(64, ge=1, help="d_k, the dimension of one head")
     causal: bool = spec(False, help="bottom-right aligned causal mask")
-    window: int | None = spec(None, ge=1, help="sliding window: query p sees keys j with p - j < window (and j - p < window unless causal)")
+    window: int | tuple[int, int] | None = spec(
+        None, parse=parse_window,
+        help="sliding window: an integer w (query p sees keys j with p - j < w, and j - p < w unless causal) or a "
+             "pair [left, right] (p - left <= j <= p + right, -1 unbounded; causal caps right at 0)")
     pad_frac: float = spec(0.0, ge=0, lt=1, help="mean fraction of each sequence's keys that are right padding (lengths from the seed)")
     documents: int | None = spec(None, ge=1, help="packed documents of seeded, unequal lengths per sequence; null: one")
     scale: Any = spec("auto", parse=_check_scale,
@@ -116,7 +120,21 @@ class Point:
     input_std: float = spec(1.0, gt=0, help="standard deviation of the random inputs (scope=train: of the embeddings)")
     input_outliers: float = spec(0.0, ge=0, le=1, help="scope=core: probability that an entry of Q, K, V gets an extra N(0, outlier_std^2) term")
     outlier_std: float = spec(10.0, gt=0, help="standard deviation of that extra term (input_outliers > 0)")
+    softcap: float | None = spec(None, parse=parse_softcap,
+                                 help="logit soft-capping: null, or a cap c > 0 (each scaled logit s becomes c*tanh(s/c))")
+    alibi: bool = spec(False, parse=parse_alibi, help="ALiBi: head h of H adds -slope_h*|p - j| to its logits "
+                       "(slopes 2^(-8(h+1)/H); selfattn/variants.py)")
+    sink: float | None = spec(None, parse=parse_sink, help="a sink logit: null, or a number joining every softmax's "
+                              "denominator with no value vector (GPT-OSS, FlashAttention 4's learnable sink)")
     seed: int = spec(0, ge=0, help="seed of the inputs and of the sampled accuracy rows")
+
+    def __post_init__(self) -> None:
+        # a window pair arrives as a list (Hydra, JSON): kept as a tuple, so a Point and its Masks hash
+        if isinstance(self.window, list):
+            try:
+                object.__setattr__(self, "window", parse_window(self.window))
+            except ValueError:
+                pass  # validate() names it
 
     @property
     def q_len_resolved(self) -> int:
@@ -193,6 +211,11 @@ class Point:
         return self.pad_frac > 0 or self.documents is not None
 
     @property
+    def variants(self) -> tuple[str, ...]:
+        """The attention variants this point uses (selfattn/variants.py), which its back end must declare."""
+        return variants_used(self.window, self.softcap, self.alibi, self.sink)
+
+    @property
     def masked(self) -> bool:
         """Whether any mask hides keys (what makes back ends build or skip anything)."""
         return self.causal or self.window is not None or self.masks_per_sequence
@@ -234,6 +257,14 @@ class Point:
             for name, plain in (("window", None), ("pad_frac", 0.0), ("documents", None)):
                 if getattr(self, name) != plain:
                     raise ValueError(f"{name}: scope={self.scope} supports the causal mask only, got {getattr(self, name)!r}")
+        for name in ("softcap", "alibi", "sink"):  # the score transforms are measured on the attention core
+            if getattr(self, name) != axis_default(name):
+                if self.scope != "core":
+                    raise ValueError(f"{name}: the score transforms are measured on the attention core, so they "
+                                     f"need scope=core, got scope={self.scope}")
+                if self.score != "dot":
+                    raise ValueError(f"{name}: transforms the scaled dot product's logits, so it needs score=dot, "
+                                     f"got score={self.score}")
         _check_scores_positions(self)
 
         if self.scope in RNN_GATES:  # no attention in it: an attention-only axis would name a second id for one measurement
@@ -259,6 +290,8 @@ class Point:
             values.update(backend=backend_name(self.backend), backend_source=backend_source(self.backend),
                           backend_path=self.backend if is_path(self.backend) else "")
         values["q_len"] = self.q_len_resolved
+        if isinstance(self.window, (tuple, list)):  # a pair's cell: "[left, right]", as it is typed
+            values["window"] = window_text(tuple(self.window))
         values["kv_heads"] = self.kv_heads_resolved
         try:
             values["backend_options"] = json.dumps(dict(self.backend_options), sort_keys=True, default=str)
@@ -313,7 +346,7 @@ _ALWAYS_IN_ID = frozenset({"backend", "backend_options", "precision", "device", 
 # q_len: or = seq_len). heads x head_dim still sets d_model, the recurrence's hidden size.
 # (The back end's options are checked against their defaults where those are known: measure/run.py.)
 ATTENTION_ONLY = ("backend", "kv_heads", "q_len", "causal", "window", "pad_frac", "documents",
-                  "scale")
+                  "scale", "softcap", "alibi", "sink")
 # The flat sweep axes: every field but the back end's options (those are `backend.<option>`).
 AXES: tuple[str, ...] = tuple(name for name in FIELD_NAMES if name != "backend_options")
 # Columns a row spends on its point: the fields plus what they imply (d_model, the scale's factor).

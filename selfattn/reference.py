@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from selfattn.masks import no_empty_rows
+from selfattn.score_mods import softmax_with_sink, transform_scores
 from selfattn.validate import check_masks, check_qkv, resolve_scale
 
 
@@ -18,16 +19,21 @@ def attention_reference(
     v: torch.Tensor,
     *,
     causal: bool = False,
-    window: int | None = None,
+    window: int | tuple[int, int] | None = None,
     key_lengths: torch.Tensor | None = None,
     document_ids: torch.Tensor | None = None,
     scale: float | None = None,
     rows: torch.Tensor | None = None,
+    softcap: float | None = None,
+    alibi: bool = False,
+    sink: float | None = None,
 ) -> torch.Tensor:
     """softmax(scale * Q K^T + mask) V in float64, shape (B, H, Lq or len(rows), D), dtype float64.
 
-    The masks are selfattn.attention's (selfattn/masks.py); K and V may have fewer heads than Q
-    (query head h uses K/V head h // (H / Hkv)); a row that sees no key is zeros.
+    The masks are selfattn.attention's (selfattn/masks.py), and so are the score transforms
+    (selfattn/variants.py: soft-cap, then ALiBi, then the mask; the sink's logit joins the softmax);
+    K and V may have fewer heads than Q (query head h uses K/V head h // (H / Hkv)); a row that sees
+    no key is zeros.
     Differentiable: pass float64 leaves to get reference gradients (wrap in torch.no_grad()
     when only the values are needed).
     """
@@ -35,7 +41,7 @@ def attention_reference(
     batch, heads, q_len, head_dim = q.shape
     seq_len = k.shape[2]
     masks = check_masks(causal, window, key_lengths, document_ids, batch=batch, q_len=q_len, seq_len=seq_len,
-                        device=q.device)
+                        device=q.device, softcap=softcap, alibi=alibi, sink=sink)
     scale_value = resolve_scale(scale, head_dim)
     q_BHLD = q.to(torch.float64)
     if rows is not None:
@@ -46,7 +52,7 @@ def attention_reference(
     group = heads // k.shape[1]  # GQA: each K/V head serves `group` consecutive query heads
     k_BHLD = k.to(torch.float64).repeat_interleave(group, dim=1)
     v_BHLD = v.to(torch.float64).repeat_interleave(group, dim=1)
-    scores_BHLL = (q_BHLD @ k_BHLD.transpose(-1, -2)) * scale_value
+    scores_BHLL = transform_scores((q_BHLD @ k_BHLD.transpose(-1, -2)) * scale_value, masks, q_len, seq_len, rows=rows)
     keep, sees = no_empty_rows(masks.keep(q_len, seq_len, rows=rows, device=q.device)[:, None])
     scores_BHLL = scores_BHLL.masked_fill(~keep, float("-inf"))
-    return (torch.softmax(scores_BHLL, dim=-1) @ v_BHLD) * sees
+    return (softmax_with_sink(scores_BHLL, masks.sink) @ v_BHLD) * sees

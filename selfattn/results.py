@@ -49,7 +49,7 @@ class Row:
     head_dim: int | None = None
     d_model: int | None = None
     causal: bool | None = None
-    window: int | None = None  # sliding window (keys), empty = none
+    window: int | None = None  # sliding window (keys), empty = none; a pair [left, right] is its text "[63, 0]"
     pad_frac: float | None = None  # mean fraction of keys that are right padding
     documents: int | None = None  # packed documents per sequence, empty = one
     new_tokens: int | None = None  # scope=generate: tokens generated after a prompt of seq_len tokens
@@ -64,6 +64,9 @@ class Row:
     input_std: float | None = None
     input_outliers: float | None = None  # probability of an extra N(0, outlier_std^2) term per entry of Q, K, V
     outlier_std: float | None = None
+    softcap: float | None = None  # logit soft-cap c (s -> c tanh(s / c)), empty = none
+    alibi: bool | None = None  # ALiBi's per-head distance bias (empty in older files: false)
+    sink: float | None = None  # a sink logit in every softmax's denominator, empty = none
     seed: int | None = None
     # time (median and 20th/80th percentiles over time_samples timed calls)
     time_ms: float | None = None

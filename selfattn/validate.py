@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from selfattn.masks import Masks
+from selfattn.variants import parse_alibi, parse_sink, parse_softcap, parse_window
 
 FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
@@ -57,11 +58,15 @@ def check_masks(
     q_len: int,
     seq_len: int,
     device: torch.device,
+    softcap: Any = None,
+    alibi: Any = False,
+    sink: Any = None,
 ) -> Masks:
-    """The mask arguments, checked, as one `Masks` (see selfattn/masks.py for what each hides)."""
+    """The mask arguments and score transforms, checked, as one `Masks` (see selfattn/masks.py for what
+    each mask hides, selfattn/variants.py for the transforms)."""
     check_causal(causal, q_len, seq_len)
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-        raise ValueError(f"window: expected None or an integer >= 1, got {window!r}")
+    window = parse_window(window)
+    softcap, alibi, sink = parse_softcap(softcap), parse_alibi(alibi), parse_sink(sink)
     if key_lengths is not None:
         if not isinstance(key_lengths, torch.Tensor) or key_lengths.dtype.is_floating_point or key_lengths.dtype == torch.bool:
             raise ValueError(f"key_lengths: expected an integer tensor of shape ({batch},), got {_describe(key_lengths)}")
@@ -81,7 +86,8 @@ def check_masks(
         if seq_len > 1 and bool((document_ids[:, 1:] < document_ids[:, :-1]).any()):
             raise ValueError("document_ids: must not decrease along the sequence (each document is one contiguous run)")
         document_ids = document_ids.to(device=device, dtype=torch.long)
-    return Masks(causal=causal, window=window, key_lengths=key_lengths, document_ids=document_ids)
+    return Masks(causal=causal, window=window, key_lengths=key_lengths, document_ids=document_ids,
+                 softcap=softcap, alibi=alibi, sink=sink)
 
 
 def _describe(value: Any) -> str:

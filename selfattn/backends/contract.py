@@ -2,6 +2,9 @@
 
     fn(q, k, v, *, causal, window, key_lengths, document_ids, scale, **options) -> out
 
+and, only when the call uses them and the declaration names them (`variants`), softcap=, alibi=, sink=, and
+a window that is a pair (left, right) (selfattn/variants.py).
+
 q (batch, heads, q_len, head_dim), k and v (batch, kv_heads, seq_len, head_dim), out like q, in q's
 dtype and on q's device; the masks and the scale mean what `selfattn.attention` says (docs/api.md:
 bottom-right aligned positions, `scale` already a number). A function declares what it supports with
@@ -16,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from selfattn.variants import VARIANT_NAMES
 
 MASK_ARGUMENTS = ("causal", "window", "key_lengths", "document_ids")
 LAYOUTS = ("BHSD", "BSHD")  # (batch, heads, seq, dim): the harness's; (batch, seq, heads, dim): FlashAttention's
@@ -44,9 +49,13 @@ class Declaration:
     mem_model: Callable[[Any, dict, str], int] | None = None
     efficiency: float | None = None  # share of the matmul peak the time guard assumes; None: the default
     kernel_label: str | Callable[[dict], str] | None = None  # the `kernel` column; None: module.function
+    # the variants of selfattn/variants.py it honours: asymmetric_window (window=(left, right)), softcap,
+    # alibi, sink; none by default, so a plugin written before them is never handed one
+    variants: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name, allowed in (("devices", DEVICE_TYPES), ("dtypes", PRECISIONS), ("masks", MASK_ARGUMENTS)):
+        for name, allowed in (("devices", DEVICE_TYPES), ("dtypes", PRECISIONS), ("masks", MASK_ARGUMENTS),
+                              ("variants", VARIANT_NAMES)):
             values = getattr(self, name)
             if isinstance(values, str):
                 object.__setattr__(self, name, values := (values,))

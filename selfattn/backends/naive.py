@@ -14,6 +14,10 @@ precision=fp8_*: Q, K, V quantized (and dequantized) before step 1 and P cast to
 in fp32 otherwise (selfattn/fp8.py holds all of it; the fp8 options are its Fp8Options). With
 fp8_matmul=scaled_mm, steps 1 and 5 multiply the fp8 tensors through torch._scaled_mm where its rules
 allow (selfattn/fp8_mm.py; `_Fp8Products` below); kernel_ran says when the shapes sent a product back.
+
+Every variant of selfattn/variants.py, on the materialized scores (selfattn/score_mods.py's formulas): the
+soft-cap and the ALiBi bias after step 2, a window pair in step 3's mask, the sink's logit in step 4's
+softmax. Each costs what it materializes (predict_mem_bytes).
 """
 
 from __future__ import annotations
@@ -30,11 +34,13 @@ from selfattn.fields import defaults, spec
 from selfattn.fp8_formats import fp8_format
 from selfattn.point import FP32_BYTES, Point
 from selfattn.masks import Masks, keep_from_intervals, no_empty_rows
+from selfattn.score_mods import alibi_bias, softmax_with_sink
 
 NAME = "naive"
 # Mostly a matmul, plus memory-bound passes over the score matrix (scale, mask, softmax): the
 # time guard's optimistic share of the matmul peak (see selfattn/measure/predict.py).
 EFFICIENCY = 0.6
+VARIANTS = ("asymmetric_window", "softcap", "alibi", "sink")  # selfattn/variants.py: all of them
 
 
 @dataclass(frozen=True)
@@ -107,7 +113,8 @@ def attention(
         # and once per masks (Masks.decision), so a timed call does not wait on the GPU to read it
         empty_rows = masks.empty_rows(q_BHMD.shape[2], k_BKND.shape[2])
     steps = compiled(_steps) if compile else _steps
-    out = steps(q_BHMD, k_BKND, v_BKND, lo_bM, hi_bM, scale, upcast_softmax, scale_at, empty_rows, p_cast, fp8_products)
+    out = steps(q_BHMD, k_BKND, v_BKND, lo_bM, hi_bM, scale, upcast_softmax, scale_at, empty_rows, p_cast, fp8_products,
+                masks.softcap, masks.alibi, masks.sink)
     return out if p_cast is None else out.to(dtype)
 
 
@@ -157,10 +164,13 @@ def _steps(
     empty_rows: bool,
     p_cast: Callable[[torch.Tensor], torch.Tensor] | None = None,
     fp8_products: _Fp8Products | None = None,
+    softcap: float | None = None,
+    alibi: bool = False,
+    sink: float | None = None,
 ) -> torch.Tensor:
     """The chapter's steps; lo/hi (batch or 1, q_len): the keys each query sees (None: all);
     p_cast: what A becomes before A V (fp8: its cast and back); fp8_products: steps 1 and 5 on the
-    fp8 tensors (fp8_matmul=scaled_mm)."""
+    fp8 tensors (fp8_matmul=scaled_mm); softcap, alibi, sink: the score transforms (selfattn/variants.py)."""
     b, h, q_len, d = q_BHMD.shape
     kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
     group = h // kv_heads
@@ -175,6 +185,12 @@ def _steps(
     else:
         scores_BKRN = q_BKRD @ k_BKND.transpose(-1, -2)  # step 1: Q K^T, (q_len x seq_len) per head
         scores_BKRN = scores_BKRN * scale  # step 2: scale
+    if softcap is not None:  # the cap bounds every logit: an overflowed inf becomes the cap
+        scores_BKRN = torch.tanh(scores_BKRN / softcap) * softcap
+    if alibi:  # (H, q_len, N) bias, its heads in the rows' order (head h = kv_head * group + g)
+        bias_KRN = alibi_bias(h, q_len, seq_len, device=q_BHMD.device, dtype=scores_BKRN.dtype).view(
+            kv_heads, group * q_len, seq_len)
+        scores_BKRN = scores_BKRN + bias_KRN
     sees_bM1 = None
     if lo_bM is not None:  # step 3: add -inf where the key is hidden
         keep_bMN = keep_from_intervals(lo_bM, hi_bM, seq_len)
@@ -185,9 +201,9 @@ def _steps(
         scores_BKRN = (scores_BKRN.view(b, kv_heads, group, q_len, seq_len) + mask_bMN[:, None, None]).view(
             b, kv_heads, group * q_len, seq_len)
     if upcast_softmax and scores_BKRN.dtype in (torch.float16, torch.bfloat16):  # step 4: softmax over keys
-        weights_BKRN = torch.softmax(scores_BKRN.float(), dim=-1).to(q_BHMD.dtype)
+        weights_BKRN = softmax_with_sink(scores_BKRN.float(), sink).to(q_BHMD.dtype)
     else:
-        weights_BKRN = torch.softmax(scores_BKRN, dim=-1)
+        weights_BKRN = softmax_with_sink(scores_BKRN, sink)
     if fp8_products is not None:  # step 5 on the fp8 tensors: P's cast happens inside
         out_BHMD = fp8_products.out(weights_BKRN, p_cast, v_BKND).view(b, h, q_len, d)
     else:
@@ -213,6 +229,7 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
         return scores * 4 * FP32_BYTES + mask + out * FP32_BYTES + fp8_path.mem_bytes(point, options)
     out += out if options.get("scale_at", "logits") == "query" else 0
     mask = masks_per * point.q_len_resolved * point.seq_len * (1 + s) if point.masked else 0
+    mask += _variant_bytes(point, s)
     upcast = bool(options.get("upcast_softmax", False)) and point.precision not in ("fp32", "tf32")
     if point.mode == "fwd":
         if upcast:  # scores (s) + fp32 copy (4) + fp32 softmax (4), then softmax (4) + weights (s)
@@ -222,3 +239,18 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
         return scores * per + mask + out
     per = 3 * s + (2 * FP32_BYTES if upcast else 0)
     return scores * per + mask + out + grads
+
+
+def _variant_bytes(point: Point, s: int) -> int:
+    """What the score transforms add: each makes new score-sized tensors (tanh's input and output; the
+    bias and the biased copy; the sink's widened copy), of which one more than without it is alive at
+    the peak; ALiBi also builds its (q_len x seq_len) distances (int64, then in the scores' dtype)."""
+    extra = 0
+    if point.softcap is not None or point.alibi or point.sink is not None:
+        extra += point.score_elements * s
+    if point.alibi:
+        extra += point.heads * point.q_len_resolved * point.seq_len * s  # the bias itself
+        extra += point.q_len_resolved * point.seq_len * (8 + s)  # |p - j| in int64, then in the scores' dtype
+    if point.sink is not None:  # the (seq_len + 1)-wide copy's extra column, scores and softmax
+        extra += 2 * point.batch * point.heads * point.q_len_resolved * s
+    return extra

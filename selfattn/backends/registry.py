@@ -27,6 +27,7 @@ from selfattn.backends.discovery import (BUILTIN_NAMES, backend_name, describe_n
                                          path_name)
 from selfattn.errors import BackendContractError, Unsupported
 from selfattn.fields import defaults
+from selfattn.variants import unsupported_variants
 
 DEFAULT_EFFICIENCY = 0.5  # the time guard's share of the matmul peak for a back end that declares none
 
@@ -55,8 +56,15 @@ class ModuleBackend:
             raise AttributeError(attr)
         return getattr(self.module, attr)
 
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """The variants the module declares (`VARIANTS`; none when it declares nothing)."""
+        return tuple(getattr(self.module, "VARIANTS", ()))
+
     def unsupported_reason(self, point: Any, device: str) -> str | None:
-        return None  # a module raises selfattn.Unsupported from its own call, naming the reason
+        # the variants, asked here before anything is allocated; anything else the module refuses
+        # itself, raising selfattn.Unsupported from its own call with the reason
+        return variants_reason(self, point.variants) if point is not None else None
 
     def unavailable_reason(self, device: str) -> str | None:
         if self.module.available(torch.device(device)):
@@ -67,8 +75,14 @@ class ModuleBackend:
 
     def bind(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, masks: Any, scale: float,
              **options: Any) -> Callable[[], torch.Tensor]:
+        check_variants(self, masks)
         attention = self.module.attention
         return lambda: attention(q, k, v, masks=masks, scale=scale, **options)
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, masks: Any, scale: float,
+                  **options: Any) -> torch.Tensor:
+        check_variants(self, masks)  # a module never sees a variant it did not declare
+        return self.module.attention(q, k, v, masks=masks, scale=scale, **options)
 
     def __repr__(self) -> str:
         return f"<backend {self.NAME} ({self.source}: {self.origin})>"
@@ -84,6 +98,10 @@ class PluginBackend:
         self.mem_model_declared = declaration.mem_model is not None
         self.defaulted = tuple(fact for fact in ("mem_model", "efficiency", "kernel_label")
                                if getattr(declaration, fact) is None)
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        return self.declaration.variants
 
     def available(self, device: torch.device | str) -> bool:
         return self.unavailable_reason(str(torch.device(device).type)) is None
@@ -125,6 +143,9 @@ class PluginBackend:
             asked.append(f"kv_heads={point.kv_heads_resolved} < heads={point.heads} (declared gqa=False)")
         if not d.backward and (point.mode == "fwd_bwd" or point.scope == "train"):
             asked.append("a backward pass (declared backward=False)")
+        missing_variants = unsupported_variants(point.variants, d.variants)
+        if missing_variants:
+            asked.append(f"variant {', '.join(missing_variants)} (declared: {', '.join(d.variants) or 'none'})")
         return f"backend {self.NAME} ({self.origin}) does not support {'; '.join(asked)}" if asked else None
 
     def _check_call(self, q: torch.Tensor, k: torch.Tensor, masks: Any) -> None:
@@ -139,6 +160,7 @@ class PluginBackend:
         problems += [f"mask {name}" for name, on in used.items() if on and name not in d.masks]
         problems += ["fewer K/V heads (gqa)"] if not d.gqa and k.shape[1] != q.shape[1] else []
         problems += ["a backward pass"] if not d.backward and torch.is_grad_enabled() and q.requires_grad else []
+        problems += [f"variant {name}" for name in unsupported_variants(masks.variants, d.variants)]
         if problems:
             raise Unsupported(f"backend {self.NAME} ({self.origin}) does not support {'; '.join(problems)}")
 
@@ -152,6 +174,9 @@ class PluginBackend:
         fn, expected = self.fn, tuple(q.shape)
         arguments = dict(causal=masks.causal, window=masks.window, key_lengths=masks.key_lengths,
                          document_ids=masks.document_ids, scale=scale, **options)
+        # the score transforms only when used: a plugin that declares none keeps its signature
+        arguments.update({name: value for name, value in (("softcap", masks.softcap), ("alibi", masks.alibi),
+                                                          ("sink", masks.sink)) if name in masks.variants})
 
         def call() -> torch.Tensor:
             out = fn(q, k, v, **arguments)
@@ -204,6 +229,22 @@ class BrokenBackend(PluginBackend):
 
     def kernel_label(self, options: Mapping[str, Any]) -> str:
         return ""
+
+
+def variants_reason(entry: Any, used: tuple[str, ...]) -> str | None:
+    """Why `entry` cannot run a call that uses the variants `used` (selfattn/variants.py), or None."""
+    missing = unsupported_variants(used, entry.variants)
+    if not missing:
+        return None
+    return (f"backend {entry.NAME} does not support {', '.join(missing)} "
+            f"(it declares {', '.join(entry.variants) or 'no variant'})")
+
+
+def check_variants(entry: Any, masks: Any) -> None:
+    """Raise selfattn.Unsupported when the call's variants are not all declared by `entry`."""
+    why = variants_reason(entry, masks.variants)
+    if why:
+        raise Unsupported(why)
 
 
 def assumed_mem_bytes(point: Any, device: str) -> int:

@@ -87,7 +87,7 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
                        outliers=point.input_outliers, outlier_std=point.outlier_std)
     masks = point_masks(point, device)
     mask_args = dict(causal=masks.causal, window=masks.window, key_lengths=masks.key_lengths,
-                     document_ids=masks.document_ids)
+                     document_ids=masks.document_ids, softcap=masks.softcap, alibi=masks.alibi, sink=masks.sink)
     # The dense upstream exists only where a backward runs (drawing it costs as much as Q).
     upstream = _randn((b, h, q_len, d), point.seed + UPSTREAM_SEED_OFFSET, dtype, device) if grad else None
     rows_dev = rows.to(device)
@@ -166,7 +166,9 @@ def _checked_attention(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.
     module = get_backend(backend)
     check_qkv(q, k, v)  # what selfattn.attention does before it calls the back end
     masks = check_masks(mask_args["causal"], mask_args["window"], mask_args["key_lengths"], mask_args["document_ids"],
-                        batch=q.shape[0], q_len=q.shape[2], seq_len=k.shape[2], device=q.device)
+                        batch=q.shape[0], q_len=q.shape[2], seq_len=k.shape[2], device=q.device,
+                        softcap=mask_args.get("softcap"), alibi=mask_args.get("alibi", False),
+                        sink=mask_args.get("sink"))
     scale_value = resolve_scale(scale, q.shape[3])
     resolved = resolve_options(backend, options, q.device, q.dtype)
     if rotate_qk is None:  # the back end's one-time work (a plugin's layout conversion) done here, once

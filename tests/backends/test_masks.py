@@ -140,8 +140,8 @@ def test_chunked_plan_computes_the_visible_blocks_only(masks, density):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(window=0), r"^window: expected None or an integer >= 1, got 0$"),
-    (dict(window=True), r"^window: expected None or an integer >= 1"),
+    (dict(window=0), r"^window: expected None, an integer >= 1, or a pair \[left, right\] of integers >= -1 \(-1: unbounded\), got 0$"),
+    (dict(window=True), r"^window: expected None, an integer >= 1"),
     (dict(key_lengths=torch.tensor([3.0, 4.0])), r"^key_lengths: expected an integer tensor of shape \(2,\)"),
     (dict(key_lengths=torch.tensor([3])), r"^key_lengths: expected shape \(2,\), got \(1,\)$"),
     (dict(key_lengths=torch.tensor([0, 4])), r"^key_lengths: expected values in 1..16, got min 0 max 4$"),
