@@ -183,7 +183,16 @@ def test_an_entry_point_colliding_with_a_builtin_or_another_package_is_refused_n
     from selfattn.backends.__main__ import listing
 
     lines = {row[0]: row for row in listing([])}
-    assert lines["dup"][3].startswith("refused:") and "pkg-b" in lines["dup"][3]
+    assert lines["dup"][-1].startswith("refused:") and "pkg-b" in lines["dup"][-1]
+    assert lines["naive"][3] == "asymmetric_window,softcap,alibi,sink"  # the variants it declares
+
+
+def test_the_listing_exits_2_when_a_name_given_is_refused(capsys):
+    from selfattn.backends.__main__ import main
+
+    assert main(["naive"]) == 0
+    assert main(["fp32ac"]) == 2  # a misspelt name: listed as refused, and the exit status says so
+    assert "refused: backend: expected one of" in capsys.readouterr().out
 
 
 # --- the one registry ----------------------------------------------------------------------------------------
