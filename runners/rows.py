@@ -215,4 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # each results.csv is replaced whole (row_store), so nothing is left half-written
+        print("interrupted: every results.csv written so far is complete; rerun to rebuild the rest", file=sys.stderr)
+        sys.exit(130)
