@@ -28,6 +28,7 @@ from selfattn.errors import Unsupported
 from selfattn.fields import defaults, spec
 from selfattn.masks import Masks
 from selfattn.point import FP32_BYTES, Point
+from selfattn.score_mods import alibi_slopes_tensor
 
 
 def _triton_missing() -> str | None:
@@ -53,6 +54,8 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256  # one (block_m x head_dim) query tile and its fp32 accumulator stay in registers
 BLOCK_SIZES = (16, 32, 64, 128)  # tl.dot's tiles are at least 16 on a side; powers of two
 KERNEL_MODULE = "selfattn.backends.triton_fwd"
+# selfattn/variants.py: all four, inside the kernel's tiles (a constexpr flag each; docs/triton.md)
+VARIANTS = ("asymmetric_window", "softcap", "alibi", "sink")
 CPU_NEEDS_INTERPRETER = "triton runs on CUDA; on a CPU set TRITON_INTERPRET=1 (correctness only, ~1000x slower)"
 
 
@@ -120,9 +123,11 @@ def attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, 
         kernel = importlib.import_module(KERNEL_MODULE)
     except ImportError as err:  # found but broken (a missing numpy for the interpreter, a bad install)
         raise Unsupported(f"triton kernel: importing it failed: {err}") from None
+    slopes = alibi_slopes_tensor(q_BHMD.shape[1], q_BHMD.device, torch.float64) if masks.alibi else None
     out, _lse = kernel.attention_fwd(
-        q_BHMD, k_BKND, v_BKND, scale=scale, causal=masks.causal, window=masks.window,
-        key_lengths=masks.key_lengths, document_ids=masks.document_ids, block_m=block_m, block_n=block_n,
+        q_BHMD, k_BKND, v_BKND, scale=scale, causal=masks.causal, extents=masks.extents,
+        key_lengths=masks.key_lengths, document_ids=masks.document_ids, softcap=masks.softcap,
+        alibi_slopes=slopes, sink=masks.sink, block_m=block_m, block_n=block_n,
         dot_precision="ieee" if dot_precision == "native" else dot_precision)
     return out
 
