@@ -29,12 +29,15 @@ imported makes the kernel run in triton's interpreter on CPU tensors (numpy; cor
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
+
+from selfattn.variants import alibi_slopes
 
 LOG2E = math.log2(math.e)  # exp(x) = exp2(x · log2 e): the GPU's exp2 is one instruction
 
@@ -177,6 +180,15 @@ def block_d(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
+@functools.lru_cache(maxsize=64)
+def alibi_slopes_log2(heads: int, device: torch.device) -> torch.Tensor:
+    """(heads,) fp32 on `device`: each query head's ALiBi slope (selfattn.variants.alibi_slopes) times
+    log2(e), rounded once from float64. Kept per (heads, device): a timed call neither allocates it nor
+    copies it from the host (a copy that would wait for every queued kernel)."""
+    slopes = torch.tensor([slope * LOG2E for slope in alibi_slopes(heads)], dtype=torch.float32)
+    return slopes.to(device)
+
+
 def attention_fwd(
     q_BHMD: torch.Tensor,
     k_BKND: torch.Tensor,
@@ -188,7 +200,7 @@ def attention_fwd(
     key_lengths: torch.Tensor | None = None,
     document_ids: torch.Tensor | None = None,
     softcap: float | None = None,
-    alibi_slopes: torch.Tensor | None = None,
+    alibi_slopes_log2: torch.Tensor | None = None,
     sink: float | None = None,
     block_m: int = 64,
     block_n: int = 64,
@@ -200,8 +212,9 @@ def attention_fwd(
 
     q (B, H, M, D); k, v (B, K, N, D) with H % K == 0; extents (left, right) of the window, None for an
     unbounded side (selfattn.variants.window_extents; causal is its own flag, a right extent beside it is
-    ignored); key_lengths (B,) ints; document_ids (B, N) ints (then M == N); softcap c > 0; alibi_slopes
-    (H,) the natural-scale slope of each query head; sink a logit. Inputs are trusted (selfattn.attention
+    ignored); key_lengths (B,) ints; document_ids (B, N) ints (then M == N); softcap c > 0;
+    alibi_slopes_log2 (H,) fp32 on q's device, each query head's slope times log2(e) (`alibi_slopes_log2`);
+    sink a logit. Inputs are trusted (selfattn.attention
     validates them); fp32, fp16 or bf16. With a sink, lse includes it.
     """
     batch, heads, q_len, head_dim = q_BHMD.shape
@@ -215,9 +228,7 @@ def attention_fwd(
     lengths = key_lengths.to(device=q_BHMD.device) if key_lengths is not None else out
     docs = document_ids.to(device=q_BHMD.device) if document_ids is not None else out
     doc_strides = (docs.stride(0), docs.stride(1)) if document_ids is not None else (0, 0)
-    # the slopes in base-2 units, rounded to fp32 once from float64
-    slopes = (alibi_slopes.to(device=q_BHMD.device, dtype=torch.float64) * LOG2E).float().contiguous() \
-        if alibi_slopes is not None else out
+    slopes = alibi_slopes_log2 if alibi_slopes_log2 is not None else out
     grid = (triton.cdiv(q_len, block_m), batch * heads)
     _attention_fwd[grid](
         q_BHMD, k_BKND, v_BKND, out, lse, lengths, docs, slopes,
@@ -228,7 +239,7 @@ def attention_fwd(
         sink * LOG2E if sink is not None else 0.0,
         CAUSAL=causal, HAS_LEFT=left is not None, HAS_RIGHT=right is not None, HAS_LENGTHS=key_lengths is not None,
         HAS_DOCUMENTS=document_ids is not None,
-        SOFTCAP=softcap is not None, ALIBI=alibi_slopes is not None, SINK=sink is not None,
+        SOFTCAP=softcap is not None, ALIBI=alibi_slopes_log2 is not None, SINK=sink is not None,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d(head_dim),
         DOT_PRECISION=dot_precision if q_BHMD.dtype == torch.float32 else "tf32",  # the flag is fp32's only
         DOT_IN_FP32=INTERPRETED and q_BHMD.dtype != torch.float32,

@@ -222,6 +222,10 @@ def test_labels_and_memory_model():
     small, large = (backend.predict_mem_bytes(Point(backend="triton", seq_len=n, head_dim=64), {}, "cuda")
                     for n in (4096, 8192))
     assert large == 2 * small
+    # the variants add no O(n) buffer: ALiBi's one fp32 slope per head, the others nothing
+    plain, varied = (backend.predict_mem_bytes(Point(backend="triton", seq_len=4096, head_dim=64, heads=8, **kw), {}, "cuda")
+                     for kw in ({}, {"window": (255, 0), "softcap": 30.0, "alibi": True, "sink": 0.5}))
+    assert varied == plain + 8 * 4
 
 
 @pytest.mark.parametrize("kw, status, reason", [

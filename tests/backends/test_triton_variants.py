@@ -17,7 +17,7 @@ import torch
 
 import selfattn
 from selfattn.inputs import make_qkv
-from selfattn.score_mods import alibi_slopes_tensor, transform_scores
+from selfattn.score_mods import transform_scores
 from selfattn.masks import Masks
 
 from test_triton import ABS_TOL_FP32, DTYPE_NAMES, FA_EPS, kernel, mask_arguments  # noqa: F401 (kernel: a fixture)
@@ -112,7 +112,7 @@ def test_the_log_sum_exp_counts_every_term_of_the_denominator(kernel, sink):
         args["sink"] = sink
     scale = 32 ** -0.5
     out, lse = kernel.attention_fwd(q, k, v, scale=scale, extents=(3, 2), key_lengths=args["key_lengths"],
-                                    softcap=3.0, alibi_slopes=alibi_slopes_tensor(4, "cpu", torch.float64),
+                                    softcap=3.0, alibi_slopes_log2=kernel.alibi_slopes_log2(4, torch.device("cpu")),
                                     sink=sink, **SMALL)
     ref_lse = _reference_lse(q, k, v, scale, args)
     empty = (selfattn.attention_reference(q, k, v, **args) == 0).all(dim=-1)
