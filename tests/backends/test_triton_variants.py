@@ -144,3 +144,15 @@ def test_an_asymmetric_window_skips_key_blocks_on_both_sides(kernel):
     assert torch.equal(poisoned[:, :, 192:384], out[:, :, 192:384])
     # negative controls: query block 2 loads key block 0, query block 6 loads key block 7
     assert torch.isnan(poisoned[:, :, 128:192]).any() and torch.isnan(poisoned[:, :, 384:448]).any()
+
+
+def test_a_sink_beyond_fp32_outweighs_every_key_without_a_nan(kernel):
+    """sink is any finite number; times log2(e) in fp32 it would be inf, and exp2(inf - inf) NaN. The launcher
+    clamps it to fp32's largest value: every weight is 0 (as in float64); a sink of -1e300, clamped to the
+    lowest, weighs nothing."""
+    q, k, v = make_qkv(1, 2, 20, 20, 16, seed=7)
+    for sink in (1e300, -1e300):
+        out = selfattn.attention(q, k, v, backend="triton", causal=True, sink=sink, **SMALL)
+        ref = selfattn.attention_reference(q, k, v, causal=True, sink=sink)
+        assert (out.double() - ref).abs().max().item() <= ABS_TOL_FP32, sink
+    assert torch.equal(selfattn.attention(q, k, v, backend="triton", sink=1e300, **SMALL), torch.zeros_like(q))
