@@ -40,7 +40,9 @@ from triton.runtime.interpreter import InterpretedFunction
 from selfattn.variants import alibi_slopes
 
 LOG2E = math.log2(math.e)  # exp(x) = exp2(x · log2 e): the GPU's exp2 is one instruction
-FP32_MAX = 3.4028234663852886e38  # a sink's base-2 logit is clamped to +-this: still above (below) every key's
+# fp32's largest value: a sink's base-2 logit is clamped to +-this (still above or below every key's), and so
+# is the soft-cap's input factor 2·scale·log2(e)/c for a tiny cap (an inf there makes a zero logit 0·inf = NaN)
+FP32_MAX = 3.4028234663852886e38
 
 
 # The kernel calls only triton.language's builtins, none of its jit functions (tl.max, tl.sum, tl.zeros):
@@ -236,7 +238,8 @@ def attention_fwd(
         *q_BHMD.stride(), *k_BKND.stride(), *v_BKND.stride(), *out.stride(), *doc_strides,
         heads, heads // kv_heads, q_len, seq_len, head_dim,
         left if left is not None else 0, right if right is not None else 0, scale * LOG2E,
-        2.0 * scale * LOG2E / softcap if softcap is not None else 0.0, softcap * LOG2E if softcap is not None else 0.0,
+        min(2.0 * scale * LOG2E / softcap, FP32_MAX) if softcap is not None else 0.0,  # inf would make 0·inf NaN
+        softcap * LOG2E if softcap is not None else 0.0,
         min(max(sink * LOG2E, -FP32_MAX), FP32_MAX) if sink is not None else 0.0,  # +inf: exp2(inf - inf) is NaN
         CAUSAL=causal, HAS_LEFT=left is not None, HAS_RIGHT=right is not None, HAS_LENGTHS=key_lengths is not None,
         HAS_DOCUMENTS=document_ids is not None,

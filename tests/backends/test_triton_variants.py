@@ -146,7 +146,7 @@ def test_an_asymmetric_window_skips_key_blocks_on_both_sides(kernel):
     assert torch.isnan(poisoned[:, :, 128:192]).any() and torch.isnan(poisoned[:, :, 384:448]).any()
 
 
-def test_a_sink_beyond_fp32_outweighs_every_key_without_a_nan(kernel):
+def test_a_sink_or_cap_beyond_fp32_gives_no_nan(kernel):
     """sink is any finite number; times log2(e) in fp32 it would be inf, and exp2(inf - inf) NaN. The launcher
     clamps it to fp32's largest value: every weight is 0 (as in float64); a sink of -1e300, clamped to the
     lowest, weighs nothing."""
@@ -156,3 +156,7 @@ def test_a_sink_beyond_fp32_outweighs_every_key_without_a_nan(kernel):
         ref = selfattn.attention_reference(q, k, v, causal=True, sink=sink)
         assert (out.double() - ref).abs().max().item() <= ABS_TOL_FP32, sink
     assert torch.equal(selfattn.attention(q, k, v, backend="triton", sink=1e300, **SMALL), torch.zeros_like(q))
+    # a cap so small that 1 / cap overflows fp32: every logit is +-cap, about 0, so the weights are uniform
+    q[..., 0, :] = 0.0  # a query whose logits are exactly 0 (0 times an inf factor would be NaN)
+    out = selfattn.attention(q, k, v, backend="triton", causal=True, softcap=1e-300, **SMALL)
+    assert (out.double() - selfattn.attention_reference(q, k, v, causal=True, softcap=1e-300)).abs().max() <= ABS_TOL_FP32
