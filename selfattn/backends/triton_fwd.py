@@ -217,8 +217,8 @@ def attention_fwd(
     unbounded side (selfattn.variants.window_extents; causal is its own flag, a right extent beside it is
     ignored); key_lengths (B,) ints; document_ids (B, N) ints (then M == N); softcap c > 0;
     alibi_slopes_log2 (H,) fp32 on q's device, each query head's slope times log2(e) (`alibi_slopes_log2`);
-    sink a logit. Inputs are trusted (selfattn.attention
-    validates them); fp32, fp16 or bf16. With a sink, lse includes it.
+    sink a logit. Inputs are trusted (selfattn.attention validates them); fp32, fp16 or bf16. With a sink,
+    lse includes it.
     """
     batch, heads, q_len, head_dim = q_BHMD.shape
     kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
