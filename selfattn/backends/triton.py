@@ -8,6 +8,9 @@ Devices: on CUDA the compiled kernel runs. A CPU runs it only in triton's interp
 switched on (TRITON_INTERPRET=1 in the environment) before the kernel module is imported: it executes
 every tile in numpy, ~1000x slower than SDPA, so CPU rows prove correctness, never speed.
 
+Every variant of selfattn/variants.py runs inside the kernel (VARIANTS): window pairs as loop bounds and
+a mask, the soft-cap, ALiBi and the sink on the tiles, each behind its own constexpr flag.
+
 What it cannot do is an `unsupported` row: fp64 and FP8 inputs (fp32, fp16, bf16 only), a head_dim
 above 256, and backward (mode=fwd_bwd): the forward kernel is all there is.
 """
@@ -53,6 +56,8 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256  # one (block_m x head_dim) query tile and its fp32 accumulator stay in registers
 BLOCK_SIZES = (16, 32, 64, 128)  # tl.dot's tiles are at least 16 on a side; powers of two
 KERNEL_MODULE = "selfattn.backends.triton_fwd"
+# selfattn/variants.py: all four, inside the kernel's tiles (a constexpr flag each; docs/triton.md)
+VARIANTS = ("asymmetric_window", "softcap", "alibi", "sink")
 CPU_NEEDS_INTERPRETER = "triton runs on CUDA; on a CPU set TRITON_INTERPRET=1 (correctness only, ~1000x slower)"
 
 
@@ -120,9 +125,11 @@ def attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, 
         kernel = importlib.import_module(KERNEL_MODULE)
     except ImportError as err:  # found but broken (a missing numpy for the interpreter, a bad install)
         raise Unsupported(f"triton kernel: importing it failed: {err}") from None
+    slopes = kernel.alibi_slopes_log2(q_BHMD.shape[1], q_BHMD.device) if masks.alibi else None
     out, _lse = kernel.attention_fwd(
-        q_BHMD, k_BKND, v_BKND, scale=scale, causal=masks.causal, window=masks.window,
-        key_lengths=masks.key_lengths, document_ids=masks.document_ids, block_m=block_m, block_n=block_n,
+        q_BHMD, k_BKND, v_BKND, scale=scale, causal=masks.causal, extents=masks.extents,
+        key_lengths=masks.key_lengths, document_ids=masks.document_ids, softcap=masks.softcap,
+        alibi_slopes_log2=slopes, sink=masks.sink, block_m=block_m, block_n=block_n,
         dot_precision="ieee" if dot_precision == "native" else dot_precision)
     return out
 
@@ -162,12 +169,17 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
     """O(n): the output and one fp32 log-sum-exp per query row; the tiles live in registers (on a
-    CPU, the interpreter's numpy tiles of one program at a time: a few (block_m x block_n) arrays)."""
+    CPU, the interpreter's numpy tiles of one program at a time: a few (block_m x block_n) arrays).
+    ALiBi adds its fp32 slope per query head (made once per heads and device, then kept); the other
+    variants are scalars."""
     lse = point.batch * point.heads * point.q_len_resolved * FP32_BYTES
+    slopes = point.heads * FP32_BYTES if point.alibi else 0
     if device == "cuda":
-        return point.out_bytes + lse
+        return point.out_bytes + lse + slopes
     bm, bn = options.get("block_m", 64), options.get("block_n", 64)
     bd = max(16, 1 << (point.head_dim - 1).bit_length())
     # scores, probabilities, their mask (fp32, fp32, bool), K^T and V tiles, q and the accumulator twice
     tiles = (2 * bm * bn + 2 * bn * bd + 3 * bm * bd) * FP32_BYTES + bm * bn
-    return point.out_bytes + lse + tiles
+    # the soft-cap's exp2 and quotient tiles; ALiBi's distance tile (int32, then fp32)
+    tiles += (2 * (point.softcap is not None) + 2 * point.alibi) * bm * bn * FP32_BYTES
+    return point.out_bytes + lse + slopes + tiles

@@ -222,6 +222,10 @@ def test_labels_and_memory_model():
     small, large = (backend.predict_mem_bytes(Point(backend="triton", seq_len=n, head_dim=64), {}, "cuda")
                     for n in (4096, 8192))
     assert large == 2 * small
+    # the variants add no O(n) buffer: ALiBi's one fp32 slope per head, the others nothing
+    plain, varied = (backend.predict_mem_bytes(Point(backend="triton", seq_len=4096, head_dim=64, heads=8, **kw), {}, "cuda")
+                     for kw in ({}, {"window": (255, 0), "softcap": 30.0, "alibi": True, "sink": 0.5}))
+    assert varied == plain + 8 * 4
 
 
 @pytest.mark.parametrize("kw, status, reason", [
@@ -243,19 +247,36 @@ def test_a_sweep_point_gives_its_row(kernel, kw, status, reason):
         assert row.flops == 4 * 2 * 32 * 33 // 2 * 32  # the causal pairs only: n(n+1)/2 per head
 
 
-def test_the_kernel_compiles_for_a_hopper_gpu_without_one(kernel):
+def test_a_sweep_point_with_every_variant_gives_an_ok_row(kernel):
+    """The variants reach the kernel through a Point (tests/backends/test_triton_variants.py checks their values)."""
+    from selfattn.measure import Budget, measure_point
+    from selfattn.point import Point
+
+    point = Point(backend="triton", seq_len=32, head_dim=32, heads=2, causal=True, window=(7, 2), softcap=5.0,
+                  alibi=True, sink=0.5)
+    row = measure_point(point, Budget(timing_s=0.2, measure_device_peak=False))
+    assert row.status == "ok", row.error
+    assert row.max_abs_err <= ABS_TOL_FP32 and row.kernel == "fa2-m64-n64-ieee:interpreter"
+    assert row.flops == 4 * 2 * (36 + 24 * 8) * 32  # causal caps the pair at (7, 0): min(p + 1, 8) keys per row
+
+
+@pytest.mark.parametrize("flags_on", [True, False], ids=["every-flag", "plain"])
+def test_the_kernel_compiles_for_a_hopper_gpu_without_one(kernel, flags_on):
     """The interpreter never compiles: this lowers the kernel's own Python function through triton's real
-    compiler down to a cubin for sm_90 (ptxas ships with triton), every mask flag on, so a GPU-only syntax
-    or typing error fails here on a CPU."""
+    compiler down to a cubin for sm_90 (ptxas ships with triton), with every mask and variant flag on and
+    with none (a plain call's kernel), so a GPU-only syntax or typing error fails here on a CPU."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     fn = triton.JITFunction(kernel._attention_fwd.fn)  # the interpreted kernel's function, as @triton.jit sees it
     pointers = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16", "Lse": "*fp32", "KeyLengths": "*i64",
-                "DocumentIds": "*i64", "qk_scale": "fp32"}
-    const = dict(CAUSAL=True, HAS_WINDOW=True, HAS_LENGTHS=True, HAS_DOCUMENTS=True, BLOCK_M=64, BLOCK_N=64,
-                 BLOCK_D=64, DOT_PRECISION="tf32", DOT_IN_FP32=False)
+                "DocumentIds": "*i64", "AlibiSlopes": "*fp32", "qk_scale": "fp32", "softcap_in": "fp32",
+                "softcap_out": "fp32", "sink": "fp32"}
+    flags = ("CAUSAL", "HAS_LEFT", "HAS_RIGHT", "HAS_LENGTHS", "HAS_DOCUMENTS", "SOFTCAP", "ALIBI", "SINK")
+    const = dict(dict.fromkeys(flags, flags_on), BLOCK_M=64, BLOCK_N=64, BLOCK_D=64, DOT_PRECISION="tf32",
+                 DOT_IN_FP32=False)
+    assert set(const) == {p.name for p in fn.params if p.is_constexpr}, "a constexpr of the kernel is not set here"
     signature = {n: "constexpr" if n in const else pointers.get(n, "i32") for n in fn.arg_names}
     source = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(n),): v for n, v in const.items()})
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "enable_fp_fusion": True})
