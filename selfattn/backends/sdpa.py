@@ -7,6 +7,16 @@
 Causal masks: SDPA's `is_causal` is top-left aligned, which differs from our bottom-right
 contract whenever q_len != seq_len, so in that case the mask is passed explicitly as
 `torch.nn.attention.bias.causal_lower_right`.
+
+Variants (selfattn/variants.py): a window pair is a boolean mask, like a one-width window. ALiBi and the
+sink are exact through SDPA's additive `attn_mask`: one float bias tensor in q's dtype holding ALiBi's
+-slope_h * |p - j| (per query head, so it is (.., heads, q_len, seq_len)) with -inf where the mask hides a
+key. The sink is one more key whose K row is zero and whose bias is the sink: its logit is scale * 0 +
+sink = sink exactly, it joins every row's denominator, and its V row, zero too, adds no value. That costs
+copies of K and V one row longer and a float bias SDPA's fused kernels read from memory; on CUDA flash
+takes no `attn_mask`, so these points run efficient or math, which the row's `kernel` column names
+(kernel_ran asks torch's dispatch with the same tensors). Soft-capping is unsupported: SDPA only adds a
+bias to the scaled logits and cannot apply tanh to them inside its kernels.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from selfattn.errors import Unsupported
 from selfattn.fields import defaults, spec
 from selfattn.masks import Masks, no_empty_rows
 from selfattn.point import FP32_BYTES, Point
+from selfattn.score_mods import alibi_bias
 
 NAME = "sdpa"
 FP8_UNSUPPORTED = ("precision fp8: torch's scaled_dot_product_attention has no FP8 kernel (it takes fp16, bf16, fp32, "
@@ -40,6 +51,10 @@ KERNELS: dict[str, SDPBackend | None] = {
 # Per-thread scratch of torch's CPU flash kernel: a q_split x kv_split fp32 block and row stats.
 CPU_FLASH_Q_SPLIT = 256
 CPU_FLASH_KV_SPLIT = 512
+VARIANTS = ("asymmetric_window", "alibi", "sink")  # selfattn/variants.py; softcap is VARIANT_GAPS's
+# Why a variant SDPA does not declare cannot run: said in its `unsupported` row (registry.variants_reason).
+VARIANT_GAPS = {"softcap": "torch's scaled_dot_product_attention adds a bias to the scaled logits but cannot apply "
+                           "tanh to them inside its kernels (naive computes it)"}
 
 
 @dataclass(frozen=True)
@@ -71,16 +86,52 @@ def attention(
     kernel: str = "auto",
     bool_mask: bool = False,
 ) -> torch.Tensor:
-    mask, is_causal, sees = _mask_arguments(q_BHMD, k_BKND, masks, bool_mask)
+    seq_len = k_BKND.shape[2]  # the keys the masks speak of (a sink's key comes after them)
+    k_BKND, v_BKND, mask, is_causal, sees = _arguments(q_BHMD, k_BKND, v_BKND, masks, bool_mask)
     gqa = k_BKND.shape[1] != q_BHMD.shape[1]
     if kernel == "auto":
         out = _call(q_BHMD, k_BKND, v_BKND, mask, is_causal, scale, gqa)
     else:
         out = _forced(kernel, q_BHMD, k_BKND, v_BKND, mask, is_causal, scale, gqa, masks)
     # whether some row sees no key: decided once per masks (Masks.decision), not read from `sees` on the host
-    if sees is not None and masks.empty_rows(q_BHMD.shape[2], k_BKND.shape[2]):
+    if sees is not None and masks.empty_rows(q_BHMD.shape[2], seq_len):
         out = out * sees[:, None]  # rows that see no key: zeros (their opened mask row was a stand-in)
     return out
+
+
+def _arguments(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, masks: Masks,
+               bool_mask: bool = False) -> tuple[torch.Tensor, torch.Tensor, Any, bool, torch.Tensor | None]:
+    """(k, v, attn_mask, is_causal, sees) of the SDPA call: the masks alone as _mask_arguments makes them;
+    with ALiBi or a sink, one float bias (_score_bias), and K and V one zero row longer for the sink."""
+    if masks.alibi or masks.sink is not None:
+        bias_bHMN, sees = _score_bias(q_BHMD, k_BKND.shape[2], masks)
+        if masks.sink is not None:  # the sink's key: a zero K row (logit 0 + bias = sink), a zero V row (no value)
+            k_BKND, v_BKND = F.pad(k_BKND, (0, 0, 0, 1)), F.pad(v_BKND, (0, 0, 0, 1))
+        return k_BKND, v_BKND, bias_bHMN, False, sees
+    mask, is_causal, sees = _mask_arguments(q_BHMD, k_BKND, masks, bool_mask)
+    return k_BKND, v_BKND, mask, is_causal, sees
+
+
+def _score_bias(q_BHMD: torch.Tensor, seq_len: int, masks: Masks) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(bias, sees): the additive attn_mask in q's dtype, (batch or 1, heads or 1, q_len, seq_len + 1 if a
+    sink): ALiBi's -slope_h * |p - j| (heads: one per query head), -inf where a key is hidden (rows that see
+    no key opened, `sees` saying which: no_empty_rows), and the sink's logit in the last column."""
+    heads, q_len = q_BHMD.shape[1], q_BHMD.shape[2]
+    keep_bMN = sees = None
+    if masks.causal or not masks.only_causal:
+        keep_bMN, sees = no_empty_rows(masks.keep(q_len, seq_len, device=q_BHMD.device))
+    sink_columns = 0 if masks.sink is None else 1
+    bias_bHMN = torch.zeros(1 if keep_bMN is None else keep_bMN.shape[0], heads if masks.alibi else 1, q_len,
+                            seq_len + sink_columns, dtype=q_BHMD.dtype, device=q_BHMD.device)
+    keys_bHMN = bias_bHMN[..., :seq_len]
+    if masks.alibi:  # computed in fp32 at least: fp16 cannot hold every distance |p - j| > 2048 exactly
+        keys_bHMN += alibi_bias(heads, q_len, seq_len, device=q_BHMD.device,
+                                dtype=torch.promote_types(q_BHMD.dtype, torch.float32))
+    if keep_bMN is not None:
+        keys_bHMN.masked_fill_(~keep_bMN[:, None], float("-inf"))
+    if masks.sink is not None:
+        bias_bHMN[..., seq_len] = masks.sink
+    return bias_bHMN, sees
 
 
 def _mask_arguments(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, masks: Masks,
@@ -113,7 +164,7 @@ def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor,
     torch's CausalBias, whose dispatch is not SDPA's: `_causal_bias_kernel` mirrors it."""
     if kernel != "auto":
         return kernel
-    mask, is_causal, _ = _mask_arguments(q_BHMD, k_BKND, masks, bool_mask)
+    k_BKND, v_BKND, mask, is_causal, _ = _arguments(q_BHMD, k_BKND, v_BKND, masks, bool_mask)
     gqa = k_BKND.shape[1] != q_BHMD.shape[1]
     try:
         if _is_causal_bias(mask):
@@ -166,6 +217,8 @@ def _forced(kernel: str, q, k, v, mask, is_causal: bool, scale: float, gqa: bool
                 raise
             reasons = "; ".join(" ".join(str(w.message).split()) for w in caught)[:300]
             what = "causal" if masks.causal and masks.only_causal else "" if masks.only_causal else "masked"
+            biased = [name for name in ("alibi", "sink") if name in masks.variants]
+            what += f"{' ' if what else ''}with a float bias ({', '.join(biased)})" if biased else ""
             raise Unsupported(
                 f"sdpa kernel={kernel} cannot run on {q.device.type} with {q.dtype}, "
                 f"shape {tuple(q.shape)}{' ' + what if what else ''}{' gqa' if gqa else ''}"
