@@ -34,7 +34,8 @@ from selfattn.errors import Unsupported
 from selfattn.fields import defaults, spec
 from selfattn.masks import Masks, no_empty_rows
 from selfattn.point import FP32_BYTES, Point
-from selfattn.score_mods import alibi_bias
+from selfattn.score_mods import query_positions
+from selfattn.variants import alibi_slopes
 
 NAME = "sdpa"
 FP8_UNSUPPORTED = ("precision fp8: torch's scaled_dot_product_attention has no FP8 kernel (it takes fp16, bf16, fp32, "
@@ -115,18 +116,26 @@ def _arguments(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor,
 def _score_bias(q_BHMD: torch.Tensor, seq_len: int, masks: Masks) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(bias, sees): the additive attn_mask in q's dtype, (batch or 1, heads or 1, q_len, seq_len + 1 if a
     sink): ALiBi's -slope_h * |p - j| (heads: one per query head), -inf where a key is hidden (rows that see
-    no key opened, `sees` saying which: no_empty_rows), and the sink's logit in the last column."""
-    heads, q_len = q_BHMD.shape[1], q_BHMD.shape[2]
+    no key opened, `sees` saying which: no_empty_rows), and the sink's logit in the last column.
+
+    Written into the one bias tensor head by head from one (q_len, seq_len) distance matrix, so building it
+    costs the bias and that matrix, not a (heads, q_len, seq_len) product and int64 distances besides."""
+    heads, q_len, device = q_BHMD.shape[1], q_BHMD.shape[2], q_BHMD.device
     keep_bMN = sees = None
     if masks.causal or not masks.only_causal:
-        keep_bMN, sees = no_empty_rows(masks.keep(q_len, seq_len, device=q_BHMD.device))
+        keep_bMN, sees = no_empty_rows(masks.keep(q_len, seq_len, device=device))
     sink_columns = 0 if masks.sink is None else 1
     bias_bHMN = torch.zeros(1 if keep_bMN is None else keep_bMN.shape[0], heads if masks.alibi else 1, q_len,
-                            seq_len + sink_columns, dtype=q_BHMD.dtype, device=q_BHMD.device)
+                            seq_len + sink_columns, dtype=q_BHMD.dtype, device=device)
     keys_bHMN = bias_bHMN[..., :seq_len]
-    if masks.alibi:  # computed in fp32 at least: fp16 cannot hold every distance |p - j| > 2048 exactly
-        keys_bHMN += alibi_bias(heads, q_len, seq_len, device=q_BHMD.device,
-                                dtype=torch.promote_types(q_BHMD.dtype, torch.float32))
+    if masks.alibi:  # |p - j| in fp32 at least: fp16 and bf16 cannot hold every distance exactly
+        exact = torch.promote_types(q_BHMD.dtype, torch.float32)
+        p = query_positions(q_len, seq_len, device).to(exact)
+        distance_MN = (p[:, None] - torch.arange(seq_len, device=device, dtype=exact)[None, :]).abs_()
+        for h, slope in enumerate(alibi_slopes(heads)):
+            head_bMN = keys_bHMN[:, h]
+            torch.mul(distance_MN.expand_as(head_bMN), -slope, out=head_bMN)  # no temporary
+        del distance_MN
     if keep_bMN is not None:
         keys_bHMN.masked_fill_(~keep_bMN[:, None], float("-inf"))
     if masks.sink is not None:
