@@ -252,7 +252,29 @@ def auto_runs_math(point: Point, device: str) -> bool:
     if device != "cuda":
         return False  # CPU: flash for every dtype and for GQA
     gqa = point.kv_heads_resolved != point.heads
-    return point.precision == "fp64" or (gqa and point.precision in ("fp32", "tf32"))
+    # ALiBi or a sink is a float attn_mask, which flash does not take: efficient runs it, but not with GQA
+    biased = point.alibi or point.sink is not None
+    return point.precision == "fp64" or (gqa and (biased or point.precision in ("fp32", "tf32")))
+
+
+def _bias_bytes(point: Point) -> tuple[int, int, int]:
+    """(bias, building, sink copies) for a point with ALiBi or a sink (_score_bias): the float bias in the
+    dtype, what building it holds beside the bias at its peak, and K and V one (zero) row longer for the
+    sink. Measured on a CPU (torch 2.13, the profiler's allocation events, fp32/bf16, B1-2 H2, n 1024):
+    building ALiBi holds the fp32 |p - j| matrix and, below fp32, one fp32 temporary for each head's
+    product cast into the bias; a mask holds the opened boolean keep mask and its negation."""
+    s, c = point.element_bytes, max(point.element_bytes, FP32_BYTES)
+    q_len, seq_len = point.q_len_resolved, point.seq_len
+    geometry = point.causal or point.window is not None or point.masks_per_sequence
+    masks_per = point.batch if point.masks_per_sequence else 1
+    heads = point.heads if point.alibi else 1
+    sink = 0 if point.sink is None else 1
+    bias = masks_per * heads * q_len * (seq_len + sink) * s
+    alibi = q_len * seq_len * c + (masks_per * q_len * seq_len * c if s < c else 0) if point.alibi else 0
+    keep = masks_per * q_len * seq_len if geometry else 0
+    building = max(alibi + keep, 2 * keep)
+    copies = 2 * point.batch * point.kv_heads_resolved * (seq_len + 1) * point.head_dim * s if sink else 0
+    return bias, building, copies
 
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
@@ -264,6 +286,8 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     scores, out, grads = point.score_elements, point.out_bytes, point.grad_bytes
     kernel = options.get("kernel", "auto")
     math_kernel = kernel == "math" or (kernel == "auto" and auto_runs_math(point, device))
+    if point.alibi or point.sink is not None:  # one float bias instead of any mask or flag
+        return _biased_mem_bytes(point, math_kernel, device)
     # A non-square causal mask goes to SDPA as torch's lower-right CausalBias: fused CUDA kernels
     # take it natively; elsewhere torch materializes it (bool, then an additive mask in the dtype).
     native_mask = device == "cuda" and not math_kernel
@@ -306,3 +330,22 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     # backward: (B, L, H, D) transposed copies of q, k, v, out, grad_out and fp32 accumulators
     copies = b * h * (2 * q_len + 3 * seq_len) * d * s
     return out + lse + grads + copies + 2 * scratch + mask
+
+
+def _biased_mem_bytes(point: Point, math_kernel: bool, device: str) -> int:
+    """A point with ALiBi or a sink: the bias, alive through the call, plus its building or the call's own
+    bytes (the plain call's model) with the sink's K and V copies beside them, whichever is larger. A fused
+    kernel's backward reads the bias again (it recomputes the scores), so fwd_bwd keeps it to the end; the
+    math kernel's saves the scores instead, so its backward peak has the copies but not the bias
+    (measured as _bias_bytes says)."""
+    bias, building, copies = _bias_bytes(point)
+    fields = {name: getattr(point, name) for name in point.__dataclass_fields__}
+    plain = {**fields, "alibi": False, "sink": None, "causal": False, "window": None, "pad_frac": 0.0,
+             "documents": None}
+    options = {"kernel": "math" if math_kernel else "flash"}
+    if not math_kernel:
+        return bias + max(building, copies + predict_mem_bytes(Point(**plain), options, device))
+    forward = bias + max(building, copies + predict_mem_bytes(Point(**{**plain, "mode": "fwd"}), options, device))
+    if point.mode == "fwd":
+        return forward
+    return max(forward, copies + predict_mem_bytes(Point(**plain), options, device))
