@@ -52,6 +52,7 @@ KERNELS: dict[str, SDPBackend | None] = {
 # Per-thread scratch of torch's CPU flash kernel: a q_split x kv_split fp32 block and row stats.
 CPU_FLASH_Q_SPLIT = 256
 CPU_FLASH_KV_SPLIT = 512
+BIAS_ALIGN = 8  # elements: the memory-efficient kernel's alignment of a bias's strides (mem_eff_alignment)
 VARIANTS = ("asymmetric_window", "alibi", "sink")  # selfattn/variants.py; softcap is VARIANT_GAPS's
 # Why a variant SDPA does not declare cannot run: said in its `unsupported` row (registry.variants_reason).
 VARIANT_GAPS = {"softcap": "torch's scaled_dot_product_attention adds a bias to the scaled logits but cannot apply "
@@ -125,8 +126,12 @@ def _score_bias(q_BHMD: torch.Tensor, seq_len: int, masks: Masks) -> tuple[torch
     if masks.causal or not masks.only_causal:
         keep_bMN, sees = no_empty_rows(masks.keep(q_len, seq_len, device=device))
     sink_columns = 0 if masks.sink is None else 1
+    columns = seq_len + sink_columns
+    # rows padded to a multiple of BIAS_ALIGN columns: the efficient kernel copies a bias whose row stride is
+    # not (ATen's preprocess_mask pads it), so the sink's odd column would cost a second bias on CUDA
+    aligned = -(-columns // BIAS_ALIGN) * BIAS_ALIGN
     bias_bHMN = torch.zeros(1 if keep_bMN is None else keep_bMN.shape[0], heads if masks.alibi else 1, q_len,
-                            seq_len + sink_columns, dtype=q_BHMD.dtype, device=device)
+                            aligned, dtype=q_BHMD.dtype, device=device)[..., :columns]
     keys_bHMN = bias_bHMN[..., :seq_len]
     if masks.alibi:  # |p - j| in fp32 at least: fp16 and bf16 cannot hold every distance exactly
         exact = torch.promote_types(q_BHMD.dtype, torch.float32)
@@ -269,7 +274,7 @@ def _bias_bytes(point: Point) -> tuple[int, int, int]:
     masks_per = point.batch if point.masks_per_sequence else 1
     heads = point.heads if point.alibi else 1
     sink = 0 if point.sink is None else 1
-    bias = masks_per * heads * q_len * (seq_len + sink) * s
+    bias = masks_per * heads * q_len * (-(-(seq_len + sink) // BIAS_ALIGN) * BIAS_ALIGN) * s  # rows aligned
     alibi = q_len * seq_len * c + (masks_per * q_len * seq_len * c if s < c else 0) if point.alibi else 0
     keep = masks_per * q_len * seq_len if geometry else 0
     building = max(alibi + keep, 2 * keep)
