@@ -21,6 +21,7 @@ bias to the scaled logits and cannot apply tanh to them inside its kernels.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import warnings
 from dataclasses import dataclass
@@ -344,13 +345,14 @@ def _biased_mem_bytes(point: Point, math_kernel: bool, device: str) -> int:
     math kernel's saves the scores instead, so its backward peak has the copies but not the bias
     (measured as _bias_bytes says)."""
     bias, building, copies = _bias_bytes(point)
-    fields = {name: getattr(point, name) for name in point.__dataclass_fields__}
-    plain = {**fields, "alibi": False, "sink": None, "causal": False, "window": None, "pad_frac": 0.0,
-             "documents": None}
+    # the call without the bias's contents: no mask, flag or transform (the bias stands for all of them)
+    plain = dataclasses.replace(point, alibi=False, sink=None, causal=False, window=None, pad_frac=0.0,
+                                documents=None)
     options = {"kernel": "math" if math_kernel else "flash"}
     if not math_kernel:
-        return bias + max(building, copies + predict_mem_bytes(Point(**plain), options, device))
-    forward = bias + max(building, copies + predict_mem_bytes(Point(**{**plain, "mode": "fwd"}), options, device))
+        return bias + max(building, copies + predict_mem_bytes(plain, options, device))
+    plain_forward = dataclasses.replace(plain, mode="fwd")
+    forward = bias + max(building, copies + predict_mem_bytes(plain_forward, options, device))
     if point.mode == "fwd":
         return forward
-    return max(forward, copies + predict_mem_bytes(Point(**plain), options, device))
+    return max(forward, copies + predict_mem_bytes(plain, options, device))
