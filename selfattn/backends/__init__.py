@@ -34,6 +34,9 @@ and optionally
                                        one-time set-up the calls reuse (flex: its block mask; chunked:
                                        its block plan, so a timed call reads no tensor on the host),
                                        timed apart; the keys are row columns ("block_mask_s"), or none
+    VARIANTS: tuple[str, ...]          the variants of selfattn/variants.py it computes (none by default:
+                                       a point using another is an unsupported row naming it)
+    VARIANT_GAPS: dict[str, str]       why it cannot compute one it does not declare, added to that row
 An entry point or a path may name such a module too (`my_pkg.triton_attn` with those members).
 Inputs reaching `attention` are already validated (selfattn.attention does that).
 

@@ -236,8 +236,10 @@ def variants_reason(entry: Any, used: tuple[str, ...]) -> str | None:
     missing = unsupported_variants(used, entry.variants)
     if not missing:
         return None
+    gaps = getattr(entry, "VARIANT_GAPS", None) or {}  # a module's own word on why (sdpa: softcap's tanh)
+    why = "; ".join(gaps[name] for name in missing if name in gaps)
     return (f"backend {entry.NAME} does not support {', '.join(missing)} "
-            f"(it declares {', '.join(entry.variants) or 'no variant'})")
+            f"(it declares {', '.join(entry.variants) or 'no variant'})" + (f": {why}" if why else ""))
 
 
 def check_variants(entry: Any, masks: Any) -> None:

@@ -7,10 +7,21 @@
 Causal masks: SDPA's `is_causal` is top-left aligned, which differs from our bottom-right
 contract whenever q_len != seq_len, so in that case the mask is passed explicitly as
 `torch.nn.attention.bias.causal_lower_right`.
+
+Variants (selfattn/variants.py): a window pair is a boolean mask, like a one-width window. ALiBi and the
+sink are exact through SDPA's additive `attn_mask`: one float bias tensor in q's dtype holding ALiBi's
+-slope_h * |p - j| (per query head, so it is (.., heads, q_len, seq_len)) with -inf where the mask hides a
+key. The sink is one more key whose K row is zero and whose bias is the sink: its logit is scale * 0 +
+sink = sink exactly, it joins every row's denominator, and its V row, zero too, adds no value. That costs
+copies of K and V one row longer and a float bias SDPA's fused kernels read from memory; on CUDA flash
+takes no `attn_mask`, so these points run efficient or math, which the row's `kernel` column names
+(kernel_ran asks torch's dispatch with the same tensors). Soft-capping is unsupported: SDPA only adds a
+bias to the scaled logits and cannot apply tanh to them inside its kernels.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import warnings
 from dataclasses import dataclass
@@ -24,6 +35,8 @@ from selfattn.errors import Unsupported
 from selfattn.fields import defaults, spec
 from selfattn.masks import Masks, no_empty_rows
 from selfattn.point import FP32_BYTES, Point
+from selfattn.score_mods import query_positions
+from selfattn.variants import alibi_slopes
 
 NAME = "sdpa"
 FP8_UNSUPPORTED = ("precision fp8: torch's scaled_dot_product_attention has no FP8 kernel (it takes fp16, bf16, fp32, "
@@ -40,6 +53,11 @@ KERNELS: dict[str, SDPBackend | None] = {
 # Per-thread scratch of torch's CPU flash kernel: a q_split x kv_split fp32 block and row stats.
 CPU_FLASH_Q_SPLIT = 256
 CPU_FLASH_KV_SPLIT = 512
+BIAS_ALIGN = 8  # elements: the memory-efficient kernel's alignment of a bias's strides (mem_eff_alignment)
+VARIANTS = ("asymmetric_window", "alibi", "sink")  # selfattn/variants.py; softcap is VARIANT_GAPS's
+# Why a variant SDPA does not declare cannot run: said in its `unsupported` row (registry.variants_reason).
+VARIANT_GAPS = {"softcap": "torch's scaled_dot_product_attention adds a bias to the scaled logits but cannot apply "
+                           "tanh to them inside its kernels (naive computes it)"}
 
 
 @dataclass(frozen=True)
@@ -71,16 +89,64 @@ def attention(
     kernel: str = "auto",
     bool_mask: bool = False,
 ) -> torch.Tensor:
-    mask, is_causal, sees = _mask_arguments(q_BHMD, k_BKND, masks, bool_mask)
+    seq_len = k_BKND.shape[2]  # the keys the masks speak of (a sink's key comes after them)
+    k_BKND, v_BKND, mask, is_causal, sees = _arguments(q_BHMD, k_BKND, v_BKND, masks, bool_mask)
     gqa = k_BKND.shape[1] != q_BHMD.shape[1]
     if kernel == "auto":
         out = _call(q_BHMD, k_BKND, v_BKND, mask, is_causal, scale, gqa)
     else:
         out = _forced(kernel, q_BHMD, k_BKND, v_BKND, mask, is_causal, scale, gqa, masks)
     # whether some row sees no key: decided once per masks (Masks.decision), not read from `sees` on the host
-    if sees is not None and masks.empty_rows(q_BHMD.shape[2], k_BKND.shape[2]):
+    if sees is not None and masks.empty_rows(q_BHMD.shape[2], seq_len):
         out = out * sees[:, None]  # rows that see no key: zeros (their opened mask row was a stand-in)
     return out
+
+
+def _arguments(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, masks: Masks,
+               bool_mask: bool = False) -> tuple[torch.Tensor, torch.Tensor, Any, bool, torch.Tensor | None]:
+    """(k, v, attn_mask, is_causal, sees) of the SDPA call: the masks alone as _mask_arguments makes them;
+    with ALiBi or a sink, one float bias (_score_bias), and K and V one zero row longer for the sink."""
+    if masks.alibi or masks.sink is not None:
+        bias_bHMN, sees = _score_bias(q_BHMD, k_BKND.shape[2], masks)
+        if masks.sink is not None:  # the sink's key: a zero K row (logit 0 + bias = sink), a zero V row (no value)
+            k_BKND, v_BKND = F.pad(k_BKND, (0, 0, 0, 1)), F.pad(v_BKND, (0, 0, 0, 1))
+        return k_BKND, v_BKND, bias_bHMN, False, sees
+    mask, is_causal, sees = _mask_arguments(q_BHMD, k_BKND, masks, bool_mask)
+    return k_BKND, v_BKND, mask, is_causal, sees
+
+
+def _score_bias(q_BHMD: torch.Tensor, seq_len: int, masks: Masks) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(bias, sees): the additive attn_mask in q's dtype, (batch or 1, heads or 1, q_len, seq_len + 1 if a
+    sink): ALiBi's -slope_h * |p - j| (heads: one per query head), -inf where a key is hidden (rows that see
+    no key opened, `sees` saying which: no_empty_rows), and the sink's logit in the last column.
+
+    Written into the one bias tensor head by head from one (q_len, seq_len) distance matrix, so building it
+    costs the bias and that matrix, not a (heads, q_len, seq_len) product and int64 distances besides."""
+    heads, q_len, device = q_BHMD.shape[1], q_BHMD.shape[2], q_BHMD.device
+    keep_bMN = sees = None
+    if masks.causal or not masks.only_causal:
+        keep_bMN, sees = no_empty_rows(masks.keep(q_len, seq_len, device=device))
+    sink_columns = 0 if masks.sink is None else 1
+    columns = seq_len + sink_columns
+    # rows padded to a multiple of BIAS_ALIGN columns: the efficient kernel copies a bias whose row stride is
+    # not (ATen's preprocess_mask pads it), so the sink's odd column would cost a second bias on CUDA
+    aligned = -(-columns // BIAS_ALIGN) * BIAS_ALIGN
+    bias_bHMN = torch.zeros(1 if keep_bMN is None else keep_bMN.shape[0], heads if masks.alibi else 1, q_len,
+                            aligned, dtype=q_BHMD.dtype, device=device)[..., :columns]
+    keys_bHMN = bias_bHMN[..., :seq_len]
+    if masks.alibi:  # |p - j| in fp32 at least: fp16 and bf16 cannot hold every distance exactly
+        exact = torch.promote_types(q_BHMD.dtype, torch.float32)
+        p = query_positions(q_len, seq_len, device).to(exact)
+        distance_MN = (p[:, None] - torch.arange(seq_len, device=device, dtype=exact)[None, :]).abs_()
+        for h, slope in enumerate(alibi_slopes(heads)):
+            head_bMN = keys_bHMN[:, h]
+            torch.mul(distance_MN.expand_as(head_bMN), -slope, out=head_bMN)  # no temporary
+        del distance_MN
+    if keep_bMN is not None:
+        keys_bHMN.masked_fill_(~keep_bMN[:, None], float("-inf"))
+    if masks.sink is not None:
+        bias_bHMN[..., seq_len] = masks.sink
+    return bias_bHMN, sees
 
 
 def _mask_arguments(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, masks: Masks,
@@ -113,7 +179,7 @@ def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor,
     torch's CausalBias, whose dispatch is not SDPA's: `_causal_bias_kernel` mirrors it."""
     if kernel != "auto":
         return kernel
-    mask, is_causal, _ = _mask_arguments(q_BHMD, k_BKND, masks, bool_mask)
+    k_BKND, v_BKND, mask, is_causal, _ = _arguments(q_BHMD, k_BKND, v_BKND, masks, bool_mask)
     gqa = k_BKND.shape[1] != q_BHMD.shape[1]
     try:
         if _is_causal_bias(mask):
@@ -166,6 +232,8 @@ def _forced(kernel: str, q, k, v, mask, is_causal: bool, scale: float, gqa: bool
                 raise
             reasons = "; ".join(" ".join(str(w.message).split()) for w in caught)[:300]
             what = "causal" if masks.causal and masks.only_causal else "" if masks.only_causal else "masked"
+            biased = [name for name in ("alibi", "sink") if name in masks.variants]
+            what += f"{' ' if what else ''}with a float bias ({', '.join(biased)})" if biased else ""
             raise Unsupported(
                 f"sdpa kernel={kernel} cannot run on {q.device.type} with {q.dtype}, "
                 f"shape {tuple(q.shape)}{' ' + what if what else ''}{' gqa' if gqa else ''}"
@@ -190,7 +258,29 @@ def auto_runs_math(point: Point, device: str) -> bool:
     if device != "cuda":
         return False  # CPU: flash for every dtype and for GQA
     gqa = point.kv_heads_resolved != point.heads
-    return point.precision == "fp64" or (gqa and point.precision in ("fp32", "tf32"))
+    # ALiBi or a sink is a float attn_mask, which flash does not take: efficient runs it, but not with GQA
+    biased = point.alibi or point.sink is not None
+    return point.precision == "fp64" or (gqa and (biased or point.precision in ("fp32", "tf32")))
+
+
+def _bias_bytes(point: Point) -> tuple[int, int, int]:
+    """(bias, building, sink copies) for a point with ALiBi or a sink (_score_bias): the float bias in the
+    dtype, what building it holds beside the bias at its peak, and K and V one (zero) row longer for the
+    sink. Measured on a CPU (torch 2.13, the profiler's allocation events, fp32/bf16, B1-2 H2, n 1024):
+    building ALiBi holds the fp32 |p - j| matrix and, below fp32, one fp32 temporary for each head's
+    product cast into the bias; a mask holds the opened boolean keep mask and its negation."""
+    s, c = point.element_bytes, max(point.element_bytes, FP32_BYTES)
+    q_len, seq_len = point.q_len_resolved, point.seq_len
+    geometry = point.causal or point.window is not None or point.masks_per_sequence
+    masks_per = point.batch if point.masks_per_sequence else 1
+    heads = point.heads if point.alibi else 1
+    sink = 0 if point.sink is None else 1
+    bias = masks_per * heads * q_len * (-(-(seq_len + sink) // BIAS_ALIGN) * BIAS_ALIGN) * s  # rows aligned
+    alibi = q_len * seq_len * c + (masks_per * q_len * seq_len * c if s < c else 0) if point.alibi else 0
+    keep = masks_per * q_len * seq_len if geometry else 0
+    building = max(alibi + keep, 2 * keep)
+    copies = 2 * point.batch * point.kv_heads_resolved * (seq_len + 1) * point.head_dim * s if sink else 0
+    return bias, building, copies
 
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
@@ -202,6 +292,8 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     scores, out, grads = point.score_elements, point.out_bytes, point.grad_bytes
     kernel = options.get("kernel", "auto")
     math_kernel = kernel == "math" or (kernel == "auto" and auto_runs_math(point, device))
+    if point.alibi or point.sink is not None:  # one float bias instead of any mask or flag
+        return _biased_mem_bytes(point, math_kernel, device)
     # A non-square causal mask goes to SDPA as torch's lower-right CausalBias: fused CUDA kernels
     # take it natively; elsewhere torch materializes it (bool, then an additive mask in the dtype).
     native_mask = device == "cuda" and not math_kernel
@@ -244,3 +336,23 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     # backward: (B, L, H, D) transposed copies of q, k, v, out, grad_out and fp32 accumulators
     copies = b * h * (2 * q_len + 3 * seq_len) * d * s
     return out + lse + grads + copies + 2 * scratch + mask
+
+
+def _biased_mem_bytes(point: Point, math_kernel: bool, device: str) -> int:
+    """A point with ALiBi or a sink: the bias, alive through the call, plus its building or the call's own
+    bytes (the plain call's model) with the sink's K and V copies beside them, whichever is larger. A fused
+    kernel's backward reads the bias again (it recomputes the scores), so fwd_bwd keeps it to the end; the
+    math kernel's saves the scores instead, so its backward peak has the copies but not the bias
+    (measured as _bias_bytes says)."""
+    bias, building, copies = _bias_bytes(point)
+    # the call without the bias's contents: no mask, flag or transform (the bias stands for all of them)
+    plain = dataclasses.replace(point, alibi=False, sink=None, causal=False, window=None, pad_frac=0.0,
+                                documents=None)
+    options = {"kernel": "math" if math_kernel else "flash"}
+    if not math_kernel:
+        return bias + max(building, copies + predict_mem_bytes(plain, options, device))
+    plain_forward = dataclasses.replace(plain, mode="fwd")
+    forward = bias + max(building, copies + predict_mem_bytes(plain_forward, options, device))
+    if point.mode == "fwd":
+        return forward
+    return max(forward, copies + predict_mem_bytes(plain, options, device))
