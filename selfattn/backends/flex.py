@@ -26,7 +26,7 @@ Every variant of selfattn/variants.py, inside the compiled kernel:
   returns the LSE in natural log, converting its kernels' log2); "key" appends one key to K and V
   (zeros) that every row sees and whose score the score_mod sets to the sink, so the kernel's own
   softmax counts it and its zero value adds nothing. inductor's CPU flex cannot return the LSE
-  (torch 2.13: "return_lse is not supported yet"), so a CPU takes "key" (K and V copied one row
+  (torch 2.13: "return_lse is not supported yet"), so a CPU takes "key" (K and V copied one key
   longer, and every query block visits the last key block); CUDA takes "lse". A row that sees no key
   is zeros either way: its LSE is -inf (factor 0), or the sink takes all its weight (value 0).
 
