@@ -14,6 +14,22 @@ once per batch and shares it across its layers, so calls reuse the one built for
 (a small cache keyed on the mask arguments' values; the digest of padding and document ids is
 made once per Masks, so a timed call reads no tensor on the host).
 
+Every variant of selfattn/variants.py, inside the compiled kernel:
+- a window pair is one more interval (masks.intervals), so its block mask skips the key blocks
+  outside the window like any other mask;
+- soft-capping and ALiBi are a `score_mod` (scale, then cap*tanh(s/cap), then -slope[h]*|p - j| with
+  p = q_idx + seq_len - q_len and h the query head, also under GQA), compiled in. The cap, the slopes
+  and the sink are tensors the score_mod captures, so flex compiles one graph per combination of
+  transforms (and shape) and a new cap or sink value reuses it;
+- the sink logit joins each row's denominator in one of two ways (SINK_WAYS): "lse" asks flex for the
+  row's log-sum-exp and rescales the output by sigmoid(lse - sink) (score_mods.sink_rescale; flex
+  returns the LSE in natural log, converting its kernels' log2); "key" appends one key to K and V
+  (zeros) that every row sees and whose score the score_mod sets to the sink, so the kernel's own
+  softmax counts it and its zero value adds nothing. inductor's CPU flex cannot return the LSE
+  (torch 2.13: "return_lse is not supported yet"), so a CPU takes "key" (K and V copied one key
+  longer, and every query block visits the last key block); CUDA takes "lse". A row that sees no key
+  is zeros either way: its LSE is -inf (factor 0), or the sink takes all its weight (value 0).
+
 What cannot run raises selfattn.Unsupported with the reason: inductor's CPU kernel takes fp32,
 fp16 and bf16 only and has no backward; a CPU needs a C++ compiler, CUDA needs triton.
 """
@@ -35,6 +51,7 @@ from selfattn.errors import Unsupported
 from selfattn.fields import defaults
 from selfattn.masks import Masks
 from selfattn.point import FP32_BYTES, Point
+from selfattn.score_mods import alibi_slopes_tensor, sink_rescale
 
 NAME = "flex"
 FP8_UNSUPPORTED = ("precision fp8: flex_attention generates fp16, bf16 and fp32 kernels, none taking FP8 inputs; "
@@ -45,6 +62,9 @@ EFFICIENCY = 0.6
 BLOCK_SIZE = 128  # flex_attention's default sparse block (queries and keys)
 CPU_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what inductor's CPU flex kernel takes
 BLOCK_MASK_CACHE = 4  # block masks kept for reuse (one per distinct set of mask arguments)
+SCORE_MOD_CACHE = 8  # score_mods kept for reuse (one per distinct transforms, heads and shape)
+VARIANTS = ("asymmetric_window", "softcap", "alibi", "sink")  # selfattn/variants.py: all of them
+SINK_WAYS = ("lse", "key")  # how the sink joins the softmax (module docstring)
 
 
 @dataclass(frozen=True)
@@ -86,6 +106,21 @@ def kernel_label(options: Mapping[str, Any]) -> str:
     return "compiled"
 
 
+def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks,
+               scale: float) -> str | None:
+    """What the variants compiled in: "score_mod" (softcap, ALiBi), "sink_lse" or "sink_key" (the
+    sink's way on this device), joined by "+"; None for plain scores (the kernel is the label's)."""
+    parts = ["score_mod"] if masks.softcap is not None or masks.alibi else []
+    if masks.sink is not None:
+        parts.append(f"sink_{sink_way(q_BHMD.device)}")
+    return "+".join(parts) or None
+
+
+def sink_way(device: torch.device) -> str:
+    """How the sink joins the softmax on `device` (SINK_WAYS): a CPU's flex cannot return the LSE."""
+    return "key" if device.type == "cpu" else "lse"
+
+
 def compiles(options: Mapping[str, Any]) -> bool:
     return True  # flex_attention runs compiled or not at all (its eager path is a slow reference)
 
@@ -95,9 +130,31 @@ def attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, 
     _check(q_BHMD, k_BKND, v_BKND)
     from torch.nn.attention.flex_attention import flex_attention
 
-    block_mask = _block_mask(masks, q_BHMD.shape[0], q_BHMD.shape[2], k_BKND.shape[2], q_BHMD.device)
-    gqa = k_BKND.shape[1] != q_BHMD.shape[1]
-    return compiled(flex_attention)(q_BHMD, k_BKND, v_BKND, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+    return flex_call(compiled(flex_attention), q_BHMD, k_BKND, v_BKND, masks=masks, scale=scale,
+                     sink_by=sink_way(q_BHMD.device))
+
+
+def flex_call(flex: Callable, q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks,
+              scale: float, sink_by: str) -> torch.Tensor:
+    """One call of `flex` (flex_attention, compiled or not) with the masks' block mask and score_mod, the
+    sink joined the way `sink_by` says (SINK_WAYS). `attention` passes the compiled function and the
+    device's way; the tests pass torch's eager flex_attention too, which has a backward on a CPU."""
+    batch, heads, q_len = q_BHMD.shape[:3]
+    seq_len = k_BKND.shape[2]
+    sink_key = masks.sink is not None and sink_by == "key"
+    if sink_key:  # one more key, zeros, that every row sees: its score is the sink (score_mod), its value 0
+        k_BKND, v_BKND = (torch.cat([t, t.new_zeros(*t.shape[:2], 1, t.shape[3])], dim=2) for t in (k_BKND, v_BKND))
+    block_mask = _block_mask(masks, batch, q_len, seq_len, q_BHMD.device, sink_key=sink_key)
+    score_mod = _score_mod(masks, heads, q_len, seq_len, q_BHMD.device, sink_key=sink_key)
+    gqa = k_BKND.shape[1] != heads
+    if masks.sink is None or sink_key:
+        return flex(q_BHMD, k_BKND, v_BKND, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+    from torch.nn.attention.flex_attention import AuxRequest
+
+    out_BHMD, aux = flex(q_BHMD, k_BKND, v_BKND, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                         enable_gqa=gqa, return_aux=AuxRequest(lse=True))
+    # the LSE is fp32 whatever the inputs: rescale in fp32, round once (a row that sees no key: -inf, factor 0)
+    return (out_BHMD * sink_rescale(aux.lse, masks.sink)[..., None]).to(out_BHMD.dtype)
 
 
 def prepare(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks,
@@ -108,7 +165,8 @@ def prepare(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *,
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     started = time.perf_counter()
-    _block_mask(masks, q_BHMD.shape[0], q_BHMD.shape[2], k_BKND.shape[2], device, rebuild=True)
+    _block_mask(masks, q_BHMD.shape[0], q_BHMD.shape[2], k_BKND.shape[2], device, rebuild=True,
+                sink_key=masks.sink is not None and sink_way(device) == "key")
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return {"block_mask_s": time.perf_counter() - started}
@@ -125,25 +183,33 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             raise Unsupported(f"flex on a CPU has no backward (torch {torch.__version__}): fwd_bwd needs CUDA")
 
 
-# (mask arguments, shape, device) -> BlockMask, most recently used last
+# (mask geometry, shape, device) -> BlockMask, most recently used last
 _block_masks: OrderedDict[tuple, Any] = OrderedDict()
 
 
-def _block_mask(masks: Masks, batch: int, q_len: int, seq_len: int, device: torch.device, *, rebuild: bool = False):
-    """The BlockMask of `masks`, built once per distinct mask arguments (and shape and device)."""
-    key = (masks.causal, masks.window, *_digests(masks), batch, q_len, seq_len, str(device))
+def _block_mask(masks: Masks, batch: int, q_len: int, seq_len: int, device: torch.device, *, rebuild: bool = False,
+                sink_key: bool = False):
+    """The BlockMask of `masks`, built once per distinct geometry (and shape and device).
+
+    Keyed on the window's extents (left, right), causal included, rather than on the arguments that
+    gave them, so window=5 and window=(4, 4) share one; `sink_key`: one more key, seq_len, that every
+    query sees (the sink's "key" way)."""
+    extents = masks.extents
+    key = (extents, *_digests(masks), batch, q_len, seq_len, sink_key, str(device))
     if key in _block_masks and not rebuild:
         _block_masks.move_to_end(key)
         return _block_masks[key]
     from torch.nn.attention.flex_attention import create_block_mask
 
-    if not masks.causal and masks.only_causal:
-        block_mask = _all_blocks(q_len, seq_len, device)
+    kv_len = seq_len + 1 if sink_key else seq_len
+    if extents == (None, None) and masks.key_lengths is None and masks.document_ids is None:
+        block_mask = _all_blocks(q_len, kv_len, device)
     else:
         lo_bM, hi_bM = masks.intervals(q_len, seq_len, device)
         per_sequence = lo_bM.shape[0] > 1  # padding or documents: each sequence has its own block mask
-        block_mask = create_block_mask(_interval_mask_mod(lo_bM, hi_bM), B=batch if per_sequence else None, H=None,
-                                       Q_LEN=q_len, KV_LEN=seq_len, device=device, BLOCK_SIZE=BLOCK_SIZE)
+        mask_mod = _interval_mask_mod(lo_bM, hi_bM, sink_at=seq_len if sink_key else None)
+        block_mask = create_block_mask(mask_mod, B=batch if per_sequence else None, H=None,
+                                       Q_LEN=q_len, KV_LEN=kv_len, device=device, BLOCK_SIZE=BLOCK_SIZE)
     _block_masks[key] = block_mask
     _block_masks.move_to_end(key)
     while len(_block_masks) > BLOCK_MASK_CACHE:
@@ -190,20 +256,74 @@ def _digest(t: torch.Tensor | None) -> tuple | None:
     return tuple(t.shape), hashlib.blake2b(values, digest_size=16).hexdigest()
 
 
-def _interval_mask_mod(lo_bM: torch.Tensor, hi_bM: torch.Tensor) -> Callable:
-    """mask_mod keeping lo[b, i] <= j <= hi[b, i] (one shared row of intervals when lo has one sequence)."""
+def _interval_mask_mod(lo_bM: torch.Tensor, hi_bM: torch.Tensor, sink_at: int | None = None) -> Callable:
+    """mask_mod keeping lo[b, i] <= j <= hi[b, i] (one shared row of intervals when lo has one sequence),
+    and key `sink_at` for every query when given (the sink's key)."""
     if lo_bM.shape[0] == 1:  # the block mask is shared by every sequence: b may be any of them
         lo_M, hi_M = lo_bM[0], hi_bM[0]
 
         def shared(b, h, q_idx, kv_idx):
             return (kv_idx >= lo_M[q_idx]) & (kv_idx <= hi_M[q_idx])
 
-        return shared
+        keep = shared
+    else:
+        def per_sequence(b, h, q_idx, kv_idx):
+            return (kv_idx >= lo_bM[b, q_idx]) & (kv_idx <= hi_bM[b, q_idx])
 
-    def per_sequence(b, h, q_idx, kv_idx):
-        return (kv_idx >= lo_bM[b, q_idx]) & (kv_idx <= hi_bM[b, q_idx])
+        keep = per_sequence
+    if sink_at is None:
+        return keep
 
-    return per_sequence
+    def with_sink(b, h, q_idx, kv_idx):
+        return keep(b, h, q_idx, kv_idx) | (kv_idx == sink_at)
+
+    return with_sink
+
+
+# (transforms, heads, shape, device) -> score_mod, most recently used last
+_score_mods: OrderedDict[tuple, Callable] = OrderedDict()
+
+
+def _score_mod(masks: Masks, heads: int, q_len: int, seq_len: int, device: torch.device, *,
+               sink_key: bool = False) -> Callable | None:
+    """The score_mod of the masks' transforms (None when the scores stay plain), made once per
+    transforms, heads, shape and device and kept, so a timed call builds no tensor."""
+    sink = masks.sink if sink_key else None
+    if masks.softcap is None and not masks.alibi and sink is None:
+        return None
+    key = (masks.softcap, masks.alibi, sink, heads, q_len, seq_len, str(device))
+    if key in _score_mods:
+        _score_mods.move_to_end(key)
+        return _score_mods[key]
+    score_mod = _make_score_mod(masks.softcap, masks.alibi, sink, heads, q_len, seq_len, device)
+    _score_mods[key] = score_mod
+    while len(_score_mods) > SCORE_MOD_CACHE:
+        _score_mods.popitem(last=False)
+    return score_mod
+
+
+def _make_score_mod(softcap: float | None, alibi: bool, sink: float | None, heads: int, q_len: int, seq_len: int,
+                    device: torch.device) -> Callable:
+    """score_mod(score, b, h, q_idx, kv_idx) for the scaled score of query q_idx and key kv_idx under query
+    head h: soft-cap, then ALiBi (FlashAttention's order); key seq_len (the sink's key) scores `sink`.
+
+    The values are captured as tensors, not Python numbers: dynamo guards a captured number by its
+    value (a new cap would compile again) but a captured tensor by its shape and dtype only."""
+    cap = None if softcap is None else torch.tensor(softcap, dtype=torch.float32, device=device)
+    slopes_H = alibi_slopes_tensor(heads, device) if alibi else None
+    sink_logit = None if sink is None else torch.tensor(sink, dtype=torch.float32, device=device)
+    offset = seq_len - q_len  # query i sits at position i + offset (bottom-right aligned)
+
+    def score_mod(score, b, h, q_idx, kv_idx):  # reads only the tensors and the shape's integers
+        if cap is not None:
+            score = torch.tanh(score / cap) * cap
+        if slopes_H is not None:
+            score = score - slopes_H[h] * (q_idx + offset - kv_idx).abs()
+        if sink_logit is not None:
+            score = torch.where(kv_idx == seq_len, sink_logit, score)
+        return score
+
+    return score_mod
 
 
 # Per-thread scratch of inductor's CPU flex kernel, fitted to the profiler's peaks (torch 2.13,
@@ -218,19 +338,28 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     """O(n) per head in the call: the output, its log-sum-exp and, on a CPU, fp32 output
     accumulators and per-thread scratch; the block mask's O((n/128)^2) index tensors. Building a
     block mask for a mask (prepare) briefly costs BUILD_BYTES_PER_PAIR per (query, key) pair.
-    CUDA (triton keeps its tiles on chip; backward keeps dq in fp32) is not measured yet."""
+    The sink adds its way's copies (SINK_WAYS); soft-capping and ALiBi add nothing (a scalar and the
+    heads' slopes, captured by the score_mod). CUDA (triton keeps its tiles on chip; backward keeps
+    dq in fp32) is not measured yet."""
     b, h, d = point.batch, point.heads, point.head_dim
     q_len, seq_len = point.q_len_resolved, point.seq_len
     out, grads = point.out_bytes, point.grad_bytes
     rows = b * h * q_len
     lse = rows * FP32_BYTES
     masks_per = b if point.masks_per_sequence else 1
-    index = 4 * masks_per * -(-q_len // BLOCK_SIZE) * -(-seq_len // BLOCK_SIZE) * 4  # 4 int32 index tensors
-    build = BUILD_BYTES_PER_PAIR * masks_per * q_len * seq_len if point.masked else 0
+    kv_len = seq_len + 1 if point.sink is not None and device != "cuda" else seq_len  # the sink's key on a CPU
+    # create_block_mask evaluates mask_mod on lengths padded to whole blocks (measured: 1000 and 1024 cost the same)
+    padded_pairs = -(-q_len // BLOCK_SIZE) * -(-kv_len // BLOCK_SIZE) * BLOCK_SIZE * BLOCK_SIZE
+    build = BUILD_BYTES_PER_PAIR * masks_per * padded_pairs if point.masked else 0
+    index = 4 * masks_per * -(-q_len // BLOCK_SIZE) * -(-kv_len // BLOCK_SIZE) * 4  # 4 int32 index tensors
     if device == "cuda":
         call = out + lse + index
+        if point.sink is not None:  # sink_lse: the fp32 factor and rescaled output, then its cast
+            call += rows * FP32_BYTES + rows * d * FP32_BYTES + (out if point.element_bytes != FP32_BYTES else 0)
     else:
         call = out + 2 * rows * d * FP32_BYTES + lse + index + torch.get_num_threads() * CPU_SCRATCH_BYTES_PER_THREAD
+        if point.sink is not None:  # sink_key: K and V copied one key longer, alive through the call
+            call += 2 * b * point.kv_heads_resolved * (seq_len + 1) * d * point.element_bytes
     if point.mode == "fwd_bwd":
         call += grads + lse + rows * d * FP32_BYTES  # the gradients, delta rows, dq accumulated in fp32
     return max(call, index + build)

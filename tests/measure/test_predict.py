@@ -200,21 +200,25 @@ def test_sdpa_auto_runs_math_only_where_no_fused_cuda_kernel_takes_the_point():
     assert not runs_math(precision="fp16", kv_heads=2) and not runs_math(device="cpu", precision="fp32", kv_heads=1)
 
 
-@pytest.mark.parametrize("heads, seq_len, causal, documents", [(4, 1024, True, None), (8, 1024, False, None),
-                                                                (2, 512, True, 4)],
-                         ids=["causal", "full", "docs"])
-def test_flex_memory_model_matches_its_allocations(heads, seq_len, causal, documents):
-    """flex on a CPU: the call's peak (O(n) per head) and create_block_mask's (O(n^2), in prepare)."""
+@pytest.mark.parametrize("heads, seq_len, causal, documents, sink", [(4, 1024, True, None, None),
+                                                                      (8, 1024, False, None, None),
+                                                                      (2, 512, True, 4, None),
+                                                                      (4, 1024, False, None, 0.5)],
+                         ids=["causal", "full", "docs", "sink"])
+def test_flex_memory_model_matches_its_allocations(heads, seq_len, causal, documents, sink):
+    """flex on a CPU: the call's peak (O(n) per head) and create_block_mask's (O(n^2), in prepare);
+    a sink copies K and V one key longer (its "key" way on a CPU)."""
     from selfattn.backends import flex
     from selfattn.inputs import make_qkv
     from selfattn.inputs import point_masks
     from selfattn.measure.memory import alloc_peak_bytes
 
     point = Point(backend="flex", device="cpu", batch=2, heads=heads, seq_len=seq_len, causal=causal,
-                  documents=documents)
+                  documents=documents, sink=sink)
     q, k, v = make_qkv(2, heads, seq_len, seq_len, 64, seed=0)
     masks = point_masks(point)
-    build = alloc_peak_bytes(lambda: flex._block_mask(masks, 2, seq_len, seq_len, q.device, rebuild=True))
+    build = alloc_peak_bytes(lambda: flex._block_mask(masks, 2, seq_len, seq_len, q.device, rebuild=True,
+                                                      sink_key=sink is not None))
 
     def call():
         return flex.attention(q, k, v, masks=masks, scale=0.125)
