@@ -63,6 +63,7 @@ from selfattn.fields import spec
 from selfattn.masks import Masks, blocks, bounds, keep_from_intervals
 from selfattn.point import FP32_BYTES, Point
 from selfattn.score_mods import sink_rescale
+from selfattn.variants import window_extents
 
 NAME = "chunked"
 # Block matmuls plus memory-bound online-softmax passes: the time guard's optimistic share of
@@ -761,20 +762,37 @@ class _ChunkedAttention(torch.autograd.Function):
 
 
 def _band_bytes(point: Point, options: Mapping[str, Any], device: str, q_chunk: int, a: int) -> int:
-    """A forward's band runs (chunked_band.py): per worker thread, one run's scores and their softmax.
+    """A forward's band runs (chunked_band.py): per worker thread, one run's scores and their softmax
+    (and with ALiBi the run's distances |p - j|, chunked_mods.BlockMods.band_distances).
     An upper bound: it assumes a window's blocks form runs whenever band_applies allows them."""
     auto = options.get("q_chunk") is None and options.get("kv_chunk") is None
     low = point.element_bytes < FP32_BYTES
-    if (point.window is None or point.masks_per_sequence or not auto
+    left, right = window_extents(point.window, point.causal)
+    if (left is None or right is None or point.masks_per_sequence or not auto
             or str(point.precision).startswith("fp8")
             or not band_applies(device, torch.float16 if low else torch.float32, options.get("compute", "fp32"),
                                 bool(options.get("compile", False)))):
         return 0
     block = chunked_band.band_block(q_chunk)
-    span = block + (point.window - 1) * (1 if point.causal else 2)
+    span = block + left + right  # a row sees left + right + 1 keys; a block of them, block - 1 more
     rows = min(max(1, chunked_band.BAND_ROWS // block) * block, point.q_len_resolved)
     workers = min(torch.get_num_threads(), point.batch * point.kv_heads_resolved) if device == "cpu" else 1
-    return workers * 2 * rows * span * a
+    return workers * (3 if point.alibi else 2) * rows * span * a
+
+
+def _variant_bytes(point: Point, block: int, q_chunk: int, kv_chunk: int, rows_c: int, a: int) -> tuple[int, int]:
+    """(forward, backward) bytes the score transforms add (chunked_mods.py, _with_sink): ALiBi's slope per
+    (head, query row) and one block's distances |p - j|; the soft-cap's tanh, kept for its derivative, one
+    block more in the backward (the forward caps in place); the sink's rescale factor and its new log-sum-exp,
+    a value per query row each. `block`: one block of scores over every flattened head."""
+    fwd = bwd = 0
+    if point.alibi:
+        fwd = bwd = rows_c + q_chunk * kv_chunk * a
+    if point.softcap is not None:
+        bwd += block
+    if point.sink is not None:
+        fwd += 2 * rows_c
+    return fwd, bwd
 
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
@@ -805,7 +823,8 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     # forward: the scaled q (and its fp32 cast), fp32 k/v casts, output, log-sum-exp,
     # two score blocks alive across an iteration, the block's accumulator, the output cast back
     fwd = q_c * (2 if casts else 1) + (2 * kv_c if casts else 0) + out_acc + rows_c + 2 * block + x * q_chunk * d * a
-    fwd += hidden + _band_bytes(point, options, device, q_chunk, a)
+    variant_fwd, variant_bwd = _variant_bytes(point, block, q_chunk, kv_chunk, rows_c, a)
+    fwd += hidden + _band_bytes(point, options, device, q_chunk, a) + variant_fwd
     if device == "cpu" and not low:  # lazy rescaling's Q and K with one feature more (an upper bound:
         fwd += (bh * q_len + bkv * seq_len) * (d + 1) * a  # plans with few key blocks per query block skip it)
     fwd += (out if low else 0) + fp8_path.mem_bytes(point, options)  # fp8: the quantized and dequantized Q, K, V
@@ -817,5 +836,6 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     saved = out_acc + rows_c + (out if low else 0)
     acc = (bh * q_len + 2 * bkv * seq_len) * d * a
     bwd = saved + q_c + ((2 * kv_c + q_c) if casts else 0) + rows_c + max(acc + 3 * block, 2 * acc) + hidden
+    bwd += variant_bwd
     bwd += grads if low else 0
     return max(fwd, bwd)
