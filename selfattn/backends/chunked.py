@@ -14,9 +14,17 @@ A window's interior blocks all see one pattern of keys shifted by the block size
 computes runs of them as a few batched products over strided views of K and V (band runs,
 selfattn/backends/chunked_band.py) instead of block by block.
 
+Variants (selfattn/variants.py, all four: VARIANTS). A window pair is key intervals like any mask, so
+the blocks outside it are skipped and the band runs take its interior; a pair's auto block size comes
+from its width max(left, right) + 1 (window_width). Soft-cap and ALiBi transform each block's scaled
+scores before its running max (selfattn/backends/chunked_mods.py), which turns the lazy step off (its
+scores arrive already shifted); the sink is folded in once per call from each row's log-sum-exp
+(_with_sink: out times sigmoid(lse - sink)).
+
 The backward pass is a custom autograd.Function that keeps only the output and the
 log-sum-exp per row and recomputes each block's probabilities, as FlashAttention does, so
-fwd_bwd memory stays O(n) too.
+fwd_bwd memory stays O(n) too. It recomputes the transformed scores and multiplies dS by the
+soft-cap's derivative; the sink's log-sum-exp term makes P exact as it is.
 
 Speed on CPU comes from: batch*heads flattened into one bmm per block, the scale folded
 into Q once, in-place exp/sub and baddbmm_ into the accumulator, measured chunk sizes

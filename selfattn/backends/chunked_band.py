@@ -14,7 +14,10 @@ is copied. Per head and run:
     P      = softmax(scores)                         every row's keys lie inside its window, so
                                                      one exact softmax replaces the online one
     out    = P @ V_windows                           written straight into the output's rows
-and, only when a backward will need it, the rows' log-sum-exp (one more pass over the scores).
+and, only when a backward (or the sink) will need it, the rows' log-sum-exp (one more pass over the scores).
+With a soft-cap or ALiBi (chunked_mods.py) the product is a plain bmm, the transforms follow in place and
+the bias is added after them (a capped -inf would become a finite -cap); window pairs make runs like
+one-width windows do (the runs follow the key intervals, not the window's spelling).
 
 Where it applies (`forward_plan` decides, once per masks): runs of at least BAND_MIN_BLOCKS
 consecutive plan entries of one size whose visible keys repeat one pattern shifted by that size,
