@@ -17,8 +17,8 @@ selfattn/backends/chunked_band.py) instead of block by block.
 Variants (selfattn/variants.py, all four: VARIANTS). A window pair is key intervals like any mask, so
 the blocks outside it are skipped and the band runs take its interior; a pair's auto block size comes
 from its width max(left, right) + 1 (window_width). Soft-cap and ALiBi transform each block's scaled
-scores before its running max (selfattn/backends/chunked_mods.py), which turns the lazy step off (its
-scores arrive already shifted); the sink is folded in once per call from each row's log-sum-exp
+scores before its running max (selfattn/backends/chunked_mods.py); the lazy step keeps ALiBi (a bias
+added to its shifted scores) but not a soft-cap (tanh of scores that arrive already shifted); the sink is folded in once per call from each row's log-sum-exp
 (_with_sink: out times sigmoid(lse - sink)).
 
 The backward pass is a custom autograd.Function that keeps only the output and the
@@ -514,8 +514,10 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=
     adtype = _accumulator_dtype(q_XRD.dtype)
     out_XRD = torch.empty(x, rows, d, dtype=adtype, device=q_XRD.device)
     lse_XR = torch.empty(x, rows, dtype=adtype, device=q_XRD.device)
-    # its Q copy needs the scaled Q; its scores arrive already shifted by the max, too late for a transform
-    lazy = block is None and q_scale == 1.0 and mods is None and _lazy_rescale(q_XRD, kv_plan)
+    # Its Q copy needs the scaled Q. Its scores arrive already shifted by the max: ALiBi's bias is still
+    # added after the shift (s - m + bias), a soft-cap's tanh of s cannot be
+    lazy = (block is None and q_scale == 1.0 and (mods is None or mods.softcap is None)
+            and _lazy_rescale(q_XRD, kv_plan))
     block = block or _forward_block
     hidden_masks = _HiddenMasks(lo, hi, seq_len, adtype)
     band_biases: dict[int, torch.Tensor] = {}  # one per band pattern and call
@@ -546,12 +548,13 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=
         shift_stale = True  # whether q_ext's shift column lags the running max
         for n0, n1, mask_id in kv_blocks:
             mask_1mn = hidden_masks.get(mask_id, m0, m1, n0, n1)
+            score_mod = None if mods is None else mods.block(m0, m1, n0, n1)
             if lazy and not shift_stale and _lazy_block(q_ext_XRD[:, m0:m1], kT_ext_XDN[:, :, n0:n1], v_XND[:, n0:n1],
-                                                        mask_1mn, acc_XmD, row_sum_Xm1):
+                                                        mask_1mn, acc_XmD, row_sum_Xm1, score_mod):
                 continue
             extra = {} if fp8_blocks is None else {"fp8_block": fp8_blocks.block(m0, m1, n0, n1)}
-            if mods is not None:
-                extra["score_mod"] = mods.block(m0, m1, n0, n1)
+            if score_mod is not None:
+                extra["score_mod"] = score_mod
             acc_XmD, row_max_Xm1, row_sum_Xm1 = block(q_XmD, kT_XDN[:, :, n0:n1], v_XND[:, n0:n1], mask_1mn,
                                                       acc_XmD, row_max_Xm1, row_sum_Xm1, **extra)
             if lazy:
@@ -593,10 +596,13 @@ def _lazy_rescale(q_XRD: torch.Tensor, kv_plan: list) -> bool:
             and blocks_per_query_block >= LAZY_MIN_BLOCKS)
 
 
-def _lazy_block(q_ext_XmD, kT_ext_XDn, v_XnD, mask_1mn, acc_XmD, row_sum_Xm1) -> bool:
+def _lazy_block(q_ext_XmD, kT_ext_XDn, v_XnD, mask_1mn, acc_XmD, row_sum_Xm1, score_mod=None) -> bool:
     """One key block with the reference max kept (see RESCALE_LIMIT): acc and the sum updated in place
-    and True, or False (nothing updated) when the block must take the exact step instead."""
+    and True, or False (nothing updated) when the block must take the exact step instead. score_mod:
+    ALiBi's (no soft-cap: _forward_flat keeps those off this step), its bias added to the shifted scores."""
     p_Xmn = torch.bmm(q_ext_XmD, kT_ext_XDn)  # the scores minus the row's reference max
+    if score_mod is not None:
+        chunked_mods.transform_(p_Xmn, *score_mod)
     # No max to take, so no -inf bias either: keep zeroes the hidden keys' exp() (one that overflowed
     # gives inf * 0 = NaN, and the check below sends the block to the exact step)
     _masked_exp_(p_Xmn, mask_1mn)

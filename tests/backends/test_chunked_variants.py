@@ -113,11 +113,12 @@ def _exact_steps(monkeypatch) -> list:
     return steps
 
 
-def test_the_sink_keeps_the_lazy_step_and_soft_cap_alibi_take_the_exact_one(monkeypatch):
+def test_sink_and_alibi_keep_the_lazy_step_and_a_soft_cap_takes_the_exact_one(monkeypatch):
     n = 400  # 128 x 128 blocks, no mask: 4 query blocks of 4 key blocks each
     q, k, v = selfattn.make_qkv(1, 2, n, n, 16, dtype=torch.float64, seed=4)
     steps = _exact_steps(monkeypatch)
-    for args, exact_steps in ((dict(sink=1.0), 4), (dict(softcap=2.0), 16), (dict(alibi=True), 16)):
+    for args, exact_steps in ((dict(sink=1.0), 4), (dict(alibi=True), 4), (dict(alibi=True, sink=-1.0), 4),
+                              (dict(softcap=2.0), 16), (dict(softcap=2.0, alibi=True), 16)):
         steps.clear()
         with torch.no_grad():
             out = selfattn.attention(q, k, v, backend="chunked", q_chunk=128, kv_chunk=128, **args)
