@@ -18,8 +18,8 @@ Variants (selfattn/variants.py, all four: VARIANTS). A window pair is key interv
 the blocks outside it are skipped and the band runs take its interior; a pair's auto block size comes
 from its width max(left, right) + 1 (window_width). Soft-cap and ALiBi transform each block's scaled
 scores before its running max (selfattn/backends/chunked_mods.py); the lazy step keeps ALiBi (a bias
-added to its shifted scores) but not a soft-cap (tanh of scores that arrive already shifted); the sink is folded in once per call from each row's log-sum-exp
-(_with_sink: out times sigmoid(lse - sink)).
+added to its shifted scores) but not a soft-cap (tanh of scores that arrive already shifted). The sink
+is folded in after the blocks from each row's log-sum-exp (_with_sink_: out times sigmoid(lse - sink)).
 
 The backward pass is a custom autograd.Function that keeps only the output and the
 log-sum-exp per row and recomputes each block's probabilities, as FlashAttention does, so
@@ -79,7 +79,7 @@ NAME = "chunked"
 EFFICIENCY = 0.6
 # selfattn/variants.py: every one. A window pair is key intervals (blocks outside it are skipped, band
 # runs included); soft-cap and ALiBi transform each block's scores (chunked_mods.py); the sink joins each
-# row's log-sum-exp at the end (_with_sink). FP8 and compiled blocks run them too.
+# row's log-sum-exp at the end (_with_sink_). FP8 and compiled blocks run them too.
 VARIANTS = ("asymmetric_window", "softcap", "alibi", "sink")
 
 
@@ -469,25 +469,24 @@ def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, k
     outs, lses = [], []
     for x, lo, hi, kv_plan, empty in zip(plan.x_slices, plan.lo, plan.hi, kv_plans, plan.empty_rows):
         out_XRD, lse_XR = chunked_pool.over_heads(flat, "forward", tuple(t[x] for t in tensors), lo, hi,
-                                                  kv_plan, (empty, block, need_lse, q_scale, fp8_blocks), single=compile,
-                                                  mods=None if mods is None else mods.heads(x))
+                                                  kv_plan, (empty, block, need_lse, q_scale, fp8_blocks, masks.sink),
+                                                  single=compile, mods=None if mods is None else mods.heads(x))
         outs.append(out_XRD)
         lses.append(lse_XR)
     out_XRD, lse_XR = (outs[0], lses[0]) if len(outs) == 1 else (torch.cat(outs), torch.cat(lses))
-    if masks.sink is not None:
-        lse_XR = _with_sink(out_XRD, lse_XR, masks.sink)
     return out_XRD.view(b, h, q_len, d), lse_XR
 
 
-def _with_sink(out_XRD: torch.Tensor, lse_XR: torch.Tensor, sink: float) -> torch.Tensor:
-    """Fold the sink logit into a finished forward: each row's output times sigmoid(lse - sink)
-    (score_mods.sink_rescale: its softmax's denominator gains exp(sink)), in place, and the row's
-    log-sum-exp with the sink's term, for the backward's P = exp(S - lse). A row that sees no key keeps
-    its zeros and lse = +inf (sigmoid(+inf) = 1). One O(n d) pass after the blocks, whichever computed them
-    (block loop, band runs, FP8, compiled blocks); the sink has no value and no gradient of its own, so the
-    backward's delta = dO . O holds as it is."""
-    out_XRD.mul_(sink_rescale(lse_XR, sink).unsqueeze(-1))
-    return torch.logaddexp(lse_XR, lse_XR.new_tensor(sink))
+def _with_sink_(out_XmD: torch.Tensor, lse_Xm: torch.Tensor, sink: float) -> None:
+    """Fold the sink logit into finished rows, in place: each row's output times sigmoid(lse - sink)
+    (score_mods.sink_rescale: its softmax's denominator gains exp(sink)), and the row's log-sum-exp with
+    the sink's term, for the backward's P = exp(S - lse). A row that sees no key keeps its zeros and
+    lse = +inf (sigmoid(+inf) = 1). One O(rows d) pass after the blocks, whichever computed them (block
+    loop, band runs, FP8, compiled blocks), run by each worker on its own rows (top-level ops would each
+    wait on an OpenMP barrier: measured 10% of a causal n = 2048 call under load). The sink has no value
+    and no gradient of its own, so the backward's delta = dO . O holds as it is."""
+    out_XmD.mul_(sink_rescale(lse_Xm, sink).unsqueeze(-1))
+    torch.logaddexp(lse_Xm, lse_Xm.new_tensor(sink), out=lse_Xm)
 
 
 def _flat(t_BKLD: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -496,18 +495,21 @@ def _flat(t_BKLD: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _forward_flat_fp8(q_XRD, k_XND, v_XND, q8_XRD, sq_XR1, k8_XND, sk_XN1, v8T_XDN, sv_XN1, lo, hi, kv_plan,
-                      empty_rows: bool, block, need_lse: bool, q_scale: float, fp8_blocks: _Fp8Blocks, mods=None):
+                      empty_rows: bool, block, need_lse: bool, q_scale: float, fp8_blocks: _Fp8Blocks,
+                      sink: float | None = None, mods=None):
     """_forward_flat with the fp8 tensors of these heads (over_heads splits them along X like Q, K, V)."""
     return _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows, block, need_lse, q_scale,
-                         fp8_blocks.with_tensors(q8_XRD, sq_XR1, k8_XND, sk_XN1, v8T_XDN, sv_XN1), mods)
+                         fp8_blocks.with_tensors(q8_XRD, sq_XR1, k8_XND, sk_XN1, v8T_XDN, sv_XN1), sink, mods)
 
 
 def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=None, need_lse: bool = True,
-                  q_scale: float = 1.0, fp8_blocks=None, mods: chunked_mods.BlockMods | None = None):
+                  q_scale: float = 1.0, fp8_blocks=None, sink: float | None = None,
+                  mods: chunked_mods.BlockMods | None = None):
     """The online softmax over key blocks for every block of virtual rows, on flattened heads X (a band
     run's rows: chunked_band.forward_run). q_XRD is scaled already, or to be scaled by `q_scale`.
     fp8_blocks: the fp8 tensors of FP8 scaled_mm (_Fp8Blocks), whose products each block then runs.
-    mods: soft-cap and ALiBi (chunked_mods.py), applied to each block's scores before its max."""
+    mods: soft-cap and ALiBi (chunked_mods.py), applied to each block's scores before its max; sink: folded
+    into the plan's rows at the end (_with_sink_)."""
     x, rows, d = q_XRD.shape
     seq_len = k_XND.shape[1]
     kT_XDN = k_XND.transpose(1, 2)
@@ -566,6 +568,9 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=
             none_Xm1 = row_sum_Xm1 == 0
             out_XRD[:, m0:m1].masked_fill_(none_Xm1, 0.0)
             lse_XR[:, m0:m1].masked_fill_(none_Xm1.squeeze(-1), float("inf"))
+    if sink is not None and kv_plan:  # this plan's rows: a contiguous run of them (chunked_pool.split_plan)
+        rows_done = slice(kv_plan[0][0], kv_plan[-1][1])
+        _with_sink_(out_XRD[:, rows_done], lse_XR[:, rows_done], sink)
     return out_XRD, lse_XR
 
 
@@ -795,7 +800,7 @@ def _band_bytes(point: Point, options: Mapping[str, Any], device: str, q_chunk: 
 
 
 def _variant_bytes(point: Point, block: int, q_chunk: int, kv_chunk: int, rows_c: int, a: int) -> tuple[int, int]:
-    """(forward, backward) bytes the score transforms add (chunked_mods.py, _with_sink): ALiBi's slope per
+    """(forward, backward) bytes the score transforms add (chunked_mods.py, _with_sink_): ALiBi's slope per
     (head, query row) and one block's distances |p - j|; the soft-cap's tanh, kept for its derivative, one
     block more in the backward (the forward caps in place); the sink's rescale factor and its new log-sum-exp,
     a value per query row each. `block`: one block of scores over every flattened head."""

@@ -3,8 +3,8 @@
 The order is FlashAttention's, as in the float64 reference (selfattn/score_mods.py): scale, soft-cap
 c * tanh(s / c), then ALiBi's -slope_h * |p - j|, then the mask. A block applies them to its scores
 before its running max sees them, so the online softmax works on the transformed scores as it does
-on plain ones. The sink is not here: chunked folds it in once per call from each row's log-sum-exp
-(chunked._with_sink), which serves the block loop, the band runs and FP8 alike.
+on plain ones. The sink is not here: chunked folds it in after the blocks from each row's log-sum-exp
+(chunked._with_sink_), which serves the block loop, the band runs and FP8 alike.
 
 A block's rows are virtual rows (chunked._Plan: query i of the group's head g is row g * q_len + i of
 its K/V head's matrix X), so ALiBi's slope belongs to a (flattened head, virtual row) pair: with grouped

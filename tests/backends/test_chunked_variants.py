@@ -78,6 +78,21 @@ def test_values_and_gradients_match_float64(name, shape, arguments, options):
         assert (out - selfattn.attention_reference(q, k, v, **plain)).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("options", [{}, SMALL], ids=["auto", "small"])
+def test_query_blocks_split_over_threads_keep_their_own_rows_transforms(options, monkeypatch):
+    # One K/V head and one sequence: chunked_pool hands each thread a run of query blocks over every head
+    # (split_plan), so each thread folds the sink into its own rows only and reads its rows' slopes
+    monkeypatch.setattr(chunked_pool, "HEAD_THREADS", 3)
+    q, k, v = selfattn.make_qkv(1, 4, 200, 200, 16, dtype=torch.float64, seed=6, kv_heads=1)
+    args = dict(causal=True, softcap=1.0, alibi=True, sink=0.5)
+    ref, ref_grads, upstream = _out_and_grads(lambda *t: selfattn.attention_reference(*t, **args), q, k, v)
+    out, grads, _ = _out_and_grads(lambda *t: selfattn.attention(*t, backend="chunked", **args, **options),
+                                   q, k, v, upstream)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-11)
+
+
 def test_rows_that_see_no_key_are_zeros_with_zero_gradients_even_with_a_sink():
     q, k, v = selfattn.make_qkv(2, 4, 120, 120, 16, dtype=torch.float64, seed=3, kv_heads=2)
     args = dict(window=(20, 0), softcap=0.7, alibi=True, sink=3.0, key_lengths=torch.tensor([3, 120]))
