@@ -14,7 +14,8 @@ is copied. Per head and run:
     P      = softmax(scores)                         every row's keys lie inside its window, so
                                                      one exact softmax replaces the online one
     out    = P @ V_windows                           written straight into the output's rows
-and, only when a backward (or the sink) will need it, the rows' log-sum-exp (one more pass over the scores).
+and, only when a backward (or the sink) will need it, the rows' log-sum-exp (from the max of the scores and
+of P: two reductions).
 With a soft-cap or ALiBi (chunked_mods.py) the product is a plain bmm, the transforms follow in place and
 the bias is added after them (a capped -inf would become a finite -cap); window pairs make runs like
 one-width windows do (the runs follow the key intervals, not the window's spelling).
@@ -172,7 +173,10 @@ def forward_run(q_XRD: torch.Tensor, k_XND: torch.Tensor, v_XND: torch.Tensor, o
             neg_slopes_bB1 = None if distance_bBS is None else mods.neg_slopes_XR1[x, m0:m1].view(blocks, run.block, 1)
             chunked_mods.transform_(scores, mods.softcap, neg_slopes_bB1, distance_bBS)
             scores.add_(bias_1BS)
-        if need_lse:
-            torch.logsumexp(scores, dim=-1, out=lse_XR[x, m0:m1].view(blocks, run.block))
+        row_max_bB = torch.amax(scores, dim=-1) if need_lse else None
         torch.softmax(scores, dim=-1, out=probs)
+        if need_lse:  # log-sum-exp = max - log(P at the max): the largest P is the max score's, exp(max - lse).
+            # Two quick reductions instead of torch.logsumexp, which measured 4x a softmax's time on a CPU
+            # (fp32 (16, 32, 287) with hidden keys, one thread: 0.30 against 0.077 ms; the pair: 0.07 ms)
+            torch.sub(row_max_bB, probs.amax(dim=-1).log_(), out=lse_XR[x, m0:m1].view(blocks, run.block))
         torch.bmm(probs, _windows(v_XND[x], run, blocks), out=out_XRD[x, m0:m1].view(blocks, run.block, d))
