@@ -78,17 +78,24 @@ def build(masks: Masks, batch: int, heads: int, kv_heads: int, q_len: int, seq_l
     return BlockMods(masks.softcap, neg_slopes_XR1, positions_R)
 
 
+# The soft-cap's tanh through the sigmoid, tanh(x) = 2 sigmoid(2x) - 1: torch's CPU tanh_ measured 5x
+# sigmoid_'s time (fp32 (4, 256, 512), one thread: the cap's passes took 1.40 ms through tanh, 0.26 ms
+# through sigmoid); at n = 2048 the cap cost 1.3x the plain call through tanh, 1.13x through sigmoid
+# (measured under load). The price is rounding: 2 sigmoid - 1 cancels near 0, so a capped logit is off
+# by ~2.5e-7 of the cap in fp32 (7.6e-6 at c = 30, against tanh's 2.5e-6), ~1e-16 of it in fp64.
+
+
 def transform_(s_Xmn: torch.Tensor, softcap: float | None, neg_slopes_Xm1: torch.Tensor | None,
                distance_1mn: torch.Tensor | None, keep_tanh: bool = False) -> torch.Tensor | None:
     """Soft-cap then ALiBi on a block's scaled scores, in place. With `keep_tanh` (the backward) the
     soft-cap's tanh(s / c) is returned as a new block, for its derivative; otherwise None."""
     tanh_Xmn = None
-    if softcap is not None:
+    if softcap is not None:  # c tanh(s / c) = 2c sigmoid(2s / c) - c (see above)
         if keep_tanh:
-            tanh_Xmn = torch.tanh(s_Xmn.div_(softcap))
+            tanh_Xmn = torch.sigmoid(s_Xmn.mul_(2.0 / softcap)).mul_(2.0).sub_(1.0)
             torch.mul(tanh_Xmn, softcap, out=s_Xmn)
         else:
-            s_Xmn.div_(softcap).tanh_().mul_(softcap)
+            s_Xmn.mul_(2.0 / softcap).sigmoid_().mul_(2.0 * softcap).sub_(softcap)
     if neg_slopes_Xm1 is not None:
         s_Xmn.addcmul_(neg_slopes_Xm1, distance_1mn)
     return tanh_Xmn
