@@ -238,3 +238,18 @@ def test_fp8_runs_every_variant_with_an_fp8_sized_error():
     assert 0 < rel_rms(fp8, exact) < 1.5 * rel_rms(naive, exact)
     plain = selfattn.attention_reference(q.double(), k.double(), v.double(), window=(120, 30))
     assert rel_rms(fp8, plain) > 5 * rel_rms(fp8, exact)  # control: the transforms were applied
+
+
+@pytest.mark.compile_matrix
+def test_compiled_blocks_run_every_variant_forward_and_backward():
+    # Minutes of torch.compile on a CPU (the block functions take the transforms as arguments): with
+    # --compile-matrix only. fp32: compiled blocks against float64, values and gradients.
+    q, k, v = selfattn.make_qkv(1, 4, 300, 300, 16, dtype=torch.float32, seed=1, kv_heads=2)
+    args = dict(window=(40, 5), softcap=2.0, alibi=True, sink=0.5)
+    ref, ref_grads, upstream = _out_and_grads(lambda *t: selfattn.attention_reference(*t, **args),
+                                              q.double(), k.double(), v.double())
+    out, grads, _ = _out_and_grads(lambda *t: selfattn.attention(*t, backend="chunked", compile=True, **args),
+                                   q, k, v, upstream.float())
+    assert (out.double() - ref).abs().max() < 2e-6
+    for got, want in zip(grads, ref_grads):
+        assert (got.double() - want).abs().max() < 1e-5
