@@ -14,9 +14,17 @@ A window's interior blocks all see one pattern of keys shifted by the block size
 computes runs of them as a few batched products over strided views of K and V (band runs,
 selfattn/backends/chunked_band.py) instead of block by block.
 
+Variants (selfattn/variants.py, all four: VARIANTS). A window pair is key intervals like any mask, so
+the blocks outside it are skipped and the band runs take its interior; a pair's auto block size comes
+from its width max(left, right) + 1 (window_width). Soft-cap and ALiBi transform each block's scaled
+scores before its running max (selfattn/backends/chunked_mods.py); the lazy step keeps ALiBi (a bias
+added to its shifted scores) but not a soft-cap (tanh of scores that arrive already shifted). The sink
+is folded in after the blocks from each row's log-sum-exp (_with_sink_: out times sigmoid(lse - sink)).
+
 The backward pass is a custom autograd.Function that keeps only the output and the
 log-sum-exp per row and recomputes each block's probabilities, as FlashAttention does, so
-fwd_bwd memory stays O(n) too.
+fwd_bwd memory stays O(n) too. It recomputes the transformed scores and multiplies dS by the
+soft-cap's derivative; the sink's log-sum-exp term makes P exact as it is.
 
 Speed on CPU comes from: batch*heads flattened into one bmm per block, the scale folded
 into Q once, in-place exp/sub and baddbmm_ into the accumulator, measured chunk sizes
@@ -57,16 +65,22 @@ import torch
 
 from selfattn import fp8 as fp8_path
 from selfattn import fp8_mm
-from selfattn.backends import chunked_band, chunked_pool
+from selfattn.backends import chunked_band, chunked_mods, chunked_pool
 from selfattn.compile import compiled
 from selfattn.fields import spec
 from selfattn.masks import Masks, blocks, bounds, keep_from_intervals
 from selfattn.point import FP32_BYTES, Point
+from selfattn.score_mods import sink_rescale
+from selfattn.variants import window_extents
 
 NAME = "chunked"
 # Block matmuls plus memory-bound online-softmax passes: the time guard's optimistic share of
 # the matmul peak.
 EFFICIENCY = 0.6
+# selfattn/variants.py: every one. A window pair is key intervals (blocks outside it are skipped, band
+# runs included); soft-cap and ALiBi transform each block's scores (chunked_mods.py); the sink joins each
+# row's log-sum-exp at the end (_with_sink_). FP8 and compiled blocks run them too.
+VARIANTS = ("asymmetric_window", "softcap", "alibi", "sink")
 
 
 @dataclass(frozen=True)
@@ -105,13 +119,26 @@ def chunk_sizes(masks: Masks, q_chunk: int | None, kv_chunk: int | None) -> tupl
     sees keys m0 - w + 1 .. m1 - 1, so with key blocks trimmed to that range (masks.blocks) it
     computes (w/2) x 1.5 w scores for a band of (w/2) x w, instead of the 256 x 1024 that 256 x 512
     blocks would touch for w = 256.
+    A pair (left, right) sizes blocks by its width max(left, right) + 1 (window_width), so that
+    w, [w - 1, w - 1] and, with causal, [w - 1, 0] get the same blocks; a side left unbounded keeps
+    the default sizes.
     Packed documents keep the default sizes; their blocks end at document starts instead
     (`_block_plans`), so that blocks do not straddle documents.
     """
     q_auto, kv_auto = CAUSAL_CHUNKS if masks.causal else DEFAULT_CHUNKS
-    if masks.window is not None and masks.window <= WINDOW_CHUNK_MAX:
-        q_auto = kv_auto = max(WINDOW_CHUNK_MIN, round(masks.window * WINDOW_CHUNK_SHARE))
+    width = window_width(masks)
+    if width is not None and width <= WINDOW_CHUNK_MAX:
+        q_auto = kv_auto = max(WINDOW_CHUNK_MIN, round(width * WINDOW_CHUNK_SHARE))
     return (q_auto if q_chunk is None else q_chunk), (kv_auto if kv_chunk is None else kv_chunk)
+
+
+def window_width(masks: Masks) -> int | None:
+    """The window's width as chunk_sizes reads it: w for one width, max(left, right) + 1 for a pair (the
+    one width with the same blocks when left == right, or right == 0), None when a side is unbounded."""
+    left, right = masks.extents
+    if masks.window is None or left is None or right is None:
+        return None
+    return max(left, right) + 1
 
 
 WINDOW_CHUNK_SHARE = 0.5  # a window's block side, as a share of its width (chunk_sizes)
@@ -425,6 +452,8 @@ def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, k
     band = band_applies(q_BHMD.device, q_BHMD.dtype, compute, compile, p_cast is not None)
     kv_plans = plan.forward_blocks if band else plan.blocks
     q_XRD = q_BHMD.reshape(b * kv_heads, (h // kv_heads) * q_len, d).to(cdtype)
+    mods = chunked_mods.build(masks, b, h, kv_heads, q_len, seq_len, q_BHMD.device, _accumulator_dtype(q_BHMD.dtype))
+    need_lse = need_lse or masks.sink is not None  # the sink is folded in from each row's log-sum-exp
     # The scale folded into Q once (a pass over Q), unless band runs take it as their product's alpha: then
     # the loop's few blocks scale their own rows, which gives the same values
     q_scale = scale if any(isinstance(kv, chunked_band.BandRun) for p in kv_plans for _, _, kv in p) else 1.0
@@ -440,11 +469,24 @@ def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, k
     outs, lses = [], []
     for x, lo, hi, kv_plan, empty in zip(plan.x_slices, plan.lo, plan.hi, kv_plans, plan.empty_rows):
         out_XRD, lse_XR = chunked_pool.over_heads(flat, "forward", tuple(t[x] for t in tensors), lo, hi,
-                                                  kv_plan, (empty, block, need_lse, q_scale, fp8_blocks), single=compile)
+                                                  kv_plan, (empty, block, need_lse, q_scale, fp8_blocks, masks.sink),
+                                                  single=compile, mods=None if mods is None else mods.heads(x))
         outs.append(out_XRD)
         lses.append(lse_XR)
     out_XRD, lse_XR = (outs[0], lses[0]) if len(outs) == 1 else (torch.cat(outs), torch.cat(lses))
     return out_XRD.view(b, h, q_len, d), lse_XR
+
+
+def _with_sink_(out_XmD: torch.Tensor, lse_Xm: torch.Tensor, sink: float) -> None:
+    """Fold the sink logit into finished rows, in place: each row's output times sigmoid(lse - sink)
+    (score_mods.sink_rescale: its softmax's denominator gains exp(sink)), and the row's log-sum-exp with
+    the sink's term, for the backward's P = exp(S - lse). A row that sees no key keeps its zeros and
+    lse = +inf (sigmoid(+inf) = 1). One O(rows d) pass after the blocks, whichever computed them (block
+    loop, band runs, FP8, compiled blocks), run by each worker on its own rows (top-level ops would each
+    wait on an OpenMP barrier: measured 10% of a causal n = 2048 call under load). The sink has no value
+    and no gradient of its own, so the backward's delta = dO . O holds as it is."""
+    out_XmD.mul_(sink_rescale(lse_Xm, sink).unsqueeze(-1))
+    torch.logaddexp(lse_Xm, lse_Xm.new_tensor(sink), out=lse_Xm)
 
 
 def _flat(t_BKLD: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -453,24 +495,31 @@ def _flat(t_BKLD: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _forward_flat_fp8(q_XRD, k_XND, v_XND, q8_XRD, sq_XR1, k8_XND, sk_XN1, v8T_XDN, sv_XN1, lo, hi, kv_plan,
-                      empty_rows: bool, block, need_lse: bool, q_scale: float, fp8_blocks: _Fp8Blocks):
+                      empty_rows: bool, block, need_lse: bool, q_scale: float, fp8_blocks: _Fp8Blocks,
+                      sink: float | None = None, mods=None):
     """_forward_flat with the fp8 tensors of these heads (over_heads splits them along X like Q, K, V)."""
     return _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows, block, need_lse, q_scale,
-                         fp8_blocks.with_tensors(q8_XRD, sq_XR1, k8_XND, sk_XN1, v8T_XDN, sv_XN1))
+                         fp8_blocks.with_tensors(q8_XRD, sq_XR1, k8_XND, sk_XN1, v8T_XDN, sv_XN1), sink, mods)
 
 
 def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=None, need_lse: bool = True,
-                  q_scale: float = 1.0, fp8_blocks=None):
+                  q_scale: float = 1.0, fp8_blocks=None, sink: float | None = None,
+                  mods: chunked_mods.BlockMods | None = None):
     """The online softmax over key blocks for every block of virtual rows, on flattened heads X (a band
     run's rows: chunked_band.forward_run). q_XRD is scaled already, or to be scaled by `q_scale`.
-    fp8_blocks: the fp8 tensors of FP8 scaled_mm (_Fp8Blocks), whose products each block then runs."""
+    fp8_blocks: the fp8 tensors of FP8 scaled_mm (_Fp8Blocks), whose products each block then runs.
+    mods: soft-cap and ALiBi (chunked_mods.py), applied to each block's scores before its max; sink: folded
+    into the plan's rows at the end (_with_sink_)."""
     x, rows, d = q_XRD.shape
     seq_len = k_XND.shape[1]
     kT_XDN = k_XND.transpose(1, 2)
     adtype = _accumulator_dtype(q_XRD.dtype)
     out_XRD = torch.empty(x, rows, d, dtype=adtype, device=q_XRD.device)
     lse_XR = torch.empty(x, rows, dtype=adtype, device=q_XRD.device)
-    lazy = block is None and q_scale == 1.0 and _lazy_rescale(q_XRD, kv_plan)  # its Q copy needs the scaled Q
+    # Its Q copy needs the scaled Q. Its scores arrive already shifted by the max: ALiBi's bias is still
+    # added after the shift (s - m + bias), a soft-cap's tanh of s cannot be
+    lazy = (block is None and q_scale == 1.0 and (mods is None or mods.softcap is None)
+            and _lazy_rescale(q_XRD, kv_plan))
     block = block or _forward_block
     hidden_masks = _HiddenMasks(lo, hi, seq_len, adtype)
     band_biases: dict[int, torch.Tensor] = {}  # one per band pattern and call
@@ -486,7 +535,7 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=
             if kv_blocks.pattern not in band_biases:
                 band_biases[kv_blocks.pattern] = chunked_band.bias(lo, hi, seq_len, m0, kv_blocks, adtype)
             chunked_band.forward_run(q_XRD, k_XND, v_XND, out_XRD, lse_XR, m0, m1, kv_blocks,
-                                     band_biases[kv_blocks.pattern], need_lse, band_workspace, q_scale)
+                                     band_biases[kv_blocks.pattern], need_lse, band_workspace, q_scale, mods)
             continue
         if not kv_blocks:  # no query of the block sees any key: zeros, and P = exp(S - inf) = 0 in backward
             out_XRD[:, m0:m1] = 0
@@ -501,12 +550,15 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=
         shift_stale = True  # whether q_ext's shift column lags the running max
         for n0, n1, mask_id in kv_blocks:
             mask_1mn = hidden_masks.get(mask_id, m0, m1, n0, n1)
+            score_mod = None if mods is None else mods.block(m0, m1, n0, n1)
             if lazy and not shift_stale and _lazy_block(q_ext_XRD[:, m0:m1], kT_ext_XDN[:, :, n0:n1], v_XND[:, n0:n1],
-                                                        mask_1mn, acc_XmD, row_sum_Xm1):
+                                                        mask_1mn, acc_XmD, row_sum_Xm1, score_mod):
                 continue
-            fp8_block = {} if fp8_blocks is None else {"fp8_block": fp8_blocks.block(m0, m1, n0, n1)}
+            extra = {} if fp8_blocks is None else {"fp8_block": fp8_blocks.block(m0, m1, n0, n1)}
+            if score_mod is not None:
+                extra["score_mod"] = score_mod
             acc_XmD, row_max_Xm1, row_sum_Xm1 = block(q_XmD, kT_XDN[:, :, n0:n1], v_XND[:, n0:n1], mask_1mn,
-                                                      acc_XmD, row_max_Xm1, row_sum_Xm1, **fp8_block)
+                                                      acc_XmD, row_max_Xm1, row_sum_Xm1, **extra)
             if lazy:
                 torch.neg(row_max_Xm1, out=q_ext_XRD[:, m0:m1, d:])
                 shift_stale = False
@@ -516,6 +568,9 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=
             none_Xm1 = row_sum_Xm1 == 0
             out_XRD[:, m0:m1].masked_fill_(none_Xm1, 0.0)
             lse_XR[:, m0:m1].masked_fill_(none_Xm1.squeeze(-1), float("inf"))
+    if sink is not None and kv_plan:  # this plan's rows: a contiguous run of them (chunked_pool.split_plan)
+        rows_done = slice(kv_plan[0][0], kv_plan[-1][1])
+        _with_sink_(out_XRD[:, rows_done], lse_XR[:, rows_done], sink)
     return out_XRD, lse_XR
 
 
@@ -546,10 +601,13 @@ def _lazy_rescale(q_XRD: torch.Tensor, kv_plan: list) -> bool:
             and blocks_per_query_block >= LAZY_MIN_BLOCKS)
 
 
-def _lazy_block(q_ext_XmD, kT_ext_XDn, v_XnD, mask_1mn, acc_XmD, row_sum_Xm1) -> bool:
+def _lazy_block(q_ext_XmD, kT_ext_XDn, v_XnD, mask_1mn, acc_XmD, row_sum_Xm1, score_mod=None) -> bool:
     """One key block with the reference max kept (see RESCALE_LIMIT): acc and the sum updated in place
-    and True, or False (nothing updated) when the block must take the exact step instead."""
+    and True, or False (nothing updated) when the block must take the exact step instead. score_mod:
+    ALiBi's (no soft-cap: _forward_flat keeps those off this step), its bias added to the shifted scores."""
     p_Xmn = torch.bmm(q_ext_XmD, kT_ext_XDn)  # the scores minus the row's reference max
+    if score_mod is not None:
+        chunked_mods.transform_(p_Xmn, *score_mod)
     # No max to take, so no -inf bias either: keep zeroes the hidden keys' exp() (one that overflowed
     # gives inf * 0 = NaN, and the check below sends the block to the exact step)
     _masked_exp_(p_Xmn, mask_1mn)
@@ -561,12 +619,16 @@ def _lazy_block(q_ext_XmD, kT_ext_XDn, v_XnD, mask_1mn, acc_XmD, row_sum_Xm1) ->
     return True
 
 
-def _forward_block(q_XmD, kT_XDn, v_XnD, mask_1mn, acc_XmD, row_max_Xm1, row_sum_Xm1, p_cast=None, fp8_block=None):
+def _forward_block(q_XmD, kT_XDn, v_XnD, mask_1mn, acc_XmD, row_max_Xm1, row_sum_Xm1, p_cast=None, fp8_block=None,
+                   score_mod=None):
     """One key block of the online softmax: (acc, running max, running sum) after it; acc and the
     sum are updated in place. Before the first block they are zeros and the max is -inf, so the
     first correction is exp(-inf) = 0. `mask_1mn`: None or _hidden's (bias, keep). fp8_block: this
-    block's fp8 tensors (_Fp8Blocks.block), whose products replace the dequantized ones where it says."""
+    block's fp8 tensors (_Fp8Blocks.block), whose products replace the dequantized ones where it says.
+    score_mod: soft-cap and ALiBi for this block (chunked_mods.BlockMods.block), before the mask and the max."""
     s_Xmn = _mm(q_XmD, kT_XDn) if fp8_block is None or not fp8_block.qk else fp8_block.scores()
+    if score_mod is not None:
+        chunked_mods.transform_(s_Xmn, *score_mod)
     if mask_1mn is not None:
         s_Xmn.add_(mask_1mn[0])  # -inf where hidden
     new_max_Xm1 = torch.maximum(row_max_Xm1, s_Xmn.amax(dim=-1, keepdim=True))
@@ -640,11 +702,13 @@ def _backward(grad_BHMD, q_BHMD, k_BKND, v_BKND, out_BHMD, lse_XR, masks: Masks,
     k_XND, v_XND = _flat(k_BKND, cdtype), _flat(v_BKND, cdtype)
     plan = _plan(masks, b, kv_heads, h // kv_heads, q_len, seq_len, q_chunk, kv_chunk, q_BHMD.device)
     block = compiled(_backward_block, dynamic=True) if compile else _backward_block
+    mods = chunked_mods.build(masks, b, h, kv_heads, q_len, seq_len, q_BHMD.device, out_XRD.dtype)
     grads = []
     for x, lo, hi, kv_plan, kv_bounds in zip(plan.x_slices, plan.lo, plan.hi, plan.blocks, plan.kv_bounds):
         grads.append(chunked_pool.over_heads(_backward_flat, "backward",
                                              (q_XRD[x], k_XND[x], v_XND[x], do_XRD[x], out_XRD[x], lse_XR[x]), lo, hi,
-                                             kv_plan, (kv_bounds, block), single=compile))
+                                             kv_plan, (kv_bounds, block), single=compile,
+                                             mods=None if mods is None else mods.heads(x)))
     dq_XRD, dk_XND, dv_XND = grads[0] if len(grads) == 1 else (torch.cat(g) for g in zip(*grads))
     dq_XRD.mul_(scale)  # d/dq = d/d(scaled q) * scale
     dtype = q_BHMD.dtype
@@ -655,8 +719,9 @@ def _backward(grad_BHMD, q_BHMD, k_BKND, v_BKND, out_BHMD, lse_XR, masks: Masks,
     )
 
 
-def _backward_flat(q_XRD, k_XND, v_XND, do_XRD, out_XRD, lse_XR, lo, hi, kv_plan, kv_bounds: list[int], block=None):
-    """Gradients w.r.t. the scaled q, k and v, on flattened heads X."""
+def _backward_flat(q_XRD, k_XND, v_XND, do_XRD, out_XRD, lse_XR, lo, hi, kv_plan, kv_bounds: list[int], block=None,
+                   mods: chunked_mods.BlockMods | None = None):
+    """Gradients w.r.t. the scaled q, k and v, on flattened heads X (mods: the forward's score transforms)."""
     seq_len = k_XND.shape[1]
     # delta_i = sum_j P_ij dP_ij = dO_i . O_i (FlashAttention-2's D_i), in the accumulator dtype
     delta_XR1 = (do_XRD.to(out_XRD.dtype) * out_XRD).sum(dim=-1, keepdim=True)
@@ -677,21 +742,25 @@ def _backward_flat(q_XRD, k_XND, v_XND, do_XRD, out_XRD, lse_XR, lo, hi, kv_plan
             mask_1mn = hidden_masks.get(mask_id, m0, m1, n0, n1)
             part = bisect.bisect_right(kv_bounds, n0) - 1  # the key block this (trimmed) one lies in
             b0 = kv_bounds[part]
+            score_mod = {} if mods is None else {"score_mod": mods.block(m0, m1, n0, n1)}
             block(q_XmD, k_XND[:, n0:n1], v_XND[:, n0:n1], do_XmD, lse_XR1[:, m0:m1], delta_XR1[:, m0:m1], mask_1mn,
-                  dq_XmD, dk_parts[part][:, n0 - b0 : n1 - b0], dv_parts[part][:, n0 - b0 : n1 - b0])
+                  dq_XmD, dk_parts[part][:, n0 - b0 : n1 - b0], dv_parts[part][:, n0 - b0 : n1 - b0], **score_mod)
         dq_parts.append(dq_XmD)
     return torch.cat(dq_parts, dim=1), torch.cat(dk_parts, dim=1), torch.cat(dv_parts, dim=1)
 
 
-def _backward_block(q_XmD, k_XnD, v_XnD, do_XmD, lse_Xm1, delta_Xm1, mask_1mn, dq_XmD, dk_XnD, dv_XnD) -> None:
-    """One block's share of the gradients, added in place to dq, dk and dv (probabilities recomputed)."""
+def _backward_block(q_XmD, k_XnD, v_XnD, do_XmD, lse_Xm1, delta_Xm1, mask_1mn, dq_XmD, dk_XnD, dv_XnD,
+                    score_mod=None) -> None:
+    """One block's share of the gradients, added in place to dq, dk and dv (probabilities recomputed;
+    score_mod: the forward's soft-cap and ALiBi, whose tanh the soft-cap's derivative needs)."""
     s_Xmn = _mm(q_XmD, k_XnD.transpose(1, 2))
+    tanh_Xmn = None if score_mod is None else chunked_mods.transform_(s_Xmn, *score_mod, keep_tanh=True)
     if mask_1mn is not None:
         s_Xmn.add_(mask_1mn[0])  # -inf where hidden (so that a hidden score cannot overflow exp)
     p_Xmn = _masked_exp_(s_Xmn.sub_(lse_Xm1), mask_1mn)
     _mm_add(dv_XnD, p_Xmn.transpose(1, 2), do_XmD)
     dp_Xmn = _mm(do_XmD, v_XnD.transpose(1, 2))
-    ds_Xmn = dp_Xmn.sub_(delta_Xm1).mul_(p_Xmn)
+    ds_Xmn = chunked_mods.softcap_grad_(dp_Xmn.sub_(delta_Xm1).mul_(p_Xmn), tanh_Xmn)
     _mm_add(dq_XmD, ds_Xmn, k_XnD)
     _mm_add(dk_XnD, ds_Xmn.transpose(1, 2), q_XmD)
 
@@ -712,20 +781,37 @@ class _ChunkedAttention(torch.autograd.Function):
 
 
 def _band_bytes(point: Point, options: Mapping[str, Any], device: str, q_chunk: int, a: int) -> int:
-    """A forward's band runs (chunked_band.py): per worker thread, one run's scores and their softmax.
+    """A forward's band runs (chunked_band.py): per worker thread, one run's scores and their softmax
+    (and with ALiBi the run's distances |p - j|, chunked_mods.BlockMods.band_distances).
     An upper bound: it assumes a window's blocks form runs whenever band_applies allows them."""
     auto = options.get("q_chunk") is None and options.get("kv_chunk") is None
     low = point.element_bytes < FP32_BYTES
-    if (point.window is None or point.masks_per_sequence or not auto
+    left, right = window_extents(point.window, point.causal)
+    if (left is None or right is None or point.masks_per_sequence or not auto
             or str(point.precision).startswith("fp8")
             or not band_applies(device, torch.float16 if low else torch.float32, options.get("compute", "fp32"),
                                 bool(options.get("compile", False)))):
         return 0
     block = chunked_band.band_block(q_chunk)
-    span = block + (point.window - 1) * (1 if point.causal else 2)
+    span = block + left + right  # a row sees left + right + 1 keys; a block of them, block - 1 more
     rows = min(max(1, chunked_band.BAND_ROWS // block) * block, point.q_len_resolved)
     workers = min(torch.get_num_threads(), point.batch * point.kv_heads_resolved) if device == "cpu" else 1
-    return workers * 2 * rows * span * a
+    return workers * (3 if point.alibi else 2) * rows * span * a
+
+
+def _variant_bytes(point: Point, block: int, q_chunk: int, kv_chunk: int, rows_c: int, a: int) -> tuple[int, int]:
+    """(forward, backward) bytes the score transforms add (chunked_mods.py, _with_sink_): ALiBi's slope per
+    (head, query row) and one block's distances |p - j|; the soft-cap's tanh, kept for its derivative, one
+    block more in the backward (the forward caps in place); the sink's rescale factor and its new log-sum-exp,
+    a value per query row each. `block`: one block of scores over every flattened head."""
+    fwd = bwd = 0
+    if point.alibi:
+        fwd = bwd = rows_c + q_chunk * kv_chunk * a
+    if point.softcap is not None:
+        bwd += block
+    if point.sink is not None:
+        fwd += 2 * rows_c
+    return fwd, bwd
 
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
@@ -756,7 +842,8 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     # forward: the scaled q (and its fp32 cast), fp32 k/v casts, output, log-sum-exp,
     # two score blocks alive across an iteration, the block's accumulator, the output cast back
     fwd = q_c * (2 if casts else 1) + (2 * kv_c if casts else 0) + out_acc + rows_c + 2 * block + x * q_chunk * d * a
-    fwd += hidden + _band_bytes(point, options, device, q_chunk, a)
+    variant_fwd, variant_bwd = _variant_bytes(point, block, q_chunk, kv_chunk, rows_c, a)
+    fwd += hidden + _band_bytes(point, options, device, q_chunk, a) + variant_fwd
     if device == "cpu" and not low:  # lazy rescaling's Q and K with one feature more (an upper bound:
         fwd += (bh * q_len + bkv * seq_len) * (d + 1) * a  # plans with few key blocks per query block skip it)
     fwd += (out if low else 0) + fp8_path.mem_bytes(point, options)  # fp8: the quantized and dequantized Q, K, V
@@ -768,5 +855,6 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     saved = out_acc + rows_c + (out if low else 0)
     acc = (bh * q_len + 2 * bkv * seq_len) * d * a
     bwd = saved + q_c + ((2 * kv_c + q_c) if casts else 0) + rows_c + max(acc + 3 * block, 2 * acc) + hidden
+    bwd += variant_bwd
     bwd += grads if low else 0
     return max(fwd, bwd)

@@ -60,9 +60,11 @@ def _worker_threads(tensors_X, single: bool = False) -> int:
     return max(1, torch.get_num_threads() if HEAD_THREADS is None else HEAD_THREADS)
 
 
-def over_heads(fn, kind: str, tensors_X, lo, hi, kv_plan, extra: tuple, *, single: bool = False):
+def over_heads(fn, kind: str, tensors_X, lo, hi, kv_plan, extra: tuple, *, single: bool = False, mods=None):
     """fn(*tensors_X, lo, hi, kv_plan, *extra) spread over the worker threads (all on the calling
-    thread when `single`: compiled blocks, see chunked.py's docstring).
+    thread when `single`: compiled blocks, see chunked.py's docstring). `mods`, when given, is passed
+    on as fn's keyword `mods`, cut to each group of heads with its `heads(slice)` (per-head data
+    such as ALiBi's slopes, selfattn/backends/chunked_mods.py).
 
     Split the flattened heads X into one group per thread; with fewer heads than threads (few
     K/V heads and a small batch: GQA's one big matrix per K/V head) split the query blocks
@@ -72,16 +74,19 @@ def over_heads(fn, kind: str, tensors_X, lo, hi, kv_plan, extra: tuple, *, singl
     """
     threads = _worker_threads(tensors_X, single)
     x = tensors_X[0].shape[0]
+    every_head = {} if mods is None else {"mods": mods}
     if threads == 1 or (x == 1 and len(kv_plan) == 1):
-        return fn(*tensors_X, lo, hi, kv_plan, *extra)
+        return fn(*tensors_X, lo, hi, kv_plan, *extra, **every_head)
     if x >= threads or len(kv_plan) == 1:
         workers = min(threads, x)
         bounds = [round(i * x / workers) for i in range(workers + 1)]
         groups = [slice(bounds[i], bounds[i + 1]) for i in range(workers)]
-        results = _parallel([lambda g=g: fn(*(t[g] for t in tensors_X), lo, hi, kv_plan, *extra) for g in groups])
+        results = _parallel([lambda g=g: fn(*(t[g] for t in tensors_X), lo, hi, kv_plan, *extra,
+                                            **({} if mods is None else {"mods": mods.heads(g)}))
+                             for g in groups])
         return tuple(torch.cat(parts, dim=0) for parts in zip(*results))
     pieces = split_plan(kv_plan, threads)
-    results = _parallel([lambda piece=piece: fn(*tensors_X, lo, hi, piece, *extra) for piece in pieces])
+    results = _parallel([lambda piece=piece: fn(*tensors_X, lo, hi, piece, *extra, **every_head) for piece in pieces])
     if kind == "forward":  # each worker filled the rows of its query blocks
         out_XRD, lse_XR = results[0]
         for piece, (out_part, lse_part) in zip(pieces[1:], results[1:]):
