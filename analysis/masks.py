@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis.claim import Evidence, claim, per_rows
 from analysis.cost import variant_labels, variant_names
-from analysis.slices import fix_axes, number_text, plain, self_attention
+from analysis.slices import fix_axes, number_text, plain, self_attention, window_label
 from selfattn.point import ELEMENT_BYTES
 
 MASKS_FIXED = ("device_label", "precision", "heads", "head_dim", "scale", "input_std")
@@ -28,12 +28,13 @@ GQA_SAME_TIME = (0.75, 1.33)  # time(kv_heads=1) / time(kv_heads=heads): the FLO
 
 
 def mask_kind(row: pd.Series) -> str:
-    """'none', 'causal', 'window 256' (causal or not), 'padding', 'documents' or a combination."""
+    """'none', 'causal', 'window 256' (causal or not), 'window [63, 0]' (a pair), 'padding', 'documents' or a
+    combination."""
     parts = []
     if row.get("causal") and pd.isna(row.get("window")):
         parts.append("causal")
     if pd.notna(row.get("window")):
-        parts.append(f"window {number_text(float(row['window']))}")
+        parts.append(f"window {window_label(row['window'])}")
     if (row.get("pad_frac") or 0) > 0:
         parts.append("padding")
     if pd.notna(row.get("documents")):
