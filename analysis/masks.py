@@ -54,7 +54,10 @@ def mask_study(rows: pd.DataFrame) -> pd.DataFrame:
     # One slice: rows of other studies (another head count, d_k, precision) never mix into it.
     ok = fix_axes(ok, MASKS_FIXED, ("mask", "backend", "seq_len", "batch", "window", "pad_frac", "documents")).rows
     ok = ok.assign(label=variant_labels(ok), variant=variant_names(ok))
-    if ok["mask"].nunique() < 3:  # a mask study varies masks; the quick study only causal on/off
+    # A mask study varies the classic masks (the quick study only causal on/off); window pairs join one, but do
+    # not make one: the variants study's pairs beside its plain call answer that study's questions
+    classic = ok["mask"][~ok["window"].map(lambda w: isinstance(w, str))]
+    if classic.nunique() < 3:
         return ok.iloc[0:0]
     memory = ok["peak_alloc_bytes"] if "peak_alloc_bytes" in ok and ok["peak_alloc_bytes"].notna().any() else ok["peak_mem_bytes"]
     ok = ok.assign(time_per_seq_ms=ok["time_ms"] / ok["batch"], alloc_per_seq_bytes=memory / ok["batch"])

@@ -13,7 +13,7 @@ from analysis.claims import FAILS, HOLDS, NOT_DECIDED, check_claims
 from analysis.figures import Context, Made
 from analysis.figures.variants import variant_costs
 from analysis.load import load, window_order
-from analysis.masks import mask_kind
+from analysis.masks import mask_kind, mask_study
 from analysis.slices import fix_axes, plain_scores, self_attention
 from analysis.summary import summary_markdown, summary_text
 from analysis.variants import BLOCK_SKIPPING, VARIANTS, variant_cost_table, variant_kind, variant_ratios
@@ -222,3 +222,17 @@ def test_capped_rows_leave_claim_9_as_it_was(tmp_path, fabricate):
         assert after[key].verdict == before[key].verdict == HOLDS, after[key].evidence
         assert after[key].evidence == before[key].evidence
     assert after["softcap_bounds_overflow"].verdict == HOLDS
+
+
+def test_window_pairs_join_a_masks_study_but_do_not_make_one(tmp_path, fabricate):
+    f = fabricate()
+    variants_grid(f)  # plain, two pairs and the transforms: no masks study
+    assert not [c for c in check_claims(loaded(tmp_path / "a", f)) if c.study == "Masks"]
+    for backend in ("naive", "chunked"):  # a masks study (none, causal, window 256) with a pair beside it
+        for n in (1024, 2048):
+            f.point(backend=backend, seq_len=n, heads=4, causal=True)
+            with_variant(f, backend=backend, seq_len=n, heads=4, causal=True, window=256)
+    for row in f.rows:  # the runner's mask_density (the fabricator leaves it out)
+        row["mask_density"] = 0.1 if row["window"] else (0.5 if row["causal"] else 1.0)
+    study = mask_study(loaded(tmp_path / "b", f))
+    assert {"none", "causal", "window 256", "window [127, 0]"} <= set(study["mask"])
