@@ -19,7 +19,8 @@ def variant_costs(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     ratios = variant_ratios(rows)
     if ratios.empty:
         return Skipped(name, title, "no rows with a window pair, soft-cap, ALiBi or sink", EXPERIMENT)
-    ratios = ratios[ratios["variant"] != PLAIN]
+    # an ok row at an n without a plain call (the window claim's larger sizes) has nothing to be divided by
+    ratios = ratios[(ratios["variant"] != PLAIN) & ((ratios["status"] != "ok") | ratios["time_ratio"].notna())]
     drawn = ratios[ratios["time_ratio"].notna()]
     if drawn.empty:
         return Skipped(name, title, "no variant measured beside a plain call at the same n", EXPERIMENT)
@@ -47,10 +48,20 @@ def variant_costs(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                 ax.set_ylabel(ylabel)
             if i == 0:
                 ax.set_title(backend)
+        for i, (metric, _) in enumerate(METRICS):
+            if mine[metric].notna().any():
+                continue
+            ax = axes[i][j]  # nothing to draw: keep the panel's n axis and the plain call's ×1 readable
+            sizes = mine["seq_len"].to_numpy(dtype=float)
+            ax.set_xlim(sizes.min() / 1.2, sizes.max() * 1.2)
+            ax.set_ylim(0.5, 2.0)
+            ax.set_yscale("log")
+            if i > 0:
+                ax.text(0.5, 0.7, "not measured", transform=ax.transAxes, ha="center", va="center", color="0.35")
         missing = _not_measured(mine)
         if missing:  # unsupported (or failed) combinations: named, never drawn
-            axes[0][j].text(0.02, 0.98, "\n".join(missing), transform=axes[0][j].transAxes, va="top", ha="left",
-                            fontsize=6.5, color="0.35")
+            axes[0][j].text(0.03, 0.97, "\n".join(missing), transform=axes[0][j].transAxes, va="top", ha="left",
+                            fontsize=6.5, color="0.35", bbox=dict(facecolor="white", edgecolor="none", alpha=0.8))
     handles = [Line2D([], [], color=palette[k], marker=markers[k], linewidth=1.5, label=k) for k in kinds]
     handles.append(Line2D([], [], color="0.3", linestyle=":", label="the plain call (×1)"))
     fig.legend(handles=handles, loc="outside right center")
@@ -68,15 +79,15 @@ def variant_costs(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
 
 
 def _not_measured(mine: pd.DataFrame) -> list[str]:
-    """'unsupported: softcap 50, ALiBi' lines: each status's variants that have no ok row at any n."""
+    """'unsupported:', then '  softcap 50', '  ALiBi' (one a line): each status's variants with no ok row at any n."""
     failed = mine[mine["status"] != "ok"]
     ran = set(mine.loc[mine["status"] == "ok", "variant"])
     lines = []
     for status, part in failed.groupby("status"):
         kinds = [k for k in dict.fromkeys(part["variant"]) if k not in ran]
         if kinds:
-            lines.append(f"{status}: " + ", ".join(kinds))
+            lines += [f"{status}:", *(f"  {k}" for k in kinds)]
     partial = sorted(set(failed["variant"]) & ran)
     if partial:
-        lines.append("failed at some n: " + ", ".join(partial))
+        lines += ["failed at some n:", *(f"  {k}" for k in partial)]
     return lines
