@@ -21,7 +21,7 @@ import math
 import pandas as pd
 
 from analysis.claim import Evidence, claim, per_rows, study_table
-from analysis.cost import memory_metric, variant_labels, variant_names
+from analysis.cost import COMPILED_SUFFIX, memory_metric, variant_labels, variant_names
 from analysis.growth import LINEAR, MIN_MODEL_SIZES, NEGLIGIBLE_SHARE, QUADRATIC, UNDECIDED, judge_growth
 from analysis.slices import SCORE_TRANSFORMS, calls, fix_axes, number_text, plain, plain_scores, window_label
 
@@ -181,8 +181,8 @@ def _window_text(window: str, causal: bool) -> str:
        experiment=EXPERIMENT, study=VARIANTS)
 def window_linear_time(rows: pd.DataFrame) -> Evidence | None:
     lines = _window_lines(rows)
-    judged = {key: line for key, line in lines.items()
-              if key[2] in BLOCK_SKIPPING and line["seq_len"].nunique() >= MIN_MODEL_SIZES}
+    judged = {key: line for key, line in lines.items()  # a compiled variant ("chunked+compile") skips as its back end
+              if key[2].removesuffix(COMPILED_SUFFIX) in BLOCK_SKIPPING and line["seq_len"].nunique() >= MIN_MODEL_SIZES}
     if not judged:
         if not uses_variant(calls(rows)).any():
             return None  # no variants study here (a masks study's windows are not this claim's points)
