@@ -145,6 +145,23 @@ def test_window_time_growing_as_n2_in_the_skipping_back_end_does_not_hold(tmp_pa
     assert claim.verdict == FAILS, claim.evidence
 
 
+def test_window_time_as_n_to_the_1_5_does_not_hold(tmp_path, fabricate):
+    f = fabricate()  # neither linear nor n²: a straight log-log line below the band contradicts time ∝ n·w too
+    window_grid(f, chunked=lambda n: 2e-3 * n ** 1.5)
+    claim = claims_of(tmp_path, f)["window_linear_time"]
+    assert claim.verdict == FAILS, claim.evidence
+    assert "sub-quadratic" in claim.evidence
+
+
+def test_a_busy_machines_flat_small_sizes_still_hold_by_the_larger_sizes_exponent(tmp_path, fabricate):
+    # a fixed 40 ms (thread barriers on a loaded CPU) flattens the small sizes, as measured on the 2-core VM
+    # (2K..8K all near 45 ms): the larger sizes' exponent, near 1, decides as chunked_linear's memory rule does
+    f = fabricate()
+    window_grid(f, chunked=lambda n: 40.0 + 0.008 * n)
+    claim = claims_of(tmp_path, f)["window_linear_time"]
+    assert claim.verdict == HOLDS, claim.evidence
+
+
 def test_naive_with_the_window_judged_as_a_skipping_back_end_does_not_pass(tmp_path, fabricate):
     # naive's own windowed rows under the rule: it materializes n² scores, so the rule must not call it linear
     f = fabricate()
