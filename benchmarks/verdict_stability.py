@@ -92,9 +92,12 @@ def verdict_table(folders: list[Path]) -> pd.DataFrame:
     from analysis.load import load
 
     columns = {}
+    names = [folder.name for folder in folders]
     for folder in folders:
         claims = check_claims(load(results_of(folder), warn=False).rows)
-        columns[folder.name] = {c.key: c.verdict for c in claims}
+        # runs of two --out folders may share a name (quiet-1): then the column names its parent too
+        name = folder.name if names.count(folder.name) == 1 else f"{folder.parent.name}/{folder.name}"
+        columns[name] = {c.key: c.verdict for c in claims}
     return pd.DataFrame(columns)
 
 
