@@ -34,7 +34,7 @@ METRIC_OFF = f"{NOT_MEASURED}: metric off"  # the rows it reads left out a metri
 CHAPTER = "The chapter's claims"
 STUDIES = (CHAPTER, "Masks", "Grouped-query attention", "Decoding and the KV-cache", "Compiled back ends",
            "Attention against recurrence", "Training with and without the scale",
-           "FP8 attention")
+           "FP8 attention", "Attention variants")
 
 
 @dataclass(frozen=True)

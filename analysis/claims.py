@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import (additive, basics, compiled, cost, cost_claims, decode, fp8, masks, overflow, positions,
-                      recurrence, stability, training)
+                      recurrence, stability, training, variants)
 from selfattn.fp8_formats import FORMAT_OF
 from analysis.claim import (  # noqa: F401  (re-exported: the verdicts and the record of a claim)
     CHAPTER, CLAIMS, FAILS, HOLDS, NOT_DECIDED, NOT_MEASURED, TABLES, Claim, ClaimSpec, Evidence, claims_frame,
@@ -21,7 +21,7 @@ from analysis.claim import (  # noqa: F401  (re-exported: the verdicts and the r
 # cost.py holds the chapter's cost claims' last (layer_crossover, beside layer_shares), then additive scores and
 # positions; masks.py both the Masks and the GQA studies.
 MODULES = tuple(m.__name__ for m in (cost_claims, stability, overflow, basics, cost, additive, positions, masks, decode,
-                                     compiled, recurrence, training, fp8))
+                                     compiled, recurrence, training, fp8, variants))
 
 
 def _order(spec: ClaimSpec) -> tuple[int, int, int]:

@@ -24,7 +24,7 @@ from analysis.claim import Evidence, claim, per_rows, study_table
 from analysis.cost import COMPILED_SUFFIX, memory_metric, other_options, variant_names, variant_order
 from analysis.cost_claims import LINEAR_MAX, MAX_CI_HALF_WIDTH, MIN_FIT_SIZES, QUADRATIC_BAND
 from analysis.fit import PowerFit, fit_power_law
-from analysis.slices import PLAIN_UNLESS_NAMED, fix_axes, matches, number_text, plain, self_attention
+from analysis.slices import PLAIN_UNLESS_NAMED, fix_axes, matches, number_text, plain, self_attention, window_label
 
 # One panel of the study holds these axes at one value (chosen where the compiled rows are richest)...
 COMPILED_FIXED = ("scope", "batch", "heads", "head_dim", "scale", "input_std")
@@ -60,14 +60,14 @@ def mask_text(rows: pd.DataFrame) -> pd.Series:
     text = np.where(causal, "causal", "no mask")
     windowed = window.notna()
     text = np.where(windowed, np.where(causal, "causal window ", "window ")
-                    + window.fillna(0).astype(int).astype(str), text)
+                    + window.map(lambda w: window_label(w) if pd.notna(w) else ""), text)
     return pd.Series(text, index=rows.index)
 
 
 def mask_order(mask: str) -> tuple:
     """Sort key: no mask, causal, then windows by size."""
     words = mask.split()
-    return (mask != "no mask", mask != "causal", float(words[-1]) if words[-1].isdigit() else 0.0, mask)
+    return (mask != "no mask", mask != "causal", float(words[-1]) if words[-1].isdigit() else 0.0, mask)  # a pair: by text
 
 
 def mode_order(mode: str) -> int:

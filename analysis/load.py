@@ -17,6 +17,7 @@ import pandas as pd
 from selfattn.fields import field_types
 from selfattn.point import FIELD_NAMES, axis_default, scale_label
 from selfattn.results import COLUMNS, SCHEMA_VERSION, STATUSES, Row, rank
+from selfattn.variants import parse_window, window_text
 
 # Without these a row cannot be placed in any figure or merged with another file.
 REQUIRED_COLUMNS: tuple[str, ...] = (
@@ -30,8 +31,11 @@ TEXT_COLUMNS: tuple[str, ...] = tuple(name for name, kind in field_types(Row).it
 # back end the column does not apply to) reads as the default: the axis's for an axis, else False.
 # `recompiled`: whether a compiling back end's first call of the point compiled new code; `alibi`: an axis.
 BOOL_COLUMNS: tuple[str, ...] = ("kv_cache", "recompiled", "alibi")
+# `window` holds a number (one width) or a pair's text ("[63, 0]", selfattn.variants.window_text): read by
+# window_cells, never as a plain number (a pair would turn into NaN, "no window", and join the plain rows).
+WINDOW = "window"
 NUMERIC_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in TEXT_COLUMNS and c != "causal"
-                                         and c not in BOOL_COLUMNS)
+                                         and c not in BOOL_COLUMNS and c != WINDOW)
 # A point is these sweep axes; the same point on the same device measured twice keeps one row.
 POINT_AXES: tuple[str, ...] = tuple(name for name in FIELD_NAMES if name != "device")
 DEVICE_ID: tuple[str, ...] = ("device", "device_name", "device_capability", "hostname")
@@ -82,6 +86,7 @@ def read_csv(path: Path) -> tuple[pd.DataFrame | None, list[str]]:
         df[col] = df[col].fillna("").astype(str).str.strip()
     for col in NUMERIC_COLUMNS:
         df[col] = pd.to_numeric(df[col].replace("", np.nan), errors="coerce")
+    df[WINDOW] = window_cells(df[WINDOW])
     df["causal"] = df["causal"].map(_parse_bool)
     for col in BOOL_COLUMNS:
         default = axis_default(col) if col in FIELD_NAMES else False
@@ -156,6 +161,37 @@ def load(paths: Iterable[str | Path], *, warn: bool = True) -> Loaded:
     rows = _label_devices(rows)
     return Loaded(rows=rows.reset_index(drop=True), problems=problems, files=files,
                   rows_read=rows_read, duplicates_dropped=rows_read - len(rows))
+
+
+def window_cells(cells: pd.Series) -> pd.Series:
+    """The `window` column: NaN (no window), a float (one width w), or a pair's canonical text "[63, 0]".
+
+    Floats only (as every file before window pairs) unless some cell is a pair; then an object column mixing
+    floats and texts, which compares, groups and deduplicates as it should but does not sort (sort by
+    `window_order`). A cell that is neither (a refused row's value as typed) is kept as its text."""
+    text = cells.fillna("").astype(str).str.strip()
+    numbers = pd.to_numeric(text.replace("", np.nan), errors="coerce")
+    other = numbers.isna() & (text != "")
+    if not other.any():
+        return numbers
+    out = numbers.astype(object)
+    for index, cell in text[other].items():
+        try:
+            window = parse_window(cell)
+        except ValueError:
+            out[index] = cell
+            continue
+        out[index] = window_text(window) if isinstance(window, tuple) else float(window)
+    return out
+
+
+def window_order(value: object) -> tuple[int, float, str]:
+    """A sort key for window cells: none, then one width by size, then pairs by their text."""
+    if isinstance(value, str):
+        return (2, 0.0, value)
+    if value is None or pd.isna(value):
+        return (0, 0.0, "")
+    return (1, float(value), "")
 
 
 def _parse_bool(value: str) -> bool | float:

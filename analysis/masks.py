@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis.claim import Evidence, claim, per_rows
 from analysis.cost import variant_labels, variant_names
-from analysis.slices import fix_axes, number_text, plain, self_attention
+from analysis.slices import fix_axes, number_text, plain, self_attention, window_label
 from selfattn.point import ELEMENT_BYTES
 
 MASKS_FIXED = ("device_label", "precision", "heads", "head_dim", "scale", "input_std")
@@ -28,12 +28,13 @@ GQA_SAME_TIME = (0.75, 1.33)  # time(kv_heads=1) / time(kv_heads=heads): the FLO
 
 
 def mask_kind(row: pd.Series) -> str:
-    """'none', 'causal', 'window 256' (causal or not), 'padding', 'documents' or a combination."""
+    """'none', 'causal', 'window 256' (causal or not), 'window [63, 0]' (a pair), 'padding', 'documents' or a
+    combination."""
     parts = []
     if row.get("causal") and pd.isna(row.get("window")):
         parts.append("causal")
     if pd.notna(row.get("window")):
-        parts.append(f"window {number_text(float(row['window']))}")
+        parts.append(f"window {window_label(row['window'])}")
     if (row.get("pad_frac") or 0) > 0:
         parts.append("padding")
     if pd.notna(row.get("documents")):
@@ -53,7 +54,10 @@ def mask_study(rows: pd.DataFrame) -> pd.DataFrame:
     # One slice: rows of other studies (another head count, d_k, precision) never mix into it.
     ok = fix_axes(ok, MASKS_FIXED, ("mask", "backend", "seq_len", "batch", "window", "pad_frac", "documents")).rows
     ok = ok.assign(label=variant_labels(ok), variant=variant_names(ok))
-    if ok["mask"].nunique() < 3:  # a mask study varies masks; the quick study only causal on/off
+    # A mask study varies the classic masks (the quick study only causal on/off); window pairs join one, but do
+    # not make one: the variants study's pairs beside its plain call answer that study's questions
+    classic = ok["mask"][~ok["window"].map(lambda w: isinstance(w, str))]
+    if classic.nunique() < 3:
         return ok.iloc[0:0]
     memory = ok["peak_alloc_bytes"] if "peak_alloc_bytes" in ok and ok["peak_alloc_bytes"].notna().any() else ok["peak_mem_bytes"]
     ok = ok.assign(time_per_seq_ms=ok["time_ms"] / ok["batch"], alloc_per_seq_bytes=memory / ok["batch"])

@@ -42,6 +42,9 @@ def matches(series: pd.Series, value: Any) -> pd.Series:
     return series == value
 
 
+# The score transforms (selfattn/variants.py): soft-capping, ALiBi and the sink logit change what every score
+# is, so their rows answer the variants study's questions (analysis/variants.py) and no other study's.
+SCORE_TRANSFORMS = ("softcap", "alibi", "sink")
 # A scope=train row is a training run (analysis/training.py reads it), not a call of the attention: its time_ms
 # is an optimizer step and its logit_std the learned model's, so no study of calls may slice into it.
 RUN_SCOPES = ("train",)
@@ -52,9 +55,18 @@ def calls(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[~rows["scope"].isin(RUN_SCOPES)] if "scope" in rows else rows
 
 
+def plain_scores(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose scores are not soft-capped, biased by ALiBi or joined by a sink logit (older files: all)."""
+    keep = pd.Series(True, index=rows.index)
+    for axis in SCORE_TRANSFORMS:
+        keep &= plain(rows, axis)
+    return rows if keep.all() else rows[keep]
+
+
 def self_attention(rows: pd.DataFrame) -> pd.DataFrame:
-    """Calls with q_len == seq_len (full self-attention), or all calls when there are none."""
-    rows = calls(rows)
+    """Calls with q_len == seq_len (full self-attention), or all calls when there are none; plain scores only
+    (the variants study reads the transformed ones itself)."""
+    rows = plain_scores(calls(rows))
     full = rows[rows["q_len"] == rows["seq_len"]]
     return full if not full.empty else rows
 
@@ -62,8 +74,10 @@ def self_attention(rows: pd.DataFrame) -> pd.DataFrame:
 # Axes a figure that neither fixes nor varies them holds at their plain value (no window, no
 # padding, one document, a K/V head per query head, dot-product scores, no positional encoding),
 # so rows of the masks, GQA, additive and positions studies never mix into the figures of the
-# chapter's cost and stability studies (nor the FP8 study's inputs with outliers).
-PLAIN_UNLESS_NAMED = ("window", "pad_frac", "documents", "kv_heads", "score", "pos_enc", "input_outliers")
+# chapter's cost and stability studies (nor the FP8 study's inputs with outliers, nor the variants study's
+# soft-capped, ALiBi-biased or sink rows). A window pair ("[63, 0]", analysis.load) is a window like any other.
+PLAIN_UNLESS_NAMED = ("window", "pad_frac", "documents", "kv_heads", "score", "pos_enc", "input_outliers",
+                      *SCORE_TRANSFORMS)
 
 
 def plain(rows: pd.DataFrame, axis: str) -> pd.Series:
@@ -144,6 +158,11 @@ def scale_text(value: Any) -> str:
     if value == "none":
         return "unscaled"
     return f"scale={value}"
+
+
+def window_label(value: Any) -> str:
+    """A window cell as a label's text: '256' (one width), '[63, 0]' (a pair, as analysis.load keeps it)."""
+    return value if isinstance(value, str) else number_text(float(value))
 
 
 def number_text(value: Any) -> str:

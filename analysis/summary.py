@@ -27,6 +27,7 @@ from typing import Sequence
 import pandas as pd
 
 from analysis.cost import memory_metric, variant_names, variant_labels, variant_order
+from analysis.load import window_order
 from selfattn.point import FIELD_NAMES
 
 # Never an axis of the table: the back end and its options are its columns, seeds are repeats of one point.
@@ -102,7 +103,9 @@ def summary_frame(rows: pd.DataFrame) -> pd.DataFrame:
                         memory: ok[memory].median() if len(ok) else math.nan, "status": status})
     frame = pd.DataFrame.from_records(records)
     frame["_order"] = frame["_name"].map(variant_order)
-    frame = frame.sort_values([*axes, "_order"], kind="stable")  # option sets of one variant: as they came
+    # option sets of one variant: as they came; window cells mix widths and pairs' texts (analysis.load)
+    frame = frame.sort_values([*axes, "_order"], kind="stable",
+                              key=lambda column: column.map(window_order) if column.name == "window" else column)
     return frame[columns].reset_index(drop=True)
 
 

@@ -48,6 +48,7 @@ FIGURES = (
     Figure("training", "training_curves"),  # 19
     Figure("fp8", "fp8_error"),  # 20
     Figure("fp8", "fp8_overflow"),  # 21
+    Figure("variants", "variant_costs"),  # 22
 )
 
 __all__ = ["FIGURES", "Context", "Figure", "Made", "Skipped"]

@@ -14,8 +14,17 @@ MASK_MARKERS = {"none": "o", "causal": "s", "padding": "D", "documents": "^"}
 WINDOW_MARKERS = ("v", "<", ">", "p")  # windows by size, smallest first
 
 
+def _window_size(mask: str) -> tuple[float, str]:
+    """'window 256' -> 256; a pair 'window [63, 0]' by the keys it spans (64); an unbounded side sorts last."""
+    text = mask.split(" + ")[0].removeprefix("window ").strip()
+    if text.startswith("["):
+        left, right = (int(side) for side in text.strip("[]").split(","))
+        return (float("inf") if -1 in (left, right) else float(left + right + 1), text)
+    return (float(text), text)
+
+
 def _markers(masks) -> dict[str, str]:
-    windows = sorted((m for m in masks if m.startswith("window")), key=lambda m: float(m.split()[1]))
+    windows = sorted((m for m in masks if m.startswith("window")), key=_window_size)
     markers = {m: WINDOW_MARKERS[i % len(WINDOW_MARKERS)] for i, m in enumerate(windows)}
     return {m: MASK_MARKERS.get(m, markers.get(m, "X")) for m in masks}
 

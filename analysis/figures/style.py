@@ -103,3 +103,23 @@ SCOPE_COLORS = {"layer": "#0072B2", "lstm": "#D55E00", "gru": "#CC79A7"}
 
 def scope_palette(scopes: Iterable[str]) -> dict[str, str]:
     return {s: SCOPE_COLORS.get(s, OTHER) for s in set(scopes)}
+
+
+# The attention variants (figure 22, analysis/variants.py): colours of their own in the order of their first word,
+# so a variant reads the same in every back end's panel; a combination or a value outside this table takes OTHER.
+VARIANT_COLORS = {"window": "#0072B2", "causal window": "#56B4E9", "softcap": "#D55E00", "ALiBi": "#009E73",
+                  "sink": "#CC79A7", "causal": "#E69F00"}
+VARIANT_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def variant_palette(kinds: Iterable[str]) -> dict[str, str]:
+    """{variant kind ('window [127, 0]', 'softcap 50', ...): colour}: its kind's colour; two windows of one kind
+    (two pairs) take the kind's colour and the next spare ones."""
+    palette: dict[str, str] = {}
+    for kind in sorted(set(kinds)):
+        base = next((color for prefix, color in sorted(VARIANT_COLORS.items(), key=lambda kv: -len(kv[0]))
+                     if kind.startswith(prefix) and " + " not in kind), OTHER)
+        if base in palette.values():
+            base = next((c for c in _COLORS if c not in palette.values()), OTHER)
+        palette[kind] = base
+    return palette

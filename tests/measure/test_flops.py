@@ -75,3 +75,22 @@ def test_causal_flops_count_only_unmasked_pairs():
     full = point_flops(Point(seq_len=1000, causal=False))
     causal = point_flops(Point(seq_len=1000, causal=True))
     assert causal == full * (1000 * 1001 / 2) / 1000**2
+
+
+@pytest.mark.parametrize("window, causal, q_len", [
+    ((63, 0), False, None), ((10, 5), False, None), ((10, 5), True, None), ((-1, 3), False, None),
+    ((4, -1), False, None), ((0, 0), False, None), ((7, 2), False, 5), ((7, 2), True, 1)])
+def test_a_window_pair_counts_only_the_pairs_it_keeps(window, causal, q_len):
+    # query p (bottom-right aligned) sees p - left <= j <= p + right, -1 unbounded; causal caps right at 0
+    seq_len, heads, head_dim = 50, 2, 8
+    q = seq_len if q_len is None else q_len
+    left = seq_len if window[0] == -1 else window[0]
+    right = seq_len if window[1] == -1 else window[1]
+    right = min(right, 0) if causal else right
+    brute = sum(1 for i in range(q) for j in range(seq_len)
+                if (p := i + seq_len - q) - left <= j <= p + right)
+    point = Point(seq_len=seq_len, q_len=q_len, heads=heads, head_dim=head_dim, window=window, causal=causal)
+    assert point_flops(point) == 4 * heads * head_dim * brute
+    # the one-width form keeps its meaning: w is [w - 1, w - 1], or [w - 1, 0] with causal
+    assert point_flops(Point(seq_len=seq_len, window=8, causal=True)) == point_flops(
+        Point(seq_len=seq_len, window=(7, 0)))
