@@ -22,19 +22,24 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 
+# What seaborn imports from scipy for plots no figure here draws: scipy.stats for its KDE, scipy.cluster for
+# its clustermap's dendrograms. Together they are half of the figures' imports.
+SEABORN_SKIPS = ("scipy.stats", "scipy.cluster")
+
+
 def _seaborn():
-    """seaborn, without the scipy.stats it imports for its KDE alone (no figure here draws one): a third of a
-    small report's imports. An import of a module mapped to None fails, and seaborn then takes its bundled
-    KDE, as it does where scipy is not installed; scipy.stats stays importable for whoever needs it later."""
-    if "scipy.stats" in sys.modules:
-        import seaborn
-        return seaborn
-    sys.modules["scipy.stats"] = None  # type: ignore[assignment]
+    """seaborn, without SEABORN_SKIPS. An import of a module mapped to None fails, and seaborn then takes its
+    bundled KDE and leaves clustering out, as it does where scipy is not installed; the modules stay importable
+    for whoever needs them later."""
+    skipped = [name for name in SEABORN_SKIPS if name not in sys.modules]
+    for name in skipped:
+        sys.modules[name] = None  # type: ignore[assignment]
     try:
         import seaborn
     finally:
-        if sys.modules.get("scipy.stats", False) is None:
-            del sys.modules["scipy.stats"]
+        for name in skipped:
+            if sys.modules.get(name, False) is None:
+                del sys.modules[name]
     return seaborn
 
 
