@@ -49,6 +49,9 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 DPI = 130
+# zlib's level for the PNGs: the same pixels at any level; 3 deflates the report's figures to the size the
+# default 6 does (within 1%) in two thirds of its time.
+PNG_COMPRESS_LEVEL = 3
 RC = {
     "figure.dpi": DPI, "savefig.dpi": DPI, "font.size": 9, "axes.titlesize": 9.5,
     "axes.labelsize": 9, "legend.fontsize": 7.5, "legend.framealpha": 0.85, "xtick.labelsize": 8.5,
@@ -135,7 +138,8 @@ def save(fig, ctx: Context, name: str) -> list[Path]:
         path = ctx.out_dir / f"{name}.{fmt}"
         if fmt == "png":
             # FigureCanvasAgg.print_png's own call, on the rendering just made (savefig.dpi is the figure's).
-            matplotlib.image.imsave(path, fig.canvas.buffer_rgba(), format="png", origin="upper", dpi=fig.dpi)
+            matplotlib.image.imsave(path, fig.canvas.buffer_rgba(), format="png", origin="upper", dpi=fig.dpi,
+                                    pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
         else:
             fig.savefig(path, format=fmt)
         paths.append(path)

@@ -3,8 +3,8 @@
 Each figure is drawn from the rows alone and written to its own files, so figures can be drawn at the same time;
 most of a report's time is spent drawing them (a seaborn grid, a constrained layout and a render each, all Python
 and all holding one core). The workers are forked from the report's process after its rows are loaded: they
-inherit the rows (nothing is pickled but a figure's index and its Made or Skipped), import matplotlib and
-seaborn themselves, and draw while the report's process checks the claims. A figure is the same picture in a
+inherit the rows and matplotlib and seaborn, imported just before (nothing is pickled but a figure's index and
+its Made or Skipped), and draw while the report's process checks the claims. A figure is the same picture in a
 worker as in the report's process: it reads nothing another figure wrote.
 
 Forking is what makes this cheap (a spawned worker would import pandas and load the rows again), so it is used
@@ -80,6 +80,9 @@ class Drawing:
         self.futures: list[Future] = []
         workers = min(workers, len(self.figures))
         if workers > 1:
+            # matplotlib and seaborn once, here, rather than once per worker: the workers inherit them
+            import analysis.figures.common  # noqa: F401
+
             _JOB = (self.figures, rows, ctx, warn)
             self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
             self.futures = [self.pool.submit(_draw_in_worker, i) for i in range(len(self.figures))]
