@@ -24,7 +24,7 @@ from analysis.claims import (
     CHAPTER, NOT_DECIDED, NOT_MEASURED, check_claims, claims_frame, studies_in_order, study_tables,
 )
 from analysis.compare import device_speedups, pick_baseline, speedup_table
-from analysis.cost import exponent_table
+from analysis.cost import cost_facets, exponent_table, memory_metric
 from analysis.figures import FIGURES, Context, Made, Skipped, draw
 from analysis.load import Loaded, NoUsableResults, describe_devices, load
 from analysis.summary import summary_markdown
@@ -51,7 +51,13 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path, *, baseline_d
     loaded = load(paths, warn=warn)
     rows = loaded.rows
     ctx = Context(out_dir / "figures", formats=tuple(formats), baseline_device=baseline_device)
-    # The figures are drawn in worker processes (analysis.figures.draw) while this one computes the tables.
+    # The figures are drawn in worker processes (analysis.figures.draw) while this one computes the tables. The
+    # cost lines and their models, which figures 1-4, the claims and the exponent table all read, are fitted
+    # first, here: the workers inherit them instead of fitting them again each.
+    for metric in ("time_ms", memory_metric(rows)):
+        for facet in cost_facets(rows, metric):
+            for line in facet.lines:
+                line.growth  # noqa: B018  (a cached property: fitted once, here)
     drawing = draw.start(figures, rows, ctx, warn=warn, workers=workers)
     try:
         claims = claims_frame(check_claims(rows))

@@ -15,6 +15,7 @@ memory) costs nothing but time: every figure it did not hand back is drawn in th
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import sys
@@ -84,6 +85,9 @@ class Drawing:
             import analysis.figures.common  # noqa: F401
 
             _JOB = (self.figures, rows, ctx, warn)
+            # Objects made so far are never collected in a worker: a collection there would write to every one
+            # of them (their GC headers) and so copy each memory page the worker shares with this process.
+            gc.freeze()
             self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
             self.futures = [self.pool.submit(_draw_in_worker, i) for i in range(len(self.figures))]
 
@@ -107,6 +111,7 @@ class Drawing:
         if self.pool is not None:
             self.pool.shutdown()
             _JOB = None
+            gc.unfreeze()
         return made
 
 
