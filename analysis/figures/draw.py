@@ -5,7 +5,8 @@ most of a report's time is spent drawing them (a seaborn grid, a constrained lay
 and all holding one core). The workers are forked from the report's process after its rows are loaded: they
 inherit the rows and matplotlib and seaborn, imported just before (nothing is pickled but a figure's index and
 its Made or Skipped), and draw while the report's process checks the claims. A figure is the same picture in a
-worker as in the report's process: it reads nothing another figure wrote.
+worker as in the report's process: it reads nothing another figure wrote, and the workers are forked after the
+report has fitted the cost lines figures 1-4 read (analysis.report.write_report).
 
 Forking is what makes this cheap (a spawned worker would import pandas and load the rows again), so it is used
 only on Linux, where it is the one start method with no surprises; elsewhere, with one usable CPU, or with
@@ -27,7 +28,8 @@ import pandas as pd
 
 from analysis.figures.made import Context, Made, Skipped
 
-MAX_WORKERS = 4  # beyond this, each worker's own import of matplotlib and seaborn costs more than it saves
+MAX_WORKERS = 4  # a report draws ten-odd figures: more workers would each draw one or two, every one of them
+# first filling its own caches (fonts, text layouts), as the first figure of each worker does
 
 FigureFunction = Callable[[pd.DataFrame, Context], "Made | Skipped"]
 Drawn = tuple["Made | Skipped", str]  # the figure, and what drawing it has to say on stderr ('' when nothing)
