@@ -145,17 +145,19 @@ def mask_handle(color: str, mask: str, label: str) -> Line2D:
 
 
 def save(fig, ctx: Context, name: str) -> list[Path]:
-    """Write `fig` in each of ctx.formats from one rendering (two when tick labels had to be dropped): the PNG is
-    that rendering's pixels, written as savefig writes them. savefig would solve the layout twice more and render
+    """Write `fig` in each of ctx.formats from one rendering: the layout is solved first (twice when tick labels
+    had to be dropped), then rendered once, and the PNG is that rendering's pixels, written as savefig writes them. savefig would solve the layout twice more and render
     again, which took half of a small report's time; the pictures differ from those by a pixel at most (a
     constrained layout solved again starts from the last one's positions)."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     # Per-panel legends sit outside their axes: constrained layout makes room for them, which
     # the tight layout seaborn's grids use does not.
     fig.set_layout_engine("constrained")
-    fig.canvas.draw()  # solves the layout and renders: the tick labels' places are known
-    if _drop_touching_tick_labels(fig):
-        fig.canvas.draw()  # the layout solved again without the labels left out
+    if fig.axes:  # as a draw would first (a figure without axes has no layout to solve)
+        fig.get_layout_engine().execute(fig)  # solves the layout: the tick labels' places are known
+    if not _drop_touching_tick_labels(fig):
+        fig.set_layout_engine("none")  # solved: the render below keeps these positions
+    fig.canvas.draw()  # renders (after solving the layout again without the labels left out, where some were)
     fig.set_layout_engine("none")  # solved: other formats draw with the same positions
     paths = []
     for fmt in ctx.formats:
