@@ -11,7 +11,8 @@ report has fitted the cost lines figures 1-4 read (analysis.report.write_report)
 Forking is what makes this cheap (a spawned worker would import pandas and load the rows again), so it is used
 only on Linux, where it is the one start method with no surprises; elsewhere, with one usable CPU, or with
 `workers=1`, the figures are drawn in the report's process, in order. A worker that dies (killed, out of
-memory) costs nothing but time: every figure it did not hand back is drawn in the report's process.
+memory) costs nothing but time: every figure it did not hand back is drawn in the report's process, as every
+figure is where no worker can be started.
 """
 
 from __future__ import annotations
@@ -90,8 +91,14 @@ class Drawing:
             # Objects made so far are never collected in a worker: a collection there would write to every one
             # of them (their GC headers) and so copy each memory page the worker shares with this process.
             gc.freeze()
-            self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-            self.futures = [self.pool.submit(_draw_in_worker, i) for i in range(len(self.figures))]
+            try:
+                self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+                self.futures = [self.pool.submit(_draw_in_worker, i) for i in range(len(self.figures))]
+            except OSError:  # no process could be started (a limit on processes or memory): draw them here
+                if self.pool is not None:
+                    self.pool.shutdown(cancel_futures=True)
+                self.pool, self.futures, _JOB = None, [], None
+                gc.unfreeze()
 
     def result(self) -> list[Made | Skipped]:
         """Every figure in the order given, after printing what each failure had to say (in that order too)."""

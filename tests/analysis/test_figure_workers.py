@@ -75,3 +75,15 @@ def test_workers_is_checked_on_the_command_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main([str(tmp_path), "--out", str(tmp_path / "out"), "--workers", "0"])
     assert exc.value.code == 2 and "--workers: expected a whole number of processes >= 1, got 0" in capsys.readouterr().err
+
+
+def test_no_worker_started_means_every_figure_drawn_here(tmp_path, fabricate, monkeypatch):
+    import analysis.figures.draw as draw
+
+    def refuse(*args, **kwargs):
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(draw, "ProcessPoolExecutor", refuse)
+    csv = fabricate().quadratic_cost(sizes=(256, 512, 1024)).write(tmp_path / "results.csv")
+    report = write_report([csv], tmp_path / "out", figures=[pid_figure, *COST[:1]], warn=False, workers=2)
+    assert report.figures[0].notes == [str(os.getpid())] and isinstance(report.figures[1], Made)
