@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from analysis.nnls import nnls_many
+
 MIN_MODEL_SIZES = 5  # three terms and at least two sizes to judge the fit by
 BOOTSTRAP_RESAMPLES = 400
 BOOTSTRAP_SEED = 0  # fixed: an interval is a function of the rows, not of the moment
@@ -96,20 +98,21 @@ def repeat_noise(n: np.ndarray, y: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(spreads)))) if spreads else math.nan
 
 
-def _nnls_relative(n: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Non-negative (fixed, linear, quadratic) minimising the relative residuals; columns scaled by n_max."""
-    from scipy.optimize import nnls  # here: a report whose lines have too few sizes for a model never imports it
-
+def _nnls_relative(n: np.ndarray, y_BN: np.ndarray) -> np.ndarray:
+    """Non-negative (fixed, linear, quadratic) minimising the relative residuals, for each row of y_BN (all
+    at the sizes n): coef_B3. Columns scaled by n_max."""
     scale = float(n.max())
     x = n / scale
     design = np.stack([np.ones_like(x), x, x ** 2], axis=1)
-    coef, _ = nnls(design / y[:, None], np.ones_like(y))
-    return coef / np.array([1.0, scale, scale ** 2])
+    coef_B3 = nnls_many(design[None, :, :] / y_BN[:, :, None], np.ones_like(y_BN))
+    return coef_B3 / np.array([1.0, scale, scale ** 2])
 
 
-def _share(coef: np.ndarray, n: float) -> float:
-    total = coef[0] + coef[1] * n + coef[2] * n * n
-    return float(coef[2] * n * n / total) if total > 0 else math.nan
+def _share(coef_B3: np.ndarray, n: float) -> np.ndarray:
+    """The n² term's share of y at n, per fit (NaN where the model is not positive there)."""
+    total = coef_B3[:, 0] + coef_B3[:, 1] * n + coef_B3[:, 2] * n * n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(total > 0, coef_B3[:, 2] * n * n / total, math.nan)
 
 
 def fit_cost_model(n: np.ndarray, y: np.ndarray, *, noise: float = math.nan,
@@ -124,19 +127,20 @@ def fit_cost_model(n: np.ndarray, y: np.ndarray, *, noise: float = math.nan,
     n, y = n[order], y[order]
     if len(np.unique(n)) < min_points:
         return None
-    coef = _nnls_relative(n, y)
+    coef = _nnls_relative(n, y[None, :])[0]
     fitted = coef[0] + coef[1] * n + coef[2] * n ** 2
     log_residuals = np.log(y / fitted)
     n_max = float(n.max())
     # Residual bootstrap: the misfit itself is resampled, so a model that follows the rows badly gets a
-    # wide interval, and noise-free rows a point.
+    # wide interval, and noise-free rows a point. One draw per resample, as many as there are sizes (one
+    # draw of them all would take other numbers from the seed); the fits are solved at once.
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     centred = log_residuals - log_residuals.mean()
-    shares = np.array([_share(_nnls_relative(n, fitted * np.exp(rng.choice(centred, size=len(n)))), n_max)
-                       for _ in range(BOOTSTRAP_RESAMPLES)])
+    resampled = np.stack([fitted * np.exp(rng.choice(centred, size=len(n))) for _ in range(BOOTSTRAP_RESAMPLES)])
+    shares = _share(_nnls_relative(n, resampled), n_max)
     shares = shares[np.isfinite(shares)]
     low, high = (np.percentile(shares, [2.5, 97.5]) if len(shares) else (math.nan, math.nan))
-    share = _share(coef, n_max)
+    share = float(_share(coef[None, :], n_max)[0])
     return CostModel(float(coef[0]), float(coef[1]), float(coef[2]), float(n.min()), n_max, len(n), share,
                      float(min(low, share)), float(max(high, share)),
                      float(np.sqrt(np.mean(log_residuals ** 2))), float(noise))

@@ -12,7 +12,6 @@ import argparse
 import math
 import re
 import sys
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -25,8 +24,8 @@ from analysis.claims import (
     CHAPTER, NOT_DECIDED, NOT_MEASURED, check_claims, claims_frame, studies_in_order, study_tables,
 )
 from analysis.compare import device_speedups, pick_baseline, speedup_table
-from analysis.cost import exponent_table
-from analysis.figures import FIGURES, Context, Made, Skipped
+from analysis.cost import cost_facets, exponent_table, memory_metric
+from analysis.figures import FIGURES, Context, Made, Skipped, draw
 from analysis.load import Loaded, NoUsableResults, describe_devices, load
 from analysis.summary import summary_markdown
 
@@ -43,43 +42,48 @@ class Report:
 
 def write_report(paths: Sequence[str | Path], out_dir: str | Path, *, baseline_device: str | None = None,
                  formats: Sequence[str] = ("png",), figures: Sequence[Callable] = FIGURES,
-                 warn: bool = True) -> Report:
-    """Load `paths`, draw `figures` into out_dir/figures, write out_dir/report.md; raises NoUsableResults."""
+                 warn: bool = True, workers: int | None = None) -> Report:
+    """Load `paths`, draw `figures` into out_dir/figures, write out_dir/report.md; raises NoUsableResults.
+
+    `workers`: processes drawing the figures (None: one per usable CPU, at most four, where the platform forks;
+    1: in this process, in order)."""
     out_dir = Path(out_dir)
     loaded = load(paths, warn=warn)
     rows = loaded.rows
     ctx = Context(out_dir / "figures", formats=tuple(formats), baseline_device=baseline_device)
-    made: list[Made | Skipped] = []
-    for make in figures:
-        try:
-            made.append(make(rows, ctx))
-        except Exception as exc:  # one broken figure must not cost the user the rest of the report
-            line = f"{make.__name__}: failed ({type(exc).__name__}: {exc})"
-            print(f"analysis: {line}", file=sys.stderr)
-            if warn:
-                traceback.print_exc(file=sys.stderr)
-            made.append(Skipped(make.__name__, make.__name__, f"failed: {type(exc).__name__}: {exc}", "—"))
-    claims = claims_frame(check_claims(rows))
-    tables = study_tables(rows)
-    exponents = exponent_table(rows)
-    devices = pd.DataFrame()
-    baseline_note = None
-    if rows[rows["status"] == "ok"]["device_label"].nunique() > 1:
-        baseline, baseline_note = pick_baseline(rows, baseline_device)
-        devices = speedup_table(device_speedups(rows, baseline)).assign(baseline=baseline)
+    # The figures are drawn in worker processes (analysis.figures.draw) while this one computes the tables. The
+    # cost lines and their models, which figures 1-4, the claims and the exponent table all read, are fitted
+    # first, here: the workers inherit them instead of fitting them again each.
+    for metric in ("time_ms", memory_metric(rows)):
+        for facet in cost_facets(rows, metric):
+            for line in facet.lines:
+                line.growth  # noqa: B018  (a cached property: fitted once, here)
+    drawing = draw.start(figures, rows, ctx, warn=warn, workers=workers)
+    try:
+        claims = claims_frame(check_claims(rows))
+        tables = study_tables(rows)
+        exponents = exponent_table(rows)
+        summary = summary_markdown(rows)
+        devices = pd.DataFrame()
+        baseline_note = None
+        if rows[rows["status"] == "ok"]["device_label"].nunique() > 1:
+            baseline, baseline_note = pick_baseline(rows, baseline_device)
+            devices = speedup_table(device_speedups(rows, baseline)).assign(baseline=baseline)
+    finally:  # the figures are waited for even when a table fails: no worker outlives the report
+        made = drawing.result()
     out_dir.mkdir(parents=True, exist_ok=True)
     claims.to_csv(out_dir / "claims.csv", index=False)
     exponents.to_csv(out_dir / "exponents.csv", index=False)
     if not devices.empty:
         devices.to_csv(out_dir / "devices_compared.csv", index=False)
     path = out_dir / "report.md"
-    path.write_text(render(loaded, made, claims, exponents, devices, paths, out_dir, baseline_note, tables))
+    path.write_text(render(loaded, made, claims, exponents, devices, paths, out_dir, baseline_note, tables, summary))
     return Report(path, loaded, made, claims, exponents, devices)
 
 
 def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFrame, devices: pd.DataFrame,
            paths: Sequence[str | Path], out_dir: Path, baseline_note: str | None,
-           tables: Sequence[tuple[str, str, pd.DataFrame]] = ()) -> str:
+           tables: Sequence[tuple[str, str, pd.DataFrame]] = (), summary: str | None = None) -> str:
     rows = loaded.rows
     chapter = claims[claims["study"] == CHAPTER].reset_index(drop=True)
     statuses = rows["status"].value_counts()
@@ -95,7 +99,7 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
         *_sweeps_line(rows),
         "## What was measured", "",
         "The swept axes (the point's fields that take more than one value here) against each back end.", "",
-        summary_markdown(rows), "",
+        summary_markdown(rows) if summary is None else summary, "",
         "## Devices", "", _devices_table(rows), "",
         "## The chapter's claims, checked", "",
         "Each verdict is computed from the rows by the rule under the table: **holds** when every measured group "
@@ -299,19 +303,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pdf", action="store_true",
                         help="also write a PDF copy of each figure (for papers; embedding fonts makes it slower)")
     parser.add_argument("--formats", default="png", help="figure formats, comma separated (png,pdf,svg)")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="processes drawing the figures (default: one per usable CPU, at most "
+                        f"{draw.MAX_WORKERS}, where the platform forks; 1: in this process)")
     wandb_report.add_arguments(parser)
     args = parser.parse_args(argv)
     formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
     allowed = {"png", "pdf", "svg"}
     if not formats or not set(formats) <= allowed:
         parser.error(f"--formats: expected a comma-separated subset of png, pdf, svg, got {args.formats!r}")
+    if args.workers is not None and args.workers < 1:
+        parser.error(f"--workers: expected a whole number of processes >= 1, got {args.workers}")
     if args.pdf and "pdf" not in formats:
         formats.append("pdf")
     if "png" in formats:  # the README embeds PNGs: write them first so their layout is the solved one
         formats.remove("png")
         formats.insert(0, "png")
     try:
-        report = write_report(args.paths, args.out, baseline_device=args.baseline_device, formats=formats)
+        report = write_report(args.paths, args.out, baseline_device=args.baseline_device, formats=formats,
+                              workers=args.workers)
     except NoUsableResults as exc:
         print(f"analysis: {exc}", file=sys.stderr)
         return 1

@@ -7,7 +7,9 @@
 
 Each report is a fresh subprocess (`python -m analysis.report ROWS --out TMP`, PNG figures: what a finished
 sweep writes), so its wall time includes Python's start and every import; the median of --repeats runs is
-judged.
+judged. Its CPU seconds (user + system, its figure workers' included) are printed beside: the report draws its
+figures in one worker per core (analysis/figures/draw.py), which shortens the wall time only where cores are
+idle. On a machine whose cores other work keeps busy, the wall time follows the CPU seconds instead.
 
 1. A 24-row sweep's report (benchmarks/data/report_24_rows.csv: real rows of
    `python -m runners.sweep -m backend=naive,sdpa,chunked seq_len=64,128,256,512 causal=true,false`, which
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -37,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import REPO, Check, add_common_args, print_checks, print_header
+from _common import REPO, Check, add_common_args, load_text, print_checks, print_header
 
 FIXTURE = REPO / "benchmarks" / "data" / "report_24_rows.csv"
 SMALL_TARGET_S = 4.0
@@ -56,14 +59,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def report_s(checkout: Path, rows: Path, *extra: str) -> float:
-    """Wall seconds of one `python -m analysis.report` of `rows` in a fresh process run from `checkout`."""
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of every waited-for child process so far, their own children included."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def report_s(checkout: Path, rows: Path, *extra: str, cpu: list[float] | None = None) -> float:
+    """Wall seconds of one `python -m analysis.report` of `rows` in a fresh process run from `checkout`; its CPU
+    seconds (the figure workers' included) are appended to `cpu`."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     with tempfile.TemporaryDirectory(prefix="report-speed-") as out:
-        start = time.perf_counter()
+        cpu_before, start = children_cpu_s(), time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "analysis.report", str(rows), "--out", out, *extra],
                               cwd=checkout, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - start
+        if cpu is not None:
+            cpu.append(children_cpu_s() - cpu_before)
     if done.returncode != 0:
         sys.exit(f"report of {rows} from {checkout} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
     return wall
@@ -73,21 +85,26 @@ def fmt_s(values: list[float]) -> str:
     return "/".join(f"{v:.1f}" for v in values)
 
 
+def cpu_text(cpu: list[float]) -> str:
+    return f"CPU {fmt_s(cpu)} s (median {statistics.median(cpu):.1f})"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print_header("report speed: python -m analysis.report, a fresh process each, imports included")
     checks = []
 
-    small, small_then = [], []
+    small, small_then, small_cpu, small_then_cpu = [], [], [], []
     for _ in range(args.repeats):  # with a baseline checkout, its report of the same rows takes turns (no target)
-        small.append(report_s(REPO, FIXTURE))
+        small.append(report_s(REPO, FIXTURE, cpu=small_cpu))
         if args.baseline_checkout:
-            small_then.append(report_s(args.baseline_checkout.resolve(), FIXTURE, "--formats", "png"))
-    print(f"24-row report (PNG): {fmt_s(small)} s, median {statistics.median(small):.2f} s")
+            small_then.append(report_s(args.baseline_checkout.resolve(), FIXTURE, "--formats", "png",
+                                       cpu=small_then_cpu))
+    print(f"24-row report (PNG): {fmt_s(small)} s, median {statistics.median(small):.2f} s; {cpu_text(small_cpu)}")
     if small_then:
         print(f"  the same at {args.baseline_checkout} (--formats png): {fmt_s(small_then)} s, median "
               f"{statistics.median(small_then):.2f} s; paired ratio "
-              f"{statistics.median(n / t for n, t in zip(small, small_then)):.2f}x")
+              f"{statistics.median(n / t for n, t in zip(small, small_then)):.2f}x; {cpu_text(small_then_cpu)}")
     checks.append(Check("1", "24-row report, wall incl. imports", statistics.median(small), SMALL_TARGET_S, "s",
                         note="quiet machine"))
     if args.pdf:
@@ -98,26 +115,31 @@ def main(argv: list[str] | None = None) -> int:
         rows = args.rows.resolve()
         if args.baseline_checkout:
             base = args.baseline_checkout.resolve()
-            pairs = []
+            pairs, cpu = [], {REPO: [], base: []}
             for i in range(args.repeats):  # the order alternates: neither side always runs second
                 first, second = (REPO, base) if i % 2 == 0 else (base, REPO)
-                times = {first: report_s(first, rows, "--formats", "png"), second: report_s(second, rows, "--formats", "png")}
+                times = {first: report_s(first, rows, "--formats", "png", cpu=cpu[first]),
+                         second: report_s(second, rows, "--formats", "png", cpu=cpu[second])}
                 pairs.append((times[REPO], times[base]))
             now = [p[0] for p in pairs]
             then = [p[1] for p in pairs]
             ratio = statistics.median(n / t for n, t in pairs)
             print(f"default sweep's report step: {fmt_s(now)} s here, {fmt_s(then)} s at {base} "
                   f"(median {statistics.median(now):.1f} vs {statistics.median(then):.1f} s)")
+            print(f"  {cpu_text(cpu[REPO])} here, {cpu_text(cpu[base])} at {base}")
             note = f"paired with {base.name}, this run"
         else:
-            now = [report_s(REPO, rows) for _ in range(args.repeats)]
+            now_cpu: list[float] = []
+            now = [report_s(REPO, rows, cpu=now_cpu) for _ in range(args.repeats)]
             ratio = statistics.median(now) / BASELINE_S
-            print(f"default sweep's report step: {fmt_s(now)} s, median {statistics.median(now):.1f} s; recorded "
-                  f"baseline at {BASELINE_COMMIT}: {BASELINE_S} s (loaded, see the docstring)")
+            print(f"default sweep's report step: {fmt_s(now)} s, median {statistics.median(now):.1f} s "
+                  f"({cpu_text(now_cpu)}); recorded baseline at {BASELINE_COMMIT}: {BASELINE_S} s (loaded, see the "
+                  "docstring)")
             note = f"vs the recorded {BASELINE_S} s at {BASELINE_COMMIT}"
         checks.append(Check("2", "default sweep's report step / 43fa9b9's", ratio, DEFAULT_SWEEP_SHARE, "x",
                             note=note))
 
+    print(f"at the end: {load_text()}")
     misses = print_checks(checks)
     return 1 if (misses and args.strict) else 0
 

@@ -147,8 +147,8 @@ def test_a_back_end_has_one_colour_in_every_figure_whatever_the_drawing_order(tm
 
     monkeypatch.setattr(cost_module, "save", keep)
     monkeypatch.setattr(causal_module, "save", keep)
-    for order in ((time_vs_seq_len, causal_saving), (causal_saving, time_vs_seq_len)):
-        write_report([csv], tmp_path / "out", formats=("png",), figures=order, warn=False)
+    for order in ((time_vs_seq_len, causal_saving), (causal_saving, time_vs_seq_len)):  # in this process: `keep` sees
+        write_report([csv], tmp_path / "out", formats=("png",), figures=order, warn=False, workers=1)
     assert len(drawn) == 4
     for name, colors in drawn:
         assert set(colors) == {"naive", "sdpa", "chunked", "mystery"}, (name, colors)
@@ -183,13 +183,15 @@ def test_importing_the_report_loads_no_plotting_library():
     import sys
 
     probe = ("import sys, importlib; importlib.import_module(sys.argv[1]); "
-             "print(','.join(m for m in ('matplotlib', 'seaborn', 'scipy.stats', 'torch') if m in sys.modules))")
+             "print(','.join(m for m in ('matplotlib', 'seaborn', 'scipy.stats', 'scipy.cluster', 'scipy.optimize', "
+             "'torch') if m in sys.modules))")
     loaded = {module: subprocess.run([sys.executable, "-c", probe, module], capture_output=True, text=True,
                                      check=True).stdout.strip()
               for module in ("analysis.report", "analysis.figures.cost")}
     assert loaded["analysis.report"] == ""
     assert "matplotlib" in loaded["analysis.figures.cost"] and "seaborn" in loaded["analysis.figures.cost"]
-    assert "scipy.stats" not in loaded["analysis.figures.cost"]  # seaborn's KDE import is left out (common._seaborn)
+    # seaborn's KDE and clustering imports are left out (common._seaborn), the cost model needs no scipy.optimize
+    assert {"scipy.stats", "scipy.cluster", "scipy.optimize"}.isdisjoint(loaded["analysis.figures.cost"].split(","))
 
 
 def test_figures_without_rows_create_no_figure_and_share_one_line(tmp_path, fabricate, monkeypatch):
@@ -205,12 +207,13 @@ def test_figures_without_rows_create_no_figure_and_share_one_line(tmp_path, fabr
     monkeypatch.setattr(matplotlib.figure.Figure, "__init__", counting)
     one_point = fabricate()
     one_point.point(seq_len=256)
-    report = write_report([one_point.write(tmp_path / "results.csv")], tmp_path / "out", warn=False)
+    report = write_report([one_point.write(tmp_path / "results.csv")], tmp_path / "out", warn=False, workers=1)
     assert all(isinstance(fig, Skipped) for fig in report.figures)
     assert created == []  # no figure was made only to be thrown away
     text = report.path.read_text()
     assert "## Figures" in text and "### " not in text.split("## Figures")[1]
     # negative control: rows that draw figure 4 make figures
     lines = fabricate().quadratic_cost(sizes=(256, 512, 1024)).write(tmp_path / "cost.csv")
-    write_report([lines], tmp_path / "out2", figures=[f for f in FIGURES if f.__name__ == "causal_saving"], warn=False)
+    write_report([lines], tmp_path / "out2", figures=[f for f in FIGURES if f.__name__ == "causal_saving"], warn=False,
+                 workers=1)
     assert len(created) == 1

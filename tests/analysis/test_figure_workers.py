@@ -1,0 +1,89 @@
+"""Figures drawn in worker processes (analysis.figures.draw): the same files as drawn one after the other, failures
+said by the report's process, and a worker that dies costs no figure."""
+
+import os
+import sys
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from analysis.figures import FIGURES, Made, Skipped
+from analysis.report import write_report
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="figures are drawn in workers on Linux")
+COST = [f for f in FIGURES if f.__name__ in ("time_vs_seq_len", "memory_vs_seq_len", "causal_saving")]
+
+
+def pid_figure(rows, ctx):
+    """A figure that says which process drew it."""
+    return Made("pid", "pid", "which process", [], notes=[str(os.getpid())])
+
+
+def broken_figure(rows, ctx):
+    raise ValueError("no such column: spam")
+
+
+def dies_in_a_worker(rows, ctx):
+    if os.getpid() != PARENT:
+        os._exit(3)  # as a worker killed for its memory would
+    return Made("survivor", "survivor", "drawn here after its worker died", [], notes=[str(os.getpid())])
+
+
+PARENT = os.getpid()
+
+
+def test_workers_draw_the_same_pictures_as_one_process(tmp_path, fabricate):
+    csv = fabricate().quadratic_cost(sizes=(256, 512, 1024)).write(tmp_path / "results.csv")
+    one = write_report([csv], tmp_path / "one", figures=[*COST, pid_figure], warn=False, workers=1)
+    two = write_report([csv], tmp_path / "two", figures=[*COST, pid_figure], warn=False, workers=2)
+    assert one.figures[-1].notes == [str(os.getpid())]
+    assert two.figures[-1].notes != [str(os.getpid())]  # drawn in a worker: the comparison below compares something
+    assert [f.name for f in one.figures] == [f.name for f in two.figures]
+    pngs = sorted(p.name for p in (tmp_path / "one" / "figures").glob("*.png"))
+    assert len(pngs) == 3 and pngs == sorted(p.name for p in (tmp_path / "two" / "figures").glob("*.png"))
+    for name in pngs:
+        a = matplotlib.image.imread(tmp_path / "one" / "figures" / name)
+        b = matplotlib.image.imread(tmp_path / "two" / "figures" / name)
+        assert a.shape == b.shape and np.array_equal(a, b), name
+    text = [r.path.read_text().replace(str(r.path.parent), "OUT").replace(r.figures[-1].notes[0], "PID")
+            for r in (one, two)]
+    assert text[0] == text[1]
+
+
+def test_a_figure_failing_in_a_worker_is_said_once_and_costs_only_itself(tmp_path, fabricate, capsys):
+    csv = fabricate().quadratic_cost(sizes=(256, 512, 1024)).write(tmp_path / "results.csv")
+    report = write_report([csv], tmp_path / "out", figures=[broken_figure, *COST[:1], pid_figure], workers=2)
+    broken, drawn, pid = report.figures
+    assert isinstance(broken, Skipped) and broken.reason == "failed: ValueError: no such column: spam"
+    assert isinstance(drawn, Made) and pid.notes != [str(os.getpid())]
+    err = capsys.readouterr().err
+    assert err.count("analysis: broken_figure: failed (ValueError: no such column: spam)") == 1
+    assert "Traceback" in err and "raise ValueError" in err  # warn=True: the worker's traceback, printed here
+
+
+def test_a_worker_that_dies_costs_no_figure(tmp_path, fabricate):
+    csv = fabricate().quadratic_cost(sizes=(256, 512, 1024)).write(tmp_path / "results.csv")
+    report = write_report([csv], tmp_path / "out", figures=[dies_in_a_worker, pid_figure], warn=False, workers=2)
+    survivor, _ = report.figures
+    assert isinstance(survivor, Made) and survivor.notes == [str(os.getpid())]  # drawn again, in this process
+
+
+def test_workers_is_checked_on_the_command_line(tmp_path, capsys):
+    from analysis.report import main
+
+    with pytest.raises(SystemExit) as exc:
+        main([str(tmp_path), "--out", str(tmp_path / "out"), "--workers", "0"])
+    assert exc.value.code == 2 and "--workers: expected a whole number of processes >= 1, got 0" in capsys.readouterr().err
+
+
+def test_no_worker_started_means_every_figure_drawn_here(tmp_path, fabricate, monkeypatch):
+    import analysis.figures.draw as draw
+
+    def refuse(*args, **kwargs):
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(draw, "ProcessPoolExecutor", refuse)
+    csv = fabricate().quadratic_cost(sizes=(256, 512, 1024)).write(tmp_path / "results.csv")
+    report = write_report([csv], tmp_path / "out", figures=[pid_figure, *COST[:1]], warn=False, workers=2)
+    assert report.figures[0].notes == [str(os.getpid())] and isinstance(report.figures[1], Made)
