@@ -154,8 +154,12 @@ def test_a_sweep_where_no_point_could_be_measured_exits_1_saying_why(refused):
 @pytest.mark.slow
 def test_the_sweep_ends_with_the_table_and_runners_rows_prints_it_again(tmp_path):
     env = {"COLUMNS": "120"}
-    out = run_sweep("-m", "backend=naive,sdpa", "seq_len=16,32", "metrics=[memory]", "experiment=smoke",
-                    f"hydra.sweep.dir={tmp_path}", fake=True, env=env)
+    runs = run_at_once({  # the multirun and the single run have folders of their own: side by side
+        "sweep": functools.partial(run_sweep, "-m", "backend=naive,sdpa", "seq_len=16,32", "metrics=[memory]",
+                                   "experiment=smoke", f"hydra.sweep.dir={tmp_path}", fake=True, env=env),
+        "single": functools.partial(run_sweep, "seq_len=16", "experiment=smoke", f"hydra.run.dir={tmp_path / 'one'}",
+                                    fake=True)})
+    out, single = runs["sweep"], runs["single"]
     assert out.returncode == 0, out.stderr[-2000:]
     table = out.stdout.split("\n\n")[1]  # between the progress lines and the results line
     header, *body = table.splitlines()
@@ -167,7 +171,6 @@ def test_the_sweep_ends_with_the_table_and_runners_rows_prints_it_again(tmp_path
                            text=True, env={**os.environ, **env}, timeout=60)
     assert again.returncode == 0, again.stderr
     assert table in again.stdout
-    single = run_sweep("seq_len=16", "experiment=smoke", f"hydra.run.dir={tmp_path / 'one'}", fake=True)
     assert single.stdout.splitlines()[-1] == (
         f"row: {tmp_path / 'one' / 'row.json'}; results: {tmp_path / 'one' / 'results.csv'}")
 
