@@ -175,10 +175,9 @@ def test_the_sweep_ends_with_the_table_and_runners_rows_prints_it_again(tmp_path
         f"row: {tmp_path / 'one' / 'row.json'}; results: {tmp_path / 'one' / 'results.csv'}")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
-def test_an_interrupted_sweep_ends_in_one_line_and_resumes_in_one_line(tmp_path, sig, status):
-    sweep = tmp_path / "sweep"
+def interrupt_and_resume(sweep, sig) -> dict:
+    """A fake sweep of 8 points stopped by `sig` after its first row, then the same command again: what each
+    step said and left (the folder as the interrupt left it, before the resume)."""
     args = ["-m", "seq_len=16,24,32,40,48,56,64,72", "device=cpu", "experiment=smoke", f"hydra.sweep.dir={sweep}"]
     proc = subprocess.Popen(sweep_cmd(*args, fake=True), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "FAKE_MEASURE_SLEEP_S": "0.4", "HYDRA_FULL_ERROR": "0"})
@@ -186,19 +185,38 @@ def test_an_interrupted_sweep_ends_in_one_line_and_resumes_in_one_line(tmp_path,
     while not list(sweep.glob("*/row.json")) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     proc.send_signal(sig)
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == status, stderr[-2000:]
+    _, stderr = proc.communicate(timeout=60)
+    csv_rows = read_csv(sweep / "results.csv") if (sweep / "results.csv").exists() else []
+    row_files = len(list(sweep.glob("*/row.json")))
+    return {"args": args, "returncode": proc.returncode, "stderr": stderr, "csv_rows": csv_rows, "row_files": row_files,
+            "resumed": run_sweep(*args, fake=True), "final": read_csv(sweep / "results.csv")}
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """SIGINT's and SIGTERM's sweeps, each in its own folder, side by side: signal -> interrupt_and_resume's dict."""
+    root = tmp_path_factory.mktemp("interrupted")
+    return run_at_once({sig: functools.partial(interrupt_and_resume, root / sig.name / "sweep", sig)
+                        for sig in (signal.SIGINT, signal.SIGTERM)})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_sweep_ends_in_one_line_and_resumes_in_one_line(interrupted, sig, status):
+    run = interrupted[sig]
+    stderr, args = run["stderr"], run["args"]
+    assert run["returncode"] == status, stderr[-2000:]
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
-    done = len(read_csv(sweep / "results.csv"))  # rebuilt from every row written: none half there
-    assert 1 <= done < 8 and len(list(sweep.glob("*/row.json"))) == done
+    done = len(run["csv_rows"])  # rebuilt from every row written: none half there
+    assert 1 <= done < 8 and run["row_files"] == done
     assert stderr.strip().splitlines() == [
         f"interrupted after {done} of 8 points; the same command resumes: python -m runners.sweep {' '.join(args)}"]
 
-    resumed = run_sweep(*args, fake=True)
+    resumed = run["resumed"]
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"{done} of 8 points already measured, measuring {8 - done}\n" in resumed.stdout
     assert "skipped" not in resumed.stdout and resumed.stdout.count("[") == 8 - done  # a line per point measured
-    assert len({r["point_id"] for r in read_csv(sweep / "results.csv")}) == 8
+    assert len({r["point_id"] for r in run["final"]}) == 8
 
 
 @pytest.mark.slow
