@@ -26,11 +26,27 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def test_tiny_multirun_writes_every_row_once_with_invalid_points_as_rows(tmp_path):
-    out = run_sweep("-m", "backend=naive,sdpa,chunked", "seq_len=16,32", "d_model=8", "heads=1,3", "experiment=smoke",
-                    f"hydra.sweep.dir={tmp_path}")
+MEASURED = {  # sweeps that measure real points, each in a folder of its own
+    "tiny": ("-m", "backend=naive,sdpa,chunked", "seq_len=16,32", "d_model=8", "heads=1,3", "experiment=smoke"),
+    "refused_point": ("-m", "backend=naive", "seq_len=0,abc,16", "experiment=smoke"),
+    "scores": ("-m", "backend=naive,flex", "score=dot,additive", "pos_enc=none,sinusoidal,rope", "seq_len=16",
+               "experiment=smoke"),
+}
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """MEASURED's sweeps run side by side once: name -> (the finished process, its sweep folder)."""
+    folders = {name: tmp_path_factory.mktemp(name) for name in MEASURED}
+    calls = {name: functools.partial(run_sweep, *args, f"hydra.sweep.dir={folders[name]}", timeout=180)
+             for name, args in MEASURED.items()}
+    return {name: (out, folders[name]) for name, out in run_at_once(calls).items()}
+
+
+def test_tiny_multirun_writes_every_row_once_with_invalid_points_as_rows(measured):
+    out, folder = measured["tiny"]
     assert out.returncode == 0, out.stderr[-2000:]
-    table = read_csv(tmp_path / "results.csv")
+    table = read_csv(folder / "results.csv")
     assert len(table) == 12 and len({r["point_id"] for r in table}) == 12
     statuses = sorted(r["status"] for r in table)
     assert statuses == ["invalid"] * 6 + ["ok"] * 6, statuses
@@ -42,11 +58,11 @@ def test_tiny_multirun_writes_every_row_once_with_invalid_points_as_rows(tmp_pat
     assert "[12/12] " in out.stdout and "results: 12 rows (6 ok, 6 invalid)" in out.stdout
 
 
-def test_a_refused_point_shows_its_values_as_typed_in_the_csv_and_progress_line(tmp_path):
-    """A sweep with a bad value: `-m backend=naive seq_len=0,128` (plus a value of the wrong type)."""
-    out = run_sweep("-m", "backend=naive", "seq_len=0,abc,16", "experiment=smoke", f"hydra.sweep.dir={tmp_path}")
+def test_a_refused_point_shows_its_values_as_typed_in_the_csv_and_progress_line(measured):
+    """A sweep with a bad value: `-m backend=naive seq_len=0,abc,16` (0 is out of range, abc of the wrong type)."""
+    out, folder = measured["refused_point"]
     assert out.returncode == 0, out.stderr[-2000:]
-    table = {r["seq_len"]: r for r in read_csv(tmp_path / "results.csv")}
+    table = {r["seq_len"]: r for r in read_csv(folder / "results.csv")}
     assert {n: r["status"] for n, r in table.items()} == {"0": "invalid", "abc": "invalid", "16": "ok"}
     assert "naive seq_len=0 fp32 -> invalid: seq_len: expected an integer >= 1, got 0" in out.stdout
     assert "naive seq_len=abc fp32 -> invalid: seq_len: expected an integer >= 1, got 'abc'" in out.stdout
@@ -165,16 +181,26 @@ def test_killed_sweep_keeps_finished_rows_and_resumes_without_duplicates(tmp_pat
 
 # --- wandb: read the offline run's .wandb log back (wandb.Api is online-only) ----------------
 
+@pytest.fixture(scope="module")
+def wandb_sweeps(tmp_path_factory):
+    """A fake two-point sweep with wandb offline, a run per process and a run per point, side by side:
+    per_point -> (the finished process, its sweep folder)."""
+    folders = {per_point: tmp_path_factory.mktemp(f"wandb-per-point-{per_point}") for per_point in (False, True)}
+    calls = {per_point: functools.partial(
+        run_sweep, "-m", "backend=naive,sdpa", "seq_len=16", "device=cpu", "experiment=smoke", "wandb.mode=offline",
+        f"wandb.run_per_point={str(per_point).lower()}", f"hydra.sweep.dir={folder}", fake=True,
+        env={"WANDB_MODE": "offline"}) for per_point, folder in folders.items()}
+    return {per_point: (out, folders[per_point]) for per_point, out in run_at_once(calls).items()}
+
+
 @pytest.mark.parametrize("per_point", [False, True], ids=["run-per-process", "run-per-point"])
-def test_wandb_offline_run_holds_the_logged_metrics(tmp_path, per_point):
-    args = ["-m", "backend=naive,sdpa", "seq_len=16", "device=cpu", "experiment=smoke", "wandb.mode=offline",
-            f"wandb.run_per_point={str(per_point).lower()}", f"hydra.sweep.dir={tmp_path}"]
-    out = run_sweep(*args, fake=True, env={"WANDB_MODE": "offline"})
+def test_wandb_offline_run_holds_the_logged_metrics(wandb_sweeps, per_point):
+    out, folder = wandb_sweeps[per_point]
     assert out.returncode == 0, out.stderr[-2000:]
-    runs = [read_run(p) for p in sorted(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))]
-    table = read_csv(tmp_path / "results.csv")
+    runs = [read_run(p) for p in sorted(folder.glob("wandb/offline-run-*/run-*.wandb"))]
+    table = read_csv(folder / "results.csv")
     by_backend = {r["backend"]: r for r in table}
-    group = f"smoke/{tmp_path.name}"
+    group = f"smoke/{folder.name}"
     results = [r for r in runs if any("results/_type" in h for h in r["history"])]
     assert len(results) == 1  # the whole table, once, at the end of the multirun
     assert any(h.get("results/nrows") == 2 for h in results[0]["history"])
@@ -223,11 +249,10 @@ def test_a_sweep_with_its_report_leaves_one_report_run_holding_every_figure_the_
     assert contents["results.csv"].read_bytes() == (sweep / "results.csv").read_bytes()
 
 
-def test_scores_and_encodings_sweep_with_unsupported_and_invalid_rows_naming_the_key(tmp_path):
-    out = run_sweep("-m", "backend=naive,flex", "score=dot,additive", "pos_enc=none,sinusoidal,rope", "seq_len=16",
-                    "experiment=smoke", f"hydra.sweep.dir={tmp_path}", timeout=180)
+def test_scores_and_encodings_sweep_with_unsupported_and_invalid_rows_naming_the_key(measured):
+    out, folder = measured["scores"]
     assert out.returncode == 0, out.stderr[-2000:]
-    table = read_csv(tmp_path / "results.csv")
+    table = read_csv(folder / "results.csv")
     assert len(table) == 12 and len({r["point_id"] for r in table}) == 12
     by = {(r["backend"], r["score"], r["pos_enc"]): r for r in table}
     assert by[("naive", "additive", "none")]["status"] == "ok" and by[("naive", "dot", "rope")]["status"] == "ok"
