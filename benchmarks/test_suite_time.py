@@ -48,8 +48,11 @@ class SuiteRun:
 def parse_output(text: str) -> tuple[str, float | None, list[tuple[float, str, str]]]:
     """pytest's last summary line (counts, seconds) and its `--durations` lines, slowest first."""
     summaries = list(SUMMARY.finditer(text))
-    counts, seconds = (summaries[-1].group("counts"), float(summaries[-1].group("seconds"))) if summaries else ("", None)
-    durations = [(float(m.group("seconds")), m.group("phase"), m.group("test").strip()) for m in DURATION.finditer(text)]
+    counts, seconds = ("", None)
+    if summaries:
+        counts, seconds = summaries[-1].group("counts"), float(summaries[-1].group("seconds"))
+    durations = [(float(m.group("seconds")), m.group("phase"), m.group("test").strip())
+                 for m in DURATION.finditer(text)]
     return counts, seconds, sorted(durations, key=lambda d: -d[0])
 
 
@@ -133,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     if "baseline" in runs:
         base_s = [r.wall_s for r in runs["baseline"]]
         ratio = paired_ratio(this_s, base_s)
-        print(f"\nwall: this {'/'.join(f'{s:.0f}' for s in this_s)} s, baseline {'/'.join(f'{s:.0f}' for s in base_s)} s;"
-              f" paired ratio {ratio:.3f}")
+        walls = f"this {'/'.join(f'{s:.0f}' for s in this_s)} s, baseline {'/'.join(f'{s:.0f}' for s in base_s)} s"
+        print(f"\nwall: {walls}; paired ratio {ratio:.3f}")
         checks.append(Check("8", "test suite wall / baseline's (paired)", ratio, args.ratio, "x", note=note))
     elif args.baseline_s:
         ratio = statistics.median(this_s) / args.baseline_s

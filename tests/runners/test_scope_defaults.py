@@ -181,7 +181,8 @@ def test_values_the_scope_cannot_take_are_refused_whether_typed_or_from_an_exper
     (mine / "mine.yaml").write_text("# @package _global_\nname: mine\nscope: generate\ncausal: false\n")
     runs = run_at_once({  # two processes, two folders: side by side
         "typed": functools.partial(run_sweep, "scope=train", "mode=fwd", f"hydra.run.dir={tmp_path / 'typed'}"),
-        "from_file": functools.partial(run_sweep, "experiment=mine", f"hydra.searchpath=[file://{tmp_path / 'my_conf'}]",
+        "from_file": functools.partial(run_sweep, "experiment=mine",
+                                       f"hydra.searchpath=[file://{tmp_path / 'my_conf'}]",
                                        f"hydra.run.dir={tmp_path / 'mine'}")})
     typed, from_file = runs["typed"], runs["from_file"]
     assert typed.returncode == 2

@@ -123,11 +123,13 @@ def test_metrics_in_a_single_run_and_a_multirun_and_a_resume_that_asks_for_more(
         runs.append(run_sweep("-m", "seq_len=16,32", "metrics=[accuracy,stability]", "experiment=smoke",
                               f"hydra.sweep.dir={sweep}"))
         tables.append(read_csv(sweep / "results.csv") if runs[1].returncode == 0 else [])
-        runs.append(run_sweep("-m", "seq_len=16,32", "metrics=[stability]", "experiment=smoke", f"hydra.sweep.dir={sweep}"))
+        runs.append(run_sweep("-m", "seq_len=16,32", "metrics=[stability]", "experiment=smoke",
+                              f"hydra.sweep.dir={sweep}"))
         return runs
 
     runs = run_at_once({  # the single runs and the typo have folders of their own: side by side with the sweep
-        "single": functools.partial(run_sweep, "metrics=[]", "experiment=smoke", f"hydra.run.dir={tmp_path / 'single'}"),
+        "single": functools.partial(run_sweep, "metrics=[]", "experiment=smoke",
+                                    f"hydra.run.dir={tmp_path / 'single'}"),
         "bad": functools.partial(run_sweep, "metrics=[memory,stabilty]", "experiment=smoke",
                                  f"hydra.run.dir={tmp_path / 'bad'}"),
         "typo": functools.partial(run_sweep, "-m", "seq_len=16", "metrics=[acuracy]", "experiment=smoke",
