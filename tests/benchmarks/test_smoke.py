@@ -24,6 +24,7 @@ def load(script: str):
         sys.path.insert(0, str(BENCHMARKS))  # the scripts import their shared _common module
     spec = importlib.util.spec_from_file_location(f"benchmark_{script}", BENCHMARKS / f"{script}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
 
@@ -78,3 +79,22 @@ def test_sweep_scale_tiny_prints_its_table_and_targets(capsys):
     out = capsys.readouterr().out
     assert re.search(r"^\s+20\s+yes .*\n\s+300\s+no \(built at the end\)", out, re.MULTILINE), out
     assert {m.group("target") for m in TARGET_LINE.finditer(out)} == {"1", "4"}, out
+
+
+def test_suite_time_reads_pytests_summary_and_durations():
+    """benchmarks/test_suite_time.py runs the whole suite (minutes): here only what it reads from pytest's output."""
+    module = load("test_suite_time")
+    text = ("....s.F\n============================= slowest durations =============================\n"
+            "12.50s call     tests/a/test_x.py::test_slow[case-1]\n"
+            "3.00s setup    tests/a/test_x.py::test_slow[case-1]\n"
+            "4.25s call     tests/b/test_y.py::test_other\n"
+            "0.01s teardown tests/b/test_y.py::test_other\n"
+            "FAILED tests/b/test_y.py::test_broken - assert 1 == 2\n"
+            "1 failed, 5 passed, 1 skipped, 2 warnings in 20.75s\n")
+    counts, seconds, durations = module.parse_output(text)
+    assert counts == "1 failed, 5 passed, 1 skipped, 2 warnings" and seconds == 20.75
+    assert durations[0] == (12.5, "call", "tests/a/test_x.py::test_slow[case-1]") and len(durations) == 4
+    assert module.per_test(durations) == [(15.5, "tests/a/test_x.py::test_slow[case-1]"),
+                                          (4.26, "tests/b/test_y.py::test_other")]
+    assert [name for _, name in module.per_file(durations)] == ["tests/a/test_x.py", "tests/b/test_y.py"]
+    assert module.parse_output("no summary here\n") == ("", None, [])

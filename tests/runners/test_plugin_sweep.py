@@ -8,6 +8,7 @@ and the listing names their sources. A rerun by path of the installed plugin res
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ import sys
 import pandas as pd
 import pytest
 
-from runner_helpers import ROOT, run_sweep
+from runner_helpers import ROOT, run_at_once, run_sweep
 
 PATH_PLUGIN = '''
 import torch
@@ -54,15 +55,18 @@ def test_path_and_entry_point_plugins_run_beside_a_builtin_and_are_drawn(tmp_pat
     plugins.mkdir()
     (plugins / "my_attn.py").write_text(PATH_PLUGIN)
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(site), str(plugins)])}
-    listing = subprocess.run([sys.executable, "-m", "selfattn.backends", "my_attn:quick"], cwd=ROOT, env={**os.environ, **env},
-                             capture_output=True, text=True, timeout=120)
+    sweep = tmp_path / "sweep"
+    runs = run_at_once({  # the listing reads, the sweep writes its own folder: side by side
+        "listing": functools.partial(subprocess.run, [sys.executable, "-m", "selfattn.backends", "my_attn:quick"],
+                                     cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=120),
+        "sweep": functools.partial(run_sweep, "-m", "backend=sdpa,fp32acc,my_attn:quick,my_attn:explodes",
+                                   "seq_len=32,64", "causal=true,false", "window=null,8", "experiment=smoke",
+                                   "report=true", f"hydra.sweep.dir={sweep}", env=env, timeout=600)})
+    listing, out = runs["listing"], runs["sweep"]
     lines = {line.split()[0]: line for line in listing.stdout.splitlines()[1:]}
     assert "entry point" in lines["fp32acc"] and "selfattn-fp32acc" in lines["fp32acc"], listing.stdout
     assert "path" in lines["quick"] and "cpu: yes" in lines["quick"], listing.stdout
 
-    sweep = tmp_path / "sweep"
-    out = run_sweep("-m", "backend=sdpa,fp32acc,my_attn:quick,my_attn:explodes", "seq_len=32,64", "causal=true,false",
-                    "window=null,8", "experiment=smoke", "report=true", f"hydra.sweep.dir={sweep}", env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = pd.read_csv(sweep / "results.csv")
     assert len(rows) == 32

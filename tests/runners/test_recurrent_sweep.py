@@ -4,9 +4,10 @@ report, and the attention-only axes refused (one line for a single run, invalid 
 from __future__ import annotations
 
 import csv
+import functools
 
 import pytest
-from runner_helpers import run_sweep
+from runner_helpers import run_at_once, run_sweep
 
 pytestmark = pytest.mark.slow  # real sweeps in subprocesses (~90 s on the 2-core VM), like test_sweep_cli.py
 
@@ -36,11 +37,14 @@ def test_a_multirun_of_the_recurrent_scopes_and_the_layer_reports_the_study(tmp_
 
 
 def test_an_lstm_with_fewer_kv_heads_is_refused_naming_the_key(tmp_path):
-    single = run_sweep("scope=lstm", "heads=4", "kv_heads=2", "experiment=smoke", f"hydra.run.dir={tmp_path / 's'}")
+    runs = run_at_once({  # two processes, two folders: side by side
+        "single": functools.partial(run_sweep, "scope=lstm", "heads=4", "kv_heads=2", "experiment=smoke",
+                                    f"hydra.run.dir={tmp_path / 's'}"),
+        "multi": functools.partial(run_sweep, "-m", "scope=lstm", "heads=4", "kv_heads=2,4", "seq_len=16", "d_model=16",
+                                   "experiment=smoke", f"hydra.sweep.dir={tmp_path / 'm'}")})
+    single, multi = runs["single"], runs["multi"]
     assert single.returncode != 0
     assert "kv_heads: scope=lstm is a recurrent layer with no attention" in single.stderr
-    multi = run_sweep("-m", "scope=lstm", "heads=4", "kv_heads=2,4", "seq_len=16", "d_model=16", "experiment=smoke",
-                      f"hydra.sweep.dir={tmp_path / 'm'}")
     assert multi.returncode == 0, multi.stderr[-2000:]
     statuses = sorted((r["kv_heads"], r["status"]) for r in read_csv(tmp_path / "m" / "results.csv"))
     assert statuses == [("2", "invalid"), ("4", "ok")], statuses

@@ -4,13 +4,14 @@ the user gave (typed, or set by an experiment or a grid) is kept, and refused if
 from __future__ import annotations
 
 import csv
+import functools
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from runner_helpers import run_sweep
+from runner_helpers import run_at_once, run_sweep
 from runners import config, usage_doc
 from runners.given import given_keys
 from selfattn.point import AXES, SCOPE_DEFAULTS, Point, axis_default, scope_defaults
@@ -175,15 +176,18 @@ def test_every_scope_typed_alone_gives_an_ok_row(tmp_path):
 
 @pytest.mark.slow
 def test_values_the_scope_cannot_take_are_refused_whether_typed_or_from_an_experiment(tmp_path):
-    typed = run_sweep("scope=train", "mode=fwd", f"hydra.run.dir={tmp_path / 'typed'}")
-    assert typed.returncode == 2
-    assert typed.stderr.strip().splitlines()[-1] == \
-        "error: mode: scope=train runs forward and backward, so mode must be fwd_bwd, got 'fwd'"
     mine = tmp_path / "my_conf" / "experiment"
     mine.mkdir(parents=True)
     (mine / "mine.yaml").write_text("# @package _global_\nname: mine\nscope: generate\ncausal: false\n")
+    runs = run_at_once({  # two processes, two folders: side by side
+        "typed": functools.partial(run_sweep, "scope=train", "mode=fwd", f"hydra.run.dir={tmp_path / 'typed'}"),
+        "from_file": functools.partial(run_sweep, "experiment=mine",
+                                       f"hydra.searchpath=[file://{tmp_path / 'my_conf'}]",
+                                       f"hydra.run.dir={tmp_path / 'mine'}")})
+    typed, from_file = runs["typed"], runs["from_file"]
+    assert typed.returncode == 2
+    assert typed.stderr.strip().splitlines()[-1] == \
+        "error: mode: scope=train runs forward and backward, so mode must be fwd_bwd, got 'fwd'"
     # without the experiment's keys counted as given, causal would follow the scope and the point would run
-    from_file = run_sweep("experiment=mine", f"hydra.searchpath=[file://{tmp_path / 'my_conf'}]",
-                          f"hydra.run.dir={tmp_path / 'mine'}")
     assert from_file.returncode == 2
     assert from_file.stderr.strip().splitlines()[-1].startswith("error: causal: scope=generate is autoregressive")

@@ -1,8 +1,11 @@
-"""Eight jobs writing into one sweep folder at once, through Hydra's parallel launchers.
+"""Jobs writing into one sweep folder at once, through Hydra's parallel launchers.
 
-joblib (n_jobs=8, worker processes) and submitit_local (an array of 8 processes, as SLURM
-would run them) must leave every row once, an index entry per point, and a results.csv that
-is whole whenever someone reads it, during the sweep too. A rerun then skips all 8 points.
+joblib (two worker processes, each running two of the four jobs, so a worker is reused) and
+submitit_local (an array of 4 processes at once, as SLURM would run them) must leave every row
+once, an index entry per point, and a results.csv that is whole whenever someone reads it,
+during the sweep too. A rerun then skips every point. Eight writers racing on one folder (real
+processes, 120 rows) are tested without a launcher's start-up cost in tests/runners/test_rows.py
+(test_eight_concurrent_jobs_lose_no_row_and_duplicate_none).
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ import pytest
 from runner_helpers import ROOT, sweep_cmd
 
 pytestmark = pytest.mark.slow
-POINTS = ["-m", "backend=naive,sdpa", "seq_len=16,24,32,40", "device=cpu", "heads=1", "experiment=smoke"]
-LAUNCHERS = {
-    "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=8"],
-    "submitit_local": ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5"],
+POINTS = ["-m", "backend=naive,sdpa", "seq_len=16,32", "device=cpu", "heads=1", "experiment=smoke"]
+JOBS = 4
+LAUNCHERS = {  # launcher -> (its overrides, the jobs it runs at once)
+    "joblib": (["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], 2),
+    "submitit_local": (["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5"], JOBS),
 }
 
 
@@ -55,18 +59,20 @@ def run_watching(args: list[str], sweep_dir: Path, timeout: float = 240) -> tupl
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("launcher", list(LAUNCHERS))
-def test_eight_parallel_jobs_lose_no_row_and_duplicate_none(tmp_path, launcher):
-    args = [*POINTS, *LAUNCHERS[launcher], f"hydra.sweep.dir={tmp_path}"]
+def test_parallel_jobs_lose_no_row_and_duplicate_none(tmp_path, launcher):
+    overrides, sharing = LAUNCHERS[launcher]
+    args = [*POINTS, *overrides, f"hydra.sweep.dir={tmp_path}"]
     out, reads = run_watching(args, tmp_path)
     table = whole_csv((tmp_path / "results.csv").read_text())
-    assert len(table) == 8 and len({r["point_id"] for r in table}) == 8, out[-3000:]
-    assert all(r["status"] == "ok" and r["jobs_sharing_device"] == "8" for r in table)
-    assert len(list(tmp_path.glob("*/row*.json"))) == 8
+    assert len(table) == JOBS and len({r["point_id"] for r in table}) == JOBS, out[-3000:]
+    assert all(r["status"] == "ok" and r["jobs_sharing_device"] == str(sharing) for r in table)
+    assert len(list(tmp_path.glob("*/row*.json"))) == JOBS
     assert sorted(p.name for p in (tmp_path / ".points").iterdir()) == sorted(r["point_id"] for r in table)
-    assert "results: 8 rows (8 ok)" in out
+    assert f"results: {JOBS} rows ({JOBS} ok)" in out
+    assert f"warning: {sharing} jobs share the device at once: their timings interfere" in out
 
     written = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in tmp_path.glob("*/row*.json")}
     run_watching(args, tmp_path)  # resume: every point is looked up and skipped (submitit's jobs print to its logs)
     assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in tmp_path.glob("*/row*.json")} == written
-    assert len(whole_csv((tmp_path / "results.csv").read_text())) == 8
-    assert len(list(tmp_path.glob("*/row*.json"))) == 8
+    assert len(whole_csv((tmp_path / "results.csv").read_text())) == JOBS
+    assert len(list(tmp_path.glob("*/row*.json"))) == JOBS

@@ -5,6 +5,7 @@ The end-to-end tests run the real command line (most with the fake measurement: 
 from __future__ import annotations
 
 import csv
+import functools
 import os
 import signal
 import subprocess
@@ -13,7 +14,7 @@ import warnings
 
 import pytest
 
-from runner_helpers import ROOT, run_sweep, sweep_cmd
+from runner_helpers import ROOT, run_at_once, run_sweep, sweep_cmd
 from runners import interrupts, progress, quiet
 from runners.callbacks import nothing_measured
 
@@ -94,8 +95,7 @@ def test_the_profiler_note_alone_is_dropped_from_stderr(capfd, monkeypatch):
 
 # --- through the command line ----------------------------------------------------------------------
 
-@pytest.mark.slow
-@pytest.mark.parametrize("override, message", [
+TYPOS = [
     ("seqlen=512", "seqlen: unknown key; did you mean seq_len?"),
     ("budget.timing=0.1", "budget.timing: unknown key; did you mean budget.timing_s?"),
     ("precision=float16", "precision: expected one of bf16, fp16, fp32, fp64, fp8_e4m3, fp8_e5m2, tf32, got "
@@ -103,30 +103,49 @@ def test_the_profiler_note_alone_is_dropped_from_stderr(capfd, monkeypatch):
     ("experiment=quik", "experiment: expected one of additive, causal_mask, compiled, cross_gpu, decode, fp8, gqa, "
                         "heads, masks, positions, precision_accuracy, quadratic_cost, quick, rnn_vs_attention, "
                         "scaling_stability, smoke, training, triton, got 'quik'; did you mean quick?"),
-])
-def test_a_typo_in_a_single_run_is_one_line_and_exit_2(tmp_path, override, message):
-    out = run_sweep(override, "experiment=smoke", f"hydra.run.dir={tmp_path / 'run'}")
-    assert out.returncode == 2 and out.stderr.strip().splitlines() == [f"error: {message}"]
-    assert not (tmp_path / "run").exists()
+]
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory):
+    """The command lines this module expects refused (or measuring nothing), run side by side once: name ->
+    (the finished process, its folder). Each is its own process and folder, as if run alone."""
+    root = tmp_path_factory.mktemp("refused")
+    folders = {name: root / f"case{i}" for i, name in enumerate([o for o, _ in TYPOS] + ["multirun", "nothing"])}
+    calls = {override: functools.partial(run_sweep, override, "experiment=smoke",
+                                         f"hydra.run.dir={folders[override] / 'run'}") for override, _ in TYPOS}
+    calls["multirun"] = functools.partial(
+        run_sweep, "-m", "backend=naive,chunkd,sdpa", "precision=fp32,float16", "+kernel=flash", "seq_len=16",
+        "experiment=smoke", f"hydra.sweep.dir={folders['multirun'] / 'sweep'}", fake=True)
+    calls["nothing"] = functools.partial(run_sweep, "-m", "seq_len=0,-1", "experiment=smoke",
+                                         f"hydra.sweep.dir={folders['nothing']}", fake=True)
+    return {name: (out, folders[name]) for name, out in run_at_once(calls).items()}
 
 
 @pytest.mark.slow
-def test_a_multirun_refuses_every_bad_value_before_its_first_point(tmp_path):
-    out = run_sweep("-m", "backend=naive,chunkd,sdpa", "precision=fp32,float16", "+kernel=flash", "seq_len=16",
-                    "experiment=smoke", f"hydra.sweep.dir={tmp_path / 'sweep'}", fake=True)
+@pytest.mark.parametrize("override, message", TYPOS)
+def test_a_typo_in_a_single_run_is_one_line_and_exit_2(refused, override, message):
+    out, folder = refused[override]
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [f"error: {message}"]
+    assert not (folder / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_multirun_refuses_every_bad_value_before_its_first_point(refused):
+    out, folder = refused["multirun"]  # -m backend=naive,chunkd,sdpa precision=fp32,float16 +kernel=flash
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert [line.split(":")[1].strip() for line in lines[:-1]] == ["backend", "precision", "kernel"], lines
     assert "'chunkd'; did you mean chunked?" in lines[0] and "did you mean backend.kernel?" in lines[2]
     assert lines[-1] == "nothing was measured: 3 bad values on the command line"
-    assert "Traceback" not in out.stderr and not (tmp_path / "sweep").exists() and out.stdout == ""
+    assert "Traceback" not in out.stderr and not (folder / "sweep").exists() and out.stdout == ""
 
 
 @pytest.mark.slow
-def test_a_sweep_where_no_point_could_be_measured_exits_1_saying_why(tmp_path):
-    out = run_sweep("-m", "seq_len=0,-1", "experiment=smoke", f"hydra.sweep.dir={tmp_path}", fake=True)
+def test_a_sweep_where_no_point_could_be_measured_exits_1_saying_why(refused):
+    out, folder = refused["nothing"]  # -m seq_len=0,-1
     assert out.returncode == 1, out.stderr[-2000:]
-    assert [r["status"] for r in read_csv(tmp_path / "results.csv")] == ["invalid", "invalid"]
+    assert [r["status"] for r in read_csv(folder / "results.csv")] == ["invalid", "invalid"]
     assert out.stderr.strip().splitlines()[-1] == (
         "error: no point of the sweep could be measured (2 rows, none ok): seq_len: expected an integer >= 1, got 0, "
         "and 1 other reason")
@@ -135,8 +154,12 @@ def test_a_sweep_where_no_point_could_be_measured_exits_1_saying_why(tmp_path):
 @pytest.mark.slow
 def test_the_sweep_ends_with_the_table_and_runners_rows_prints_it_again(tmp_path):
     env = {"COLUMNS": "120"}
-    out = run_sweep("-m", "backend=naive,sdpa", "seq_len=16,32", "metrics=[memory]", "experiment=smoke",
-                    f"hydra.sweep.dir={tmp_path}", fake=True, env=env)
+    runs = run_at_once({  # the multirun and the single run have folders of their own: side by side
+        "sweep": functools.partial(run_sweep, "-m", "backend=naive,sdpa", "seq_len=16,32", "metrics=[memory]",
+                                   "experiment=smoke", f"hydra.sweep.dir={tmp_path}", fake=True, env=env),
+        "single": functools.partial(run_sweep, "seq_len=16", "experiment=smoke", f"hydra.run.dir={tmp_path / 'one'}",
+                                    fake=True)})
+    out, single = runs["sweep"], runs["single"]
     assert out.returncode == 0, out.stderr[-2000:]
     table = out.stdout.split("\n\n")[1]  # between the progress lines and the results line
     header, *body = table.splitlines()
@@ -148,15 +171,13 @@ def test_the_sweep_ends_with_the_table_and_runners_rows_prints_it_again(tmp_path
                            text=True, env={**os.environ, **env}, timeout=60)
     assert again.returncode == 0, again.stderr
     assert table in again.stdout
-    single = run_sweep("seq_len=16", "experiment=smoke", f"hydra.run.dir={tmp_path / 'one'}", fake=True)
     assert single.stdout.splitlines()[-1] == (
         f"row: {tmp_path / 'one' / 'row.json'}; results: {tmp_path / 'one' / 'results.csv'}")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
-def test_an_interrupted_sweep_ends_in_one_line_and_resumes_in_one_line(tmp_path, sig, status):
-    sweep = tmp_path / "sweep"
+def interrupt_and_resume(sweep, sig) -> dict:
+    """A fake sweep of 8 points stopped by `sig` after its first row, then the same command again: what each
+    step said and left (the folder as the interrupt left it, before the resume)."""
     args = ["-m", "seq_len=16,24,32,40,48,56,64,72", "device=cpu", "experiment=smoke", f"hydra.sweep.dir={sweep}"]
     proc = subprocess.Popen(sweep_cmd(*args, fake=True), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "FAKE_MEASURE_SLEEP_S": "0.4", "HYDRA_FULL_ERROR": "0"})
@@ -164,27 +185,48 @@ def test_an_interrupted_sweep_ends_in_one_line_and_resumes_in_one_line(tmp_path,
     while not list(sweep.glob("*/row.json")) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     proc.send_signal(sig)
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == status, stderr[-2000:]
+    _, stderr = proc.communicate(timeout=60)
+    csv_rows = read_csv(sweep / "results.csv") if (sweep / "results.csv").exists() else []
+    row_files = len(list(sweep.glob("*/row.json")))
+    return {"args": args, "returncode": proc.returncode, "stderr": stderr, "csv_rows": csv_rows, "row_files": row_files,
+            "resumed": run_sweep(*args, fake=True), "final": read_csv(sweep / "results.csv")}
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """SIGINT's and SIGTERM's sweeps, each in its own folder, side by side: signal -> interrupt_and_resume's dict."""
+    root = tmp_path_factory.mktemp("interrupted")
+    return run_at_once({sig: functools.partial(interrupt_and_resume, root / sig.name / "sweep", sig)
+                        for sig in (signal.SIGINT, signal.SIGTERM)})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_sweep_ends_in_one_line_and_resumes_in_one_line(interrupted, sig, status):
+    run = interrupted[sig]
+    stderr, args = run["stderr"], run["args"]
+    assert run["returncode"] == status, stderr[-2000:]
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
-    done = len(read_csv(sweep / "results.csv"))  # rebuilt from every row written: none half there
-    assert 1 <= done < 8 and len(list(sweep.glob("*/row.json"))) == done
+    done = len(run["csv_rows"])  # rebuilt from every row written: none half there
+    assert 1 <= done < 8 and run["row_files"] == done
     assert stderr.strip().splitlines() == [
         f"interrupted after {done} of 8 points; the same command resumes: python -m runners.sweep {' '.join(args)}"]
 
-    resumed = run_sweep(*args, fake=True)
+    resumed = run["resumed"]
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"{done} of 8 points already measured, measuring {8 - done}\n" in resumed.stdout
     assert "skipped" not in resumed.stdout and resumed.stdout.count("[") == 8 - done  # a line per point measured
-    assert len({r["point_id"] for r in read_csv(sweep / "results.csv")}) == 8
+    assert len({r["point_id"] for r in run["final"]}) == 8
 
 
 @pytest.mark.slow
 def test_the_allocator_profilers_note_shows_only_with_verbose(tmp_path):
     """A real measurement: chunked at n=512 frees, under the memory profiler, blocks made before it started."""
     args = ["backend=chunked", "seq_len=512", "heads=4", "metrics=[memory]", "experiment=smoke"]
-    quiet_run = run_sweep(*args, f"hydra.run.dir={tmp_path / 'quiet'}", timeout=120)
-    loud = run_sweep(*args, "verbose=true", f"hydra.run.dir={tmp_path / 'loud'}", timeout=120)
+    runs = run_at_once({  # two processes, two folders: side by side
+        "quiet": functools.partial(run_sweep, *args, f"hydra.run.dir={tmp_path / 'quiet'}", timeout=120),
+        "loud": functools.partial(run_sweep, *args, "verbose=true", f"hydra.run.dir={tmp_path / 'loud'}", timeout=120)})
+    quiet_run, loud = runs["quiet"], runs["loud"]
     assert quiet_run.returncode == 0 and loud.returncode == 0, quiet_run.stderr + loud.stderr
     assert "Memory block of unknown size" in loud.stderr  # the control: the note is there to hide
     assert quiet_run.stderr == ""

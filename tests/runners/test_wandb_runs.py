@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from analysis import report
 from analysis.figures.cost import memory_vs_seq_len, time_vs_seq_len
 from analysis.wandb_report import CLAIM_COLUMNS
-from runner_helpers import ROOT
+from runner_helpers import ROOT, run_at_once
 from runners import job, wandb_log
 from runners.callbacks import SweepCallback, sweep_id
 from wandb_offline import read_runs
@@ -205,18 +205,31 @@ print("wandb imported:", "wandb" in sys.modules)
 """
 
 
+@pytest.fixture(scope="module")
+def wandb_modes(tmp_path_factory):
+    """The jobs, the sweep's end and the report command in a fresh process per wandb mode, both processes side
+    by side: mode -> (the finished process, its folder)."""
+    def run(mode: str, folder: Path) -> subprocess.CompletedProcess:
+        code = DISABLED.format(tests=str(Path(__file__).parent), sweep=str(folder / "sweep"), mode=mode)
+        env = {"WANDB_DATA_DIR": str(folder / "data"), "WANDB_CACHE_DIR": str(folder / "cache"),
+               "WANDB_CONFIG_DIR": str(folder / "config"), "WANDB_MODE": "offline", "PATH": "/usr/bin:/bin",
+               "PYTHONPATH": str(ROOT)}
+        return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=240,
+                              env=env)
+
+    folders = {mode: tmp_path_factory.mktemp(f"wandb-{mode}") for mode in ("disabled", "offline")}
+    runs = run_at_once({mode: functools.partial(run, mode, folder) for mode, folder in folders.items()})
+    return {mode: (out, folders[mode]) for mode, out in runs.items()}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode, imported", [("disabled", False), ("offline", True)])
-def test_disabled_wandb_is_never_imported(tmp_path, mode, imported):
+def test_disabled_wandb_is_never_imported(wandb_modes, mode, imported):
     """Jobs, the sweep's end and the report command with wandb.mode=disabled; offline is the control."""
-    code = DISABLED.format(tests=str(Path(__file__).parent), sweep=str(tmp_path / "sweep"), mode=mode)
-    env = {"WANDB_DATA_DIR": str(tmp_path / "data"), "WANDB_CACHE_DIR": str(tmp_path / "cache"),
-           "WANDB_CONFIG_DIR": str(tmp_path / "config"), "WANDB_MODE": "offline", "PATH": "/usr/bin:/bin",
-           "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
+    out, folder = wandb_modes[mode]
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"wandb imported: {imported}" in out.stdout
-    assert (tmp_path / "sweep" / "results.csv").is_file() and (tmp_path / "sweep" / "report" / "report.md").is_file()
+    assert (folder / "sweep" / "results.csv").is_file() and (folder / "sweep" / "report" / "report.md").is_file()
 
 
 def test_report_cli_logs_a_merged_report_naming_both_devices(wandb_home, fake_measure, two_figures, capsys):
@@ -281,9 +294,10 @@ def test_a_slurm_arrays_jobs_compute_the_launchers_group(composer, tmp_path):
     blob.write_bytes(pickle.dumps(master))
     group = sweep_id(master, sweep_dir)
     assert group == f"quick/{sweep_dir.name}"
-    for num in (0, 3):
-        out = subprocess.run([sys.executable, "-c", JOB, str(blob), str(num)], cwd=ROOT, capture_output=True,
-                             text=True, timeout=120)
+    runs = run_at_once({num: functools.partial(  # two array jobs, two processes: side by side
+        subprocess.run, [sys.executable, "-c", JOB, str(blob), str(num)], cwd=ROOT, capture_output=True, text=True,
+        timeout=120) for num in (0, 3)})
+    for num, out in runs.items():
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.split() == [group, str(num), str(sweep_dir)]
 
