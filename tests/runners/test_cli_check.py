@@ -18,7 +18,7 @@ from runners import cli_check
                          "docs/plugins.md), got 'chunkd'; did you mean chunked?"),
     (["experiment=quik"], "experiment: expected one of additive, causal_mask, compiled, cross_gpu, decode, fp8, gqa, "
                           "heads, masks, positions, precision_accuracy, quadratic_cost, quick, rnn_vs_attention, "
-                          "scaling_stability, smoke, training, triton, got 'quik'; did you mean quick?"),
+                          "scaling_stability, smoke, training, triton, variants, got 'quik'; did you mean quick?"),
     (["backend=naive", "backend.q_chunk=64"], "backend.q_chunk: not an option of naive; chunked has it"),
 ])
 def test_a_typo_is_one_line_naming_the_key_and_the_nearest_name(overrides, message):

@@ -102,7 +102,7 @@ TYPOS = [
                           "'float16'; did you mean fp16?"),
     ("experiment=quik", "experiment: expected one of additive, causal_mask, compiled, cross_gpu, decode, fp8, gqa, "
                         "heads, masks, positions, precision_accuracy, quadratic_cost, quick, rnn_vs_attention, "
-                        "scaling_stability, smoke, training, triton, got 'quik'; did you mean quick?"),
+                        "scaling_stability, smoke, training, triton, variants, got 'quik'; did you mean quick?"),
 ]
 
 
