@@ -58,17 +58,24 @@ def _out_and_grads(fn, q, k, v, upstream=None):
     return out, torch.autograd.grad(out, leaves, upstream), upstream
 
 
-@pytest.mark.parametrize("name,shape,arguments,options", CASES, ids=[c[0] for c in CASES])
-def test_values_and_gradients_match_float64(name, shape, arguments, options):
-    b, h, kv, m, n = shape
-    q, k, v = selfattn.make_qkv(b, h, m, n, 16, dtype=torch.float64, seed=11, kv_heads=kv, std=2.0)
-    args = _call_args(shape, arguments)
+def _matches_reference(q, k, v, args, options):
+    """chunked's output and gradients against float64 (values within 1e-12, gradients within 1e-11);
+    returns (out, ref)."""
     ref, ref_grads, upstream = _out_and_grads(lambda *t: selfattn.attention_reference(*t, **args), q, k, v)
     out, grads, _ = _out_and_grads(lambda *t: selfattn.attention(*t, backend="chunked", **args, **options),
                                    q, k, v, upstream)
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
     for got, want in zip(grads, ref_grads):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-11)
+    return out, ref
+
+
+@pytest.mark.parametrize("name,shape,arguments,options", CASES, ids=[c[0] for c in CASES])
+def test_values_and_gradients_match_float64(name, shape, arguments, options):
+    b, h, kv, m, n = shape
+    q, k, v = selfattn.make_qkv(b, h, m, n, 16, dtype=torch.float64, seed=11, kv_heads=kv, std=2.0)
+    args = _call_args(shape, arguments)
+    out, ref = _matches_reference(q, k, v, args, options)
     with torch.no_grad():  # the forward alone (no log-sum-exp asked for unless the sink needs it)
         torch.testing.assert_close(selfattn.attention(q, k, v, backend="chunked", **args, **options), ref,
                                    rtol=0, atol=1e-12)
@@ -84,13 +91,7 @@ def test_query_blocks_split_over_threads_keep_their_own_rows_transforms(options,
     # (split_plan), so each thread folds the sink into its own rows only and reads its rows' slopes
     monkeypatch.setattr(chunked_pool, "HEAD_THREADS", 3)
     q, k, v = selfattn.make_qkv(1, 4, 200, 200, 16, dtype=torch.float64, seed=6, kv_heads=1)
-    args = dict(causal=True, softcap=1.0, alibi=True, sink=0.5)
-    ref, ref_grads, upstream = _out_and_grads(lambda *t: selfattn.attention_reference(*t, **args), q, k, v)
-    out, grads, _ = _out_and_grads(lambda *t: selfattn.attention(*t, backend="chunked", **args, **options),
-                                   q, k, v, upstream)
-    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
-    for got, want in zip(grads, ref_grads):
-        torch.testing.assert_close(got, want, rtol=0, atol=1e-11)
+    _matches_reference(q, k, v, dict(causal=True, softcap=1.0, alibi=True, sink=0.5), options)
 
 
 def test_rows_that_see_no_key_are_zeros_with_zero_gradients_even_with_a_sink():
