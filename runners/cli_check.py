@@ -98,12 +98,34 @@ def check_name(group: str, value: Any, extra: Sequence[Path] | None = ()) -> str
 
 def known_keys(backends: Iterable[str]) -> list[str]:
     """Every key a config may hold; `backend.*` options of the built-in back ends named."""
-    from runners.config import known_keys as all_keys
-    from selfattn.backends import BACKEND_NAMES, get_backend
+    from selfattn.backends import BACKEND_NAMES
 
-    options = {f"backend.{f.name}" for name in backends if name in BACKEND_NAMES
-               for f in fields(get_backend(name).Options)}
+    options = {f"backend.{key}" for name in backends if name in BACKEND_NAMES for key in builtin_options(name)}
     return [k for k in all_keys() if not k.startswith("backend.") or k in options or k == "backend.name"]
+
+
+def all_keys() -> list[str]:
+    """Every key a config may hold (runners.config.known_keys), the built-ins' options read from conf/."""
+    from runners.config import known_keys as config_keys
+
+    return config_keys(builtin_options)
+
+
+@lru_cache(maxsize=None)
+def builtin_options(name: str) -> tuple[str, ...]:
+    """A built-in back end's option keys, read from conf/backend/NAME.yaml: the file mirrors the module's
+    `Options` (tests/runners/test_config.py), and reading it does not import the module, so a typo is refused
+    before torch has imported (seconds). The module's `Options` where no such file can be read."""
+    root = conf_dir()
+    yaml = root / "backend" / f"{name}.yaml" if root else None
+    if yaml is not None and yaml.is_file():
+        # top-level keys only (a line `key: value`, not indented, not a comment): what the file mirrors
+        keys = [line.split(":", 1)[0] for line in yaml.read_text().splitlines()
+                if line[:1].isalpha() and ":" in line]
+        return tuple(k for k in keys if k != "name")
+    from selfattn.backends import get_backend
+
+    return tuple(f.name for f in fields(get_backend(name).Options))
 
 
 @lru_cache(maxsize=None)
@@ -118,8 +140,12 @@ def _plain_keys() -> frozenset[str]:
 
 def backend_options(name: str) -> tuple[frozenset[str], str]:
     """Back end `name`'s option keys (`backend.<field>`) and, for a plugin that cannot be loaded, why.
-    A plugin is imported here, and only when the command line sets a `backend.*` key."""
-    from selfattn.backends import get_backend
+    A plugin is imported here, and only when the command line sets a `backend.*` key; a built-in's keys are
+    read from conf/ (builtin_options)."""
+    from selfattn.backends import BACKEND_NAMES, get_backend
+
+    if name in BACKEND_NAMES:
+        return frozenset(f"backend.{key}" for key in builtin_options(name)), ""
     from selfattn.backends.registry import BrokenBackend
 
     try:
@@ -165,8 +191,6 @@ def check_key(key: str, backends: Sequence[str], every: bool = False) -> str:
     known = known_keys(backends)
     if key in known:
         return ""
-    from runners.config import known_keys as all_keys
-
     if key in all_keys():  # a built-in's option, but not of the back ends this command runs
         owners = [n for n in group_options("backend") if key in known_keys([n])]
         return (f"{key}: not an option of {', '.join(dict.fromkeys(backends))}; "

@@ -17,7 +17,7 @@ import hashlib
 import itertools
 import json
 from dataclasses import dataclass, field, fields
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from selfattn.backends import BACKEND_NAMES, check_options, describe_name, get_backend
 from selfattn.fields import check_fields, defaults, field_types, spec, unknown_key
@@ -60,9 +60,11 @@ SECTIONS: dict[str, type] = {"budget": Budget, "wandb": WandbConf}
 NODES = ("backend", "precision")  # config groups: {name: ..., options}
 
 
-def known_keys() -> list[str]:
-    """Every key a config may hold, as a user types it (for 'did you mean')."""
-    options = {f"backend.{f.name}" for name in BACKEND_NAMES for f in fields(get_backend(name).Options)}
+def known_keys(options_of: Callable[[str], Iterable[str]] | None = None) -> list[str]:
+    """Every key a config may hold, as a user types it (for 'did you mean'). `options_of(name)`: a built-in
+    back end's option names; by default its `Options`' fields (which imports its module, and so torch)."""
+    options_of = options_of or (lambda name: [f.name for f in fields(get_backend(name).Options)])
+    options = {f"backend.{key}" for name in BACKEND_NAMES for key in options_of(name)}
     sections = [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in fields(cls)]
     return [*AXES, *(f.name for f in fields(RunnerConf)), *sections, "backend.name", *sorted(options), "precision.name"]
 

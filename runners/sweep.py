@@ -13,13 +13,20 @@ from runners import interrupts
 
 if __name__ == "__main__":  # Ctrl-C while torch and Hydra import (seconds): one line, as later, no traceback
     interrupts.before_run()
+    if len(sys.argv) == 1:  # no arguments: the default study, as the README's first command promises
+        sys.argv.append("experiment=quick")
+    from runners import cli_check
+
+    # An unknown key or name: one line each, exit 2, nothing run; before torch and Hydra import, so in a
+    # fraction of a second rather than seconds.
+    cli_check.refuse_typos(sys.argv[1:])
 
 import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from runners import cli_check, config, given, job, launcher, quiet  # noqa: E402
+from runners import config, given, job, launcher, quiet  # noqa: E402
 from runners.callbacks import sweep_id, sweep_meta  # noqa: E402
 
 config.register_resolvers()  # ${by_device:...} and ${grid_range:} in conf/experiment/*.yaml
@@ -60,10 +67,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 1:  # no arguments: the default study, as the README's first command promises
-        sys.argv.append("experiment=quick")
     args = sys.argv[1:]  # as typed (the resume line repeats them)
     quiet.before_hydra(args)  # Hydra's deprecation notes only with verbose=true
-    cli_check.refuse_typos(args)  # an unknown key or name: one line each, exit 2, nothing run
     sys.argv += launcher.launcher_overrides(args)  # compose_once found in any install, or Hydra's basic
     interrupts.run(main, args)  # Ctrl-C, SIGTERM: one line with the command that resumes, exit 130/143

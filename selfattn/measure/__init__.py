@@ -10,18 +10,34 @@ device (environment columns, GEMM peak), workload (what a point runs), run (meas
 Knows nothing of Hydra, wandb or files.
 """
 
-from selfattn.measure.budget import Budget
-from selfattn.measure.device import device_peak_tflops, environment
-from selfattn.measure.flops import point_flops, unmasked_pairs
-from selfattn.measure.predict import predict_mem_bytes
-from selfattn.measure.run import measure_point
+from __future__ import annotations
 
-__all__ = [
-    "Budget",
-    "device_peak_tflops",
-    "environment",
-    "measure_point",
-    "point_flops",
-    "predict_mem_bytes",
-    "unmasked_pairs",
-]
+import importlib
+from typing import Any
+
+# Lazy, as the selfattn package is: `selfattn.measure.budget` (pure Python) is read by the command line's typo
+# check, which must answer before torch has imported (seconds). public name -> the module that defines it
+_EXPORTS: dict[str, str] = {
+    "Budget": "selfattn.measure.budget",
+    "device_peak_tflops": "selfattn.measure.device",
+    "environment": "selfattn.measure.device",
+    "measure_point": "selfattn.measure.run",
+    "point_flops": "selfattn.measure.flops",
+    "predict_mem_bytes": "selfattn.measure.predict",
+    "unmasked_pairs": "selfattn.measure.flops",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'selfattn.measure' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

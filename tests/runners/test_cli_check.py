@@ -162,3 +162,34 @@ def test_a_search_path_without_the_plugin_source_refuses_a_plugin_before_hydra_d
     found = cli_check.problems(["backend=sdpa,my_pkg.attn:fast", searchpath])
     assert len(found) == 1 and "selfattn-backend://" in found[0] and "my_pkg.attn:fast" in found[0], found
     assert cli_check.problems(["backend=sdpa,naive", searchpath]) == []  # built-ins have their files
+
+
+def test_a_refusal_does_not_import_torch():
+    """The check runs before runners.sweep imports torch and Hydra, so a typo is refused in a fraction of a
+    second: it must not import torch itself (a built-in's option keys come from conf/backend/*.yaml)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import sys\n"
+        "from runners import cli_check\n"
+        "for args in ([\"seqlen=512\"], [\"backend=naive,chunkd\"], [\"backend=naive\", \"backend.q_chunk=64\"],\n"
+        "             [\"experiment=quick\", \"backend.chunk_size=64\"], [\"precision=float16\"]):\n"
+        "    assert cli_check.problems(args), args\n"
+        "cli_check.refuse_typos([\"-m\", \"experiment=quick\"])\n"
+        "print(sorted(m for m in ('torch', 'runners.job', 'selfattn.backends.registry') if m in sys.modules))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_a_builtins_option_keys_read_from_conf_are_its_options_fields():
+    from dataclasses import fields
+
+    from selfattn.backends import BACKEND_NAMES, get_backend
+
+    for name in BACKEND_NAMES:
+        assert cli_check.builtin_options(name) == tuple(f.name for f in fields(get_backend(name).Options)), name
