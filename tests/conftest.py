@@ -2,7 +2,9 @@
 matrix of compiled back ends (@pytest.mark.compile_matrix, many minutes of compiling) runs only
 with `--compile-matrix`."""
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -13,7 +15,9 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 # The device probes' cache (selfattn/measure/probes.py) goes to a folder of this test session, never the
 # developer's: a test neither reads a stale value nor leaves one behind; subprocess tests inherit it.
-os.environ["SELFATTN_CACHE_DIR"] = tempfile.mkdtemp(prefix="selfattn-test-cache-")
+os.environ["SELFATTN_CACHE_DIR"] = _CACHE_DIR = tempfile.mkdtemp(prefix="selfattn-test-cache-")
+atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)  # gone with the session (a pytest run inside a
+# test, such as the GPU check's collection, makes and removes its own)
 
 
 def pytest_addoption(parser):
