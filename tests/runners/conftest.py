@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -30,9 +29,7 @@ def composer():
 def fake_measure(monkeypatch):
     """Replace selfattn.measure by the fake for in-process job tests."""
     fake = load_fake()
-    module = types.ModuleType("selfattn.measure")
-    module.Budget, module.measure_point = fake.Budget, fake.measure_point
-    monkeypatch.setitem(sys.modules, "selfattn.measure", module)
+    monkeypatch.setitem(sys.modules, "selfattn.measure", fake.module())
     return fake
 
 

@@ -42,10 +42,19 @@ def _values(point: Point, n: int, d: int, sleep_s: float, metrics: tuple[str, ..
     )
 
 
+def module() -> types.ModuleType:
+    """What stands in for the package selfattn.measure: this Budget and measure_point, and the package's own
+    folder, so the submodules the runner imports and this does not fake (selfattn.measure.device) are real."""
+    import selfattn.measure
+
+    fake = types.ModuleType("selfattn.measure")
+    fake.Budget, fake.measure_point = Budget, measure_point
+    fake.__path__ = selfattn.measure.__path__
+    return fake
+
+
 def install() -> None:
-    module = types.ModuleType("selfattn.measure")
-    module.Budget, module.measure_point = Budget, measure_point
-    sys.modules["selfattn.measure"] = module
+    sys.modules["selfattn.measure"] = module()
 
 
 if __name__ == "__main__":

@@ -188,11 +188,7 @@ from pathlib import Path
 import pytest
 monkeypatch = pytest.MonkeyPatch()
 from runner_helpers import load_fake
-import types
-fake = load_fake()
-module = types.ModuleType("selfattn.measure")
-module.Budget, module.measure_point = fake.Budget, fake.measure_point
-sys.modules["selfattn.measure"] = module
+load_fake().install()
 from analysis import report
 report.write_report = functools.partial(report.write_report, figures=())
 import test_wandb_runs as t
