@@ -1,8 +1,12 @@
 """Sweeps through a real SLURM scheduler (scripts/slurm_local.sh): what a cluster does to jobs loses nothing.
 
 One one-node cluster (slurmctld, slurmd, munged started from a temporary folder, stopped by
-their PIDs) serves the module. Its node says 8 CPUs on whatever this machine has, so several
-one-CPU jobs run at once: these tests compare statuses, point ids and row counts, never timings.
+their PIDs) serves the module. The five scenarios run on it at the same time, each in its own
+sweep folder: a module fixture starts them in threads and each test asserts on its own
+scenario's outcome. Most of a scenario's time is waiting for the scheduler (a time limit alone
+is a minute or more), which they can share. Each waits only for its own jobs, never for the
+whole queue. The node says 16 CPUs on whatever this machine has, so every scenario's one-CPU
+jobs run at once: these tests compare statuses, point ids and row counts, never timings.
 Skipped where Debian's slurmctld, slurmd and munge are not installed (.ci/run installs them),
 or without root (slurmd starts job steps as their user).
 """
@@ -17,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -61,7 +66,7 @@ def _free_port_pair() -> int:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The environment of a running one-node cluster; stopped (by its PIDs) after the module."""
     run_dir = tmp_path_factory.mktemp("slurm")
-    env = {**os.environ, "PATH": SBIN_PATH, "SLURM_LOCAL_PORT": str(_free_port_pair()), "SLURM_LOCAL_CPUS": "8"}
+    env = {**os.environ, "PATH": SBIN_PATH, "SLURM_LOCAL_PORT": str(_free_port_pair()), "SLURM_LOCAL_CPUS": "16"}
     up = subprocess.run(["bash", str(SCRIPT), "start", str(run_dir)], env=env, capture_output=True, text=True,
                         timeout=120)
     assert up.returncode == 0, f"cluster did not start:\n{up.stdout}\n{up.stderr}"
@@ -119,8 +124,13 @@ def _running_task(env: dict[str, str], sweep_dir: Path) -> str:
     return _wait(running, "a running task")
 
 
-def _queue_empty(env: dict[str, str]) -> None:
-    _wait(lambda: not _squeue(env), "the queue to drain", timeout=180)
+def _drained(env: dict[str, str], sweep_dir: Path) -> None:
+    """Wait until no job of this sweep's arrays is queued or running (other scenarios' jobs may be)."""
+    def done() -> bool:
+        arrays = _arrays(sweep_dir)
+        return not any(job.split("_")[0] in arrays for job, _ in _squeue(env))
+
+    _wait(done, "the sweep's jobs to leave the queue", timeout=240)
 
 
 def _rows(sweep_dir: Path) -> list[dict[str, str]]:
@@ -145,7 +155,7 @@ def _assert_each_point_once_ok(sweep_dir: Path, points: int) -> list[dict[str, s
     return rows
 
 
-def test_slurm_sweep_gives_the_same_points_as_the_basic_launcher_and_a_readable_log(
+def _slurm_sweep_gives_the_same_points_as_the_basic_launcher_and_a_readable_log(
         cluster: dict[str, str], tmp_path: Path) -> None:
     # ok, unsupported on a CPU (tf32), invalid (3 heads do not divide d_model 16): every status path
     sweep = ["-m", "experiment=smoke", "backend=naive", "precision=fp32,tf32", "heads=2,3", "d_model=16"]
@@ -171,14 +181,14 @@ def test_slurm_sweep_gives_the_same_points_as_the_basic_launcher_and_a_readable_
     assert sum(line.startswith("results: ") for line in lines) == 1, out_slurm
 
 
-def test_a_cancelled_task_is_measured_by_the_rerun_and_every_point_is_there_once(
+def _a_cancelled_task_is_measured_by_the_rerun_and_every_point_is_there_once(
         cluster: dict[str, str], tmp_path: Path) -> None:
     first = _sweep(cluster, tmp_path, *SLOW, *SLURM)
     task = _running_task(cluster, tmp_path)
     subprocess.run(["scancel", task], env=cluster, check=True, timeout=30)
     rc, out = _finish(first)
     assert rc != 0, f"a sweep with a cancelled job said it succeeded:\n{out[-3000:]}"
-    _queue_empty(cluster)
+    _drained(cluster, tmp_path)
     _no_partial_files(tmp_path)
     measured = _row_files(tmp_path)
     assert len(measured) < POINTS, "the cancelled task wrote its row anyway: cancel came too late to test anything"
@@ -191,7 +201,7 @@ def test_a_cancelled_task_is_measured_by_the_rerun_and_every_point_is_there_once
     assert len(after) == POINTS
 
 
-def test_a_requeued_task_runs_again_and_the_sweep_completes(cluster: dict[str, str], tmp_path: Path) -> None:
+def _a_requeued_task_runs_again_and_the_sweep_completes(cluster: dict[str, str], tmp_path: Path) -> None:
     first = _sweep(cluster, tmp_path, *SLOW, *SLURM)
     task = _running_task(cluster, tmp_path)
     subprocess.run(["scontrol", "requeue", task], env=cluster, check=True, timeout=30)
@@ -210,8 +220,7 @@ def test_a_requeued_task_runs_again_and_the_sweep_completes(cluster: dict[str, s
     assert _row_files(tmp_path) == before and len(_rows(tmp_path)) == len(rows)
 
 
-def test_a_job_at_its_time_limit_leaves_no_row_and_the_rerun_measures_it(
-        cluster: dict[str, str], tmp_path: Path) -> None:
+def _a_job_at_its_time_limit_leaves_no_row_and_the_rerun_measures_it(cluster: dict[str, str], tmp_path: Path) -> None:
     # A point of 300 s against a 2-minute limit; submitit asks for its signal 40 s before the limit,
     # so the job learns early that it cannot finish (the same path as a preset's job near its end).
     # sbatch(1): the signal "may be sent up to 60 seconds earlier than specified", so 80 s nominal
@@ -222,7 +231,7 @@ def test_a_job_at_its_time_limit_leaves_no_row_and_the_rerun_measures_it(
     rc, out = _finish(_sweep(cluster, tmp_path, *point, "budget.timing_s=300", *SLURM, *limit), timeout=210)
     assert rc != 0, out[-3000:]
     assert "timed-out" in out, out[-3000:]
-    _queue_empty(cluster)
+    _drained(cluster, tmp_path)
     assert not _row_files(tmp_path), "a job stopped at its time limit wrote a row (a resumed sweep would skip it)"
     _no_partial_files(tmp_path)
     log = "".join(p.read_text() for p in (tmp_path / ".submitit").glob("*/*_log.err"))
@@ -233,12 +242,12 @@ def test_a_job_at_its_time_limit_leaves_no_row_and_the_rerun_measures_it(
     _assert_each_point_once_ok(tmp_path, 1)
 
 
-def test_a_killed_submitter_loses_nothing_and_the_rerun_only_collects(cluster: dict[str, str], tmp_path: Path) -> None:
+def _a_killed_submitter_loses_nothing_and_the_rerun_only_collects(cluster: dict[str, str], tmp_path: Path) -> None:
     first = _sweep(cluster, tmp_path, *SLOW, *SLURM)
     _running_task(cluster, tmp_path)
     os.killpg(first.pid, signal.SIGKILL)  # the submitter's own session: jobs are SLURM's, not its children
     first.communicate()
-    _queue_empty(cluster)  # the array runs to its end without the process that submitted it
+    _drained(cluster, tmp_path)  # the array runs to its end without the process that submitted it
     finished = _row_files(tmp_path)
     assert len(finished) == POINTS, f"jobs did not finish after their submitter died: {sorted(finished)}"
 
@@ -246,3 +255,49 @@ def test_a_killed_submitter_loses_nothing_and_the_rerun_only_collects(cluster: d
     assert rc == 0, out[-3000:]
     _assert_each_point_once_ok(tmp_path, POINTS)
     assert _row_files(tmp_path) == finished, "the rerun measured points whose jobs had finished"
+
+
+SCENARIOS = [_slurm_sweep_gives_the_same_points_as_the_basic_launcher_and_a_readable_log,
+             _a_cancelled_task_is_measured_by_the_rerun_and_every_point_is_there_once,
+             _a_requeued_task_runs_again_and_the_sweep_completes,
+             _a_job_at_its_time_limit_leaves_no_row_and_the_rerun_measures_it,
+             _a_killed_submitter_loses_nothing_and_the_rerun_only_collects]
+
+
+@pytest.fixture(scope="module")
+def outcomes(cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, BaseException | None]:
+    """Every scenario, run at once on the module's cluster: its name -> what it raised (None: it passed)."""
+    def run(scenario) -> BaseException | None:
+        try:
+            scenario(cluster, tmp_path_factory.mktemp(scenario.__name__.strip("_")[:40]))
+        except BaseException as exc:  # pytest.fail's exception too: the test that owns the scenario re-raises it
+            return exc
+        return None
+
+    with ThreadPoolExecutor(len(SCENARIOS)) as pool:
+        return dict(zip([s.__name__ for s in SCENARIOS], pool.map(run, SCENARIOS)))
+
+
+def _check(outcomes: dict[str, BaseException | None], scenario) -> None:
+    if (exc := outcomes[scenario.__name__]) is not None:
+        raise exc
+
+
+def test_slurm_sweep_gives_the_same_points_as_the_basic_launcher_and_a_readable_log(outcomes) -> None:
+    _check(outcomes, _slurm_sweep_gives_the_same_points_as_the_basic_launcher_and_a_readable_log)
+
+
+def test_a_cancelled_task_is_measured_by_the_rerun_and_every_point_is_there_once(outcomes) -> None:
+    _check(outcomes, _a_cancelled_task_is_measured_by_the_rerun_and_every_point_is_there_once)
+
+
+def test_a_requeued_task_runs_again_and_the_sweep_completes(outcomes) -> None:
+    _check(outcomes, _a_requeued_task_runs_again_and_the_sweep_completes)
+
+
+def test_a_job_at_its_time_limit_leaves_no_row_and_the_rerun_measures_it(outcomes) -> None:
+    _check(outcomes, _a_job_at_its_time_limit_leaves_no_row_and_the_rerun_measures_it)
+
+
+def test_a_killed_submitter_loses_nothing_and_the_rerun_only_collects(outcomes) -> None:
+    _check(outcomes, _a_killed_submitter_loses_nothing_and_the_rerun_only_collects)
