@@ -207,6 +207,7 @@ def test_failed_point_leaves_no_memory_behind(monkeypatch):
     assert rss_bytes() - before < 64 * 2**20
 
 
+@pytest.mark.exclusive  # an empty note: no thread collapse, which a test beside it can cause
 def test_ok_row_says_which_timer_measured_it_and_how_many_samples():
     row = measure_point(_small(), QUICK)
     assert row.status == "ok", row.error

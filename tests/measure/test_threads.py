@@ -11,6 +11,7 @@ from selfattn.measure import Budget, measure_point
 from selfattn.measure.threads import COLLAPSE_FACTOR, CHECK_MAX_S, choose_threads, one_thread
 
 QUICK = Budget(timing_s=0.02, accuracy_rows=8, max_point_s=600.0)
+pytestmark = pytest.mark.exclusive  # the thread choice compares timed calls: nothing may run beside them
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ import torch
 
 from selfattn.measure.timing import MIN_SAMPLES, summarize, time_call, time_cpu, wall_call
 
+pytestmark = pytest.mark.exclusive  # times real calls and judges the times: nothing may run beside them
+
 
 def test_summarize_orders_quantiles():
     timing = summarize([5.0, 1.0, 3.0, 2.0, 4.0])
