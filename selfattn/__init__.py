@@ -10,8 +10,7 @@ seconds of torch start-up. Names below are imported on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from selfattn.lazy import lazy_exports
 
 # public name -> the module that defines it
 _EXPORTS: dict[str, str] = {
@@ -35,14 +34,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'selfattn' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports("selfattn", _EXPORTS, globals())

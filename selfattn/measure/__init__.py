@@ -12,8 +12,7 @@ Knows nothing of Hydra, wandb or files.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from selfattn.lazy import lazy_exports
 
 # Lazy, as the selfattn package is: `selfattn.measure.budget` (pure Python) is read by the command line's typo
 # check, which must answer before torch has imported (seconds). public name -> the module that defines it
@@ -30,14 +29,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'selfattn.measure' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports("selfattn.measure", _EXPORTS, globals())
