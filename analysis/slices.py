@@ -104,13 +104,18 @@ def fix_axes(rows: pd.DataFrame, fixed: Sequence[str], vary: Sequence[str],
     axes of PLAIN_UNLESS_NAMED not in either stay at their plain value."""
     prefer = {**PREFERRED, **(prefer or {})}
     rows = calls(rows)
+    # The slice is narrowed on a boolean mask and only the columns that choose are read: the rows themselves
+    # (a hundred-odd columns) are copied once, at the end, not at every step.
+    keep = pd.Series(True, index=rows.index)
     for axis in PLAIN_UNLESS_NAMED:
         if axis not in fixed and axis not in vary:
-            rows = rows[plain(rows, axis)]
+            keep &= plain(rows, axis)
+    ok = rows["status"] == "ok"
     chosen: dict[str, Any] = {}
     candidates: dict[str, int] = {}
     for axis in fixed:
-        values = rows[axis].drop_duplicates().tolist()
+        column = rows[axis][keep]
+        values = column.drop_duplicates().tolist()
         candidates[axis] = len(values)
         if not values:
             continue
@@ -119,15 +124,17 @@ def fix_axes(rows: pd.DataFrame, fixed: Sequence[str], vary: Sequence[str],
             continue
         best_score, best_value = None, values[0]
         for value in values:
-            group = rows[matches(rows[axis], value)]
-            ok = group[group["status"] == "ok"]
-            coverage = len(ok[list(vary)].drop_duplicates()) if vary else len(ok)
-            score = (coverage, _is(value, prefer.get(axis)), len(group))
+            group = keep & matches(rows[axis], value)
+            if vary:
+                coverage = len(rows.loc[group & ok, list(vary)].drop_duplicates())
+            else:
+                coverage = int((group & ok).sum())
+            score = (coverage, _is(value, prefer.get(axis)), int(group.sum()))
             if best_score is None or score > best_score:
                 best_score, best_value = score, value
         chosen[axis] = best_value
-        rows = rows[matches(rows[axis], best_value)]
-    return Slice(rows=rows, fixed=chosen, candidates=candidates)
+        keep &= matches(rows[axis], best_value)
+    return Slice(rows=rows[keep], fixed=chosen, candidates=candidates)
 
 
 def _is(value: Any, preferred: Any) -> bool:
