@@ -153,10 +153,12 @@ def save(fig, ctx: Context, name: str) -> list[Path]:
     # Per-panel legends sit outside their axes: constrained layout makes room for them, which
     # the tight layout seaborn's grids use does not.
     fig.set_layout_engine("constrained")
+    placed = [axis for ax in fig.axes for axis in (ax.xaxis, ax.yaxis) if _has_fixed_ticks(axis)]
     if fig.axes:  # as a draw would first (a figure without axes has no layout to solve)
         fig.get_layout_engine().execute(fig)  # solves the layout: the tick labels' places are known
-    if not _drop_touching_tick_labels(fig):
+    if not _drop_touching_tick_labels(fig, placed):
         fig.set_layout_engine("none")  # solved: the render below keeps these positions
+        _freeze_ticks(fig)  # the axes have their final sizes, so these are the ticks the render would compute
     fig.canvas.draw()  # renders (after solving the layout again without the labels left out, where some were)
     fig.set_layout_engine("none")  # solved: other formats draw with the same positions
     paths = []
@@ -173,15 +175,49 @@ def save(fig, ctx: Context, name: str) -> list[Path]:
     return paths
 
 
-def _drop_touching_tick_labels(fig, pad_px: float = 3.0) -> bool:
+def _has_fixed_ticks(axis) -> bool:
+    """Whether the figure's own code placed this axis's major ticks (set_log2_ticks does)."""
+    return (isinstance(axis.get_major_locator(), ticker.FixedLocator)
+            and isinstance(axis.get_major_formatter(), ticker.FixedFormatter))
+
+
+def _freeze_ticks(fig) -> None:
+    """Replace each axis's locators and formatters by the ticks and labels they give now, once the figure's
+    layout is solved and its limits are final (the ticks depend on both: an automatic locator picks as many as
+    the axis's length in pixels has room for). The render asks every axis for its ticks several times (its
+    own, then its label's place asks its siblings again, then the title's place): with the answers fixed they
+    are not computed anew each time. The ticks are the same values with the same labels and offset text, so
+    the picture is the same. Axes whose limits a draw may still move (an aspect kept by changing the limits)
+    keep their locators, as do colorbars, which set their own."""
+    for ax in fig.axes:
+        if ax.name != "rectilinear" or hasattr(ax, "_colorbar") or (
+                ax.get_aspect() != "auto" and ax.get_adjustable() == "datalim"):
+            continue
+        for axis in (ax.xaxis, ax.yaxis):
+            for ticks, get_locs in ((axis.major, axis.get_majorticklocs), (axis.minor, axis.get_minorticklocs)):
+                if isinstance(ticks.locator, (ticker.NullLocator, ticker.FixedLocator)) and isinstance(
+                        ticks.formatter, (ticker.NullFormatter, ticker.FixedFormatter)):
+                    continue  # nothing left to compute
+                locs = get_locs()  # as Axis._update_ticks asks: the locator's values (minor: less the major)
+                labels = ticks.formatter.format_ticks(locs)
+                offset = ticks.formatter.get_offset()
+                ticks.locator = ticker.FixedLocator(locs)
+                ticks.locator.set_axis(axis)
+                ticks.formatter = ticker.FixedFormatter(labels)
+                ticks.formatter.set_offset_string(offset)
+                ticks.formatter.set_axis(axis)
+
+
+def _drop_touching_tick_labels(fig, placed, pad_px: float = 3.0) -> bool:
     """Once the figure is drawn: drop x tick labels that still touch a neighbour (set_log2_ticks spaces them
-    for an estimated axis width; a wide legend beside the panel can leave less). The smallest and largest
-    stay, then the shortest labels. Returns whether any was dropped."""
+    for an estimated axis width; a wide legend beside the panel can leave less), on the axes in `placed`, whose
+    ticks the figure's code chose. The smallest and largest stay, then the shortest labels. Returns whether any
+    was dropped."""
     dropped = False
     for ax in fig.axes:
-        locator, formatter = ax.xaxis.get_major_locator(), ax.xaxis.get_major_formatter()
-        if not isinstance(locator, ticker.FixedLocator) or not isinstance(formatter, ticker.FixedFormatter):
+        if ax.xaxis not in placed:
             continue
+        locator, formatter = ax.xaxis.get_major_locator(), ax.xaxis.get_major_formatter()
         ticks, texts = list(locator.locs), list(formatter.seq)
         labels = [t for t in ax.xaxis.get_ticklabels() if t.get_visible() and t.get_text()]
         if len(labels) != len(ticks) or len(ticks) <= 2:
