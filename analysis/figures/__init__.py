@@ -20,7 +20,11 @@ class Figure:
         self.module, self.__name__ = f"analysis.figures.{module}", function
 
     def __call__(self, rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
-        return getattr(importlib.import_module(self.module), self.__name__)(rows, ctx)
+        function = getattr(importlib.import_module(self.module), self.__name__)
+        from analysis.figures import text_layout  # matplotlib: the figure module above has imported it
+
+        with text_layout.remembered():  # each text laid out once per figure, not at every layout pass
+            return function(rows, ctx)
 
     def __repr__(self) -> str:
         return f"Figure({self.module}.{self.__name__})"
