@@ -21,9 +21,9 @@ class Figure:
 
     def __call__(self, rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         function = getattr(importlib.import_module(self.module), self.__name__)
-        from analysis.figures import text_layout  # matplotlib: the figure module above has imported it
+        from analysis.figures import layout_memo  # matplotlib: the figure module above has imported it
 
-        with text_layout.remembered():  # each text laid out once per figure, not at every layout pass
+        with layout_memo.text_layouts():  # each text laid out once per figure, not at every layout pass
             return function(rows, ctx)
 
     def __repr__(self) -> str:

@@ -49,6 +49,8 @@ from matplotlib import ticker  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
+from analysis.figures import layout_memo  # noqa: E402
+
 DPI = 130
 # zlib's level for the PNGs: the same pixels at any level; 3 deflates the report's figures to the size the
 # default 6 does (within 1%) in two thirds of its time.
@@ -113,11 +115,15 @@ def line_grid(data: pd.DataFrame, *, x: str, y: str, panel_width: float, panel_h
 
 @contextlib.contextmanager
 def _empty_grid_not_laid_out() -> Iterator[None]:
-    """While seaborn makes a FacetGrid: no tight layout of its axes while they are still empty. seaborn lays the
-    grid out again once its lines are drawn (the axes' widths set_log2_ticks reads), and save() solves a
-    constrained layout after that; the first layout only moved where those start from, which changes a few
-    pixels' anti-aliasing by 1-2 of 255 (no line, label or tick moves), and took a sixth of a figure's time."""
+    """While seaborn makes a FacetGrid: no tight layout of its axes while they are still empty, and its final one
+    (once its lines are drawn) with each axes' tight box computed once (layout_memo.tight_boxes).
+
+    seaborn lays the grid out again once its lines are drawn (the axes' widths set_log2_ticks reads), and save()
+    solves a constrained layout after that; the first layout only moved where those start from, which changes a
+    few pixels' anti-aliasing by 1-2 of 255 (no line, label or tick moves), and took a sixth of a figure's time."""
     init = sns.FacetGrid.__init__
+    layout = sns.FacetGrid.tight_layout
+    own_layout = "tight_layout" in vars(sns.FacetGrid)  # seaborn defines it on Grid, its base
 
     def init_without_layout(grid, *args, **kwargs):
         grid.tight_layout = lambda *_args, **_kwargs: grid  # the instance's, shadowing Grid.tight_layout
@@ -126,11 +132,20 @@ def _empty_grid_not_laid_out() -> Iterator[None]:
         finally:
             del grid.tight_layout
 
+    def layout_with_boxes_once(grid, *args, **kwargs):
+        with layout_memo.tight_boxes():
+            return layout(grid, *args, **kwargs)
+
     sns.FacetGrid.__init__ = init_without_layout
+    sns.FacetGrid.tight_layout = layout_with_boxes_once
     try:
         yield
     finally:
         sns.FacetGrid.__init__ = init
+        if own_layout:
+            sns.FacetGrid.tight_layout = layout
+        else:
+            del sns.FacetGrid.tight_layout
 
 
 def linestyle_of(dashes) -> str | tuple:

@@ -1,11 +1,14 @@
 """The two shortcuts that make a figure cheaper to lay out keep its picture: ticks frozen before the layout
 (analysis.figures.common._freeze_ticks) and text layouts remembered within a figure
-(analysis.figures.text_layout)."""
+(analysis.figures.layout_memo.text_layouts), and tight boxes remembered within one tight layout
+(layout_memo.tight_boxes)."""
+
+import contextlib
 
 import numpy as np
 import pytest
 
-from analysis.figures import common, text_layout
+from analysis.figures import common, layout_memo
 from analysis.figures.common import plt, ticker
 
 
@@ -66,23 +69,23 @@ def test_frozen_ticks_are_the_ones_the_locators_gave():
 
 def test_remembered_layouts_draw_the_same_picture_and_lay_out_less(monkeypatch):
     calls = []
-    original = text_layout._ORIGINAL
+    original = layout_memo._ORIGINAL
 
     def counting(text, renderer):
         calls.append(text.get_text())
         return original(text, renderer)
 
-    monkeypatch.setattr(text_layout, "_ORIGINAL", counting)
-    monkeypatch.setattr(text_layout.mtext.Text, "_get_layout", counting)
+    monkeypatch.setattr(layout_memo, "_ORIGINAL", counting)
+    monkeypatch.setattr(layout_memo.mtext.Text, "_get_layout", counting)
     plain = _figure()
     expected = _pixels(plain, freeze=False)
     uncached = len(calls)
     calls.clear()
-    with text_layout.remembered():
+    with layout_memo.text_layouts():
         fig = _figure()
         got = _pixels(fig, freeze=False)
-        assert text_layout.mtext.Text._get_layout is not counting  # the memo is in place inside the block
-    assert text_layout.mtext.Text._get_layout is counting  # and gone after it
+        assert layout_memo.mtext.Text._get_layout is not counting  # the memo is in place inside the block
+    assert layout_memo.mtext.Text._get_layout is counting  # and gone after it
     assert np.array_equal(got, expected)
     assert len(calls) < uncached / 2, (len(calls), uncached)
     plt.close(plain)
@@ -105,7 +108,7 @@ def test_a_changed_property_is_laid_out_again():
     for fig, _ in figures:
         fig.canvas.draw()
     expected = extents(labels[0])
-    with text_layout.remembered():
+    with layout_memo.text_layouts():
         got = extents(labels[1])
     assert got == expected
     assert len(set(expected)) == 4  # each change changed the extent
@@ -118,7 +121,31 @@ def test_a_wrapped_text_is_never_remembered(wrap):
     fig, ax = plt.subplots()
     text = ax.text(0.1, 0.5, "a long text " * 6, wrap=wrap)
     fig.canvas.draw()
-    with text_layout.remembered():
+    with layout_memo.text_layouts():
         renderer = fig.canvas.get_renderer()
-        assert (text_layout._key(text, renderer) is None) == wrap
+        assert (layout_memo._key(text, renderer) is None) == wrap
     plt.close(fig)
+
+
+def test_tight_boxes_once_per_tight_layout_give_the_same_layout(monkeypatch):
+    calls = []
+    original = layout_memo._TIGHT_BOX
+
+    def counting(obj, *args, **kwargs):
+        calls.append(obj)
+        return original(obj, *args, **kwargs)
+
+    monkeypatch.setattr(layout_memo, "_TIGHT_BOX", counting)
+    monkeypatch.setattr(layout_memo.martist, "_get_tightbbox_for_layout_only", counting)
+    positions = []
+    for remembered in (False, True):
+        fig = _figure()
+        calls.clear()
+        with layout_memo.tight_boxes() if remembered else contextlib.nullcontext():
+            fig.tight_layout(rect=(0, 0, 0.8, 1))  # within a rectangle: solved twice, as seaborn's grids ask
+        positions.append(([ax.get_position().bounds for ax in fig.axes], len(calls)))
+        plt.close(fig)
+    (plain, plain_calls), (memo, memo_calls) = positions
+    assert memo == plain
+    assert memo_calls * 2 == plain_calls  # the second solve read the first's boxes
+    assert layout_memo.martist._get_tightbbox_for_layout_only is counting  # restored after the block
