@@ -69,6 +69,8 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path, *, baseline_d
         if rows[rows["status"] == "ok"]["device_label"].nunique() > 1:
             baseline, baseline_note = pick_baseline(rows, baseline_device)
             devices = speedup_table(device_speedups(rows, baseline)).assign(baseline=baseline)
+        # the text around the figures, while they are still being drawn: only their own section waits for them
+        head, tail = _text_parts(loaded, claims, exponents, devices, paths, out_dir, baseline_note, tables, summary)
     finally:  # the figures are waited for even when a table fails: no worker outlives the report
         made = drawing.result()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -77,13 +79,23 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path, *, baseline_d
     if not devices.empty:
         devices.to_csv(out_dir / "devices_compared.csv", index=False)
     path = out_dir / "report.md"
-    path.write_text(render(loaded, made, claims, exponents, devices, paths, out_dir, baseline_note, tables, summary))
+    path.write_text("\n".join([*head, *_figure_lines(made, out_dir), *tail]))
     return Report(path, loaded, made, claims, exponents, devices)
 
 
 def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFrame, devices: pd.DataFrame,
            paths: Sequence[str | Path], out_dir: Path, baseline_note: str | None,
            tables: Sequence[tuple[str, str, pd.DataFrame]] = (), summary: str | None = None) -> str:
+    """report.md's text."""
+    head, tail = _text_parts(loaded, claims, exponents, devices, paths, out_dir, baseline_note, tables, summary)
+    return "\n".join([*head, *_figure_lines(figures, out_dir), *tail])
+
+
+def _text_parts(loaded: Loaded, claims: pd.DataFrame, exponents: pd.DataFrame, devices: pd.DataFrame,
+                paths: Sequence[str | Path], out_dir: Path, baseline_note: str | None,
+                tables: Sequence[tuple[str, str, pd.DataFrame]] = (),
+                summary: str | None = None) -> tuple[list[str], list[str]]:
+    """report.md's lines before its figures' section (up to its heading) and after it."""
     rows = loaded.rows
     chapter = claims[claims["study"] == CHAPTER].reset_index(drop=True)
     statuses = rows["status"].value_counts()
@@ -125,6 +137,21 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
         _exponent_table(exponents), "",
         "## Figures", "",
     ]
+    tail: list[str] = []
+    if not devices.empty:
+        tail += ["## Devices compared", "",
+                 f"Speed-up = time on {devices['baseline'].iloc[0]} / time on the device, over points measured on "
+                 "both (geometric mean over every matched point, and at the largest common n).", "",
+                 _speedup_table(devices), ""]
+    problems = loaded.problems + ([baseline_note] if baseline_note else [])
+    if problems:
+        tail += ["## Input problems", "", *[f"- {p}" for p in problems], ""]
+    return lines, tail
+
+
+def _figure_lines(figures: Sequence[Made | Skipped], out_dir: Path) -> list[str]:
+    """The figures' section: each drawn figure with how to read it, then one line naming those not drawn."""
+    lines: list[str] = []
     not_drawn = []
     for index, fig in enumerate(figures, start=1):
         numbered = re.match(r"fig(\d+)_", fig.name)  # keep the issue's numbering when only some are drawn
@@ -151,15 +178,7 @@ def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFram
     if not_drawn:
         lines += ["*Not drawn, since no rows here make them (in parentheses: the experiment that draws each):* "
                   + "; ".join(not_drawn) + ".", ""]
-    if not devices.empty:
-        lines += ["## Devices compared", "",
-                  f"Speed-up = time on {devices['baseline'].iloc[0]} / time on the device, over points measured on "
-                  "both (geometric mean over every matched point, and at the largest common n).", "",
-                  _speedup_table(devices), ""]
-    problems = loaded.problems + ([baseline_note] if baseline_note else [])
-    if problems:
-        lines += ["## Input problems", "", *[f"- {p}" for p in problems], ""]
-    return "\n".join(lines)
+    return lines
 
 
 def _sweeps_line(rows: pd.DataFrame) -> list[str]:
