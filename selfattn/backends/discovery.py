@@ -21,7 +21,6 @@ import difflib
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import metadata
 
 ENTRY_POINT_GROUP = "selfattn.backends"
 # The built-ins, in the order of tables, legends and colours everywhere.
@@ -69,6 +68,8 @@ def backend_source(name: str) -> str:
 @lru_cache(maxsize=1)
 def _entry_points() -> tuple[EntryPoint, ...]:
     """Every entry point of the group in the installed packages (metadata only: nothing is imported)."""
+    from importlib import metadata  # here, not at the top: the report and a refused typo never ask, and the
+    # module and the email package it imports take tens of milliseconds
     found = []
     for dist in metadata.distributions():
         for ep in dist.entry_points:
