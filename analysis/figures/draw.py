@@ -101,12 +101,21 @@ class Drawing:
                 gc.unfreeze()
 
     def result(self) -> list[Made | Skipped]:
-        """Every figure in the order given, after printing what each failure had to say (in that order too)."""
+        """Every figure in the order given, after printing what each failure had to say (in that order too).
+
+        This process draws too, once it has nothing else to do: the figures no worker has started yet, taken from
+        the back of the queue while the workers take them from the front. The last figure handed to a worker is
+        then a small share of what is left, not a large one drawn alone while the other cores wait."""
         global _JOB
+        drawn_here: dict[int, Drawn] = {}
+        if self.pool is not None:
+            for index in reversed(range(len(self.figures))):
+                if self.futures[index].cancel():  # no worker has it: this process draws it
+                    drawn_here[index] = draw_one(self.figures[index], self.rows, self.ctx, self.warn)
         made: list[Made | Skipped] = []
         for index, make in enumerate(self.figures):
-            drawn = None
-            if self.pool is not None:
+            drawn = drawn_here.get(index)
+            if drawn is None and self.pool is not None:
                 try:
                     drawn = self.futures[index].result()
                 except Exception:  # a worker died, or its figure could not be sent back: draw it here

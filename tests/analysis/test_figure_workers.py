@@ -35,10 +35,11 @@ PARENT = os.getpid()
 
 def test_workers_draw_the_same_pictures_as_one_process(tmp_path, fabricate):
     csv = fabricate().quadratic_cost(sizes=(256, 512, 1024)).write(tmp_path / "results.csv")
-    one = write_report([csv], tmp_path / "one", figures=[*COST, pid_figure], warn=False, workers=1)
-    two = write_report([csv], tmp_path / "two", figures=[*COST, pid_figure], warn=False, workers=2)
-    assert one.figures[-1].notes == [str(os.getpid())]
-    assert two.figures[-1].notes != [str(os.getpid())]  # drawn in a worker: the comparison below compares something
+    # first in the queue, so a worker draws it (the report's process takes figures from the back)
+    one = write_report([csv], tmp_path / "one", figures=[pid_figure, *COST], warn=False, workers=1)
+    two = write_report([csv], tmp_path / "two", figures=[pid_figure, *COST], warn=False, workers=2)
+    assert one.figures[0].notes == [str(os.getpid())]
+    assert two.figures[0].notes != [str(os.getpid())]  # drawn in a worker: the comparison below compares something
     assert [f.name for f in one.figures] == [f.name for f in two.figures]
     pngs = sorted(p.name for p in (tmp_path / "one" / "figures").glob("*.png"))
     assert len(pngs) == 3 and pngs == sorted(p.name for p in (tmp_path / "two" / "figures").glob("*.png"))
@@ -46,15 +47,15 @@ def test_workers_draw_the_same_pictures_as_one_process(tmp_path, fabricate):
         a = matplotlib.image.imread(tmp_path / "one" / "figures" / name)
         b = matplotlib.image.imread(tmp_path / "two" / "figures" / name)
         assert a.shape == b.shape and np.array_equal(a, b), name
-    text = [r.path.read_text().replace(str(r.path.parent), "OUT").replace(r.figures[-1].notes[0], "PID")
+    text = [r.path.read_text().replace(str(r.path.parent), "OUT").replace(r.figures[0].notes[0], "PID")
             for r in (one, two)]
     assert text[0] == text[1]
 
 
 def test_a_figure_failing_in_a_worker_is_said_once_and_costs_only_itself(tmp_path, fabricate, capsys):
     csv = fabricate().quadratic_cost(sizes=(256, 512, 1024)).write(tmp_path / "results.csv")
-    report = write_report([csv], tmp_path / "out", figures=[broken_figure, *COST[:1], pid_figure], workers=2)
-    broken, drawn, pid = report.figures
+    report = write_report([csv], tmp_path / "out", figures=[broken_figure, pid_figure, *COST[:1]], workers=2)
+    broken, pid, drawn = report.figures
     assert isinstance(broken, Skipped) and broken.reason == "failed: ValueError: no such column: spam"
     assert isinstance(drawn, Made) and pid.notes != [str(os.getpid())]
     err = capsys.readouterr().err
@@ -87,3 +88,33 @@ def test_no_worker_started_means_every_figure_drawn_here(tmp_path, fabricate, mo
     csv = fabricate().quadratic_cost(sizes=(256, 512, 1024)).write(tmp_path / "results.csv")
     report = write_report([csv], tmp_path / "out", figures=[pid_figure, *COST[:1]], warn=False, workers=2)
     assert report.figures[0].notes == [str(os.getpid())] and isinstance(report.figures[1], Made)
+
+
+def waits_for_the_report_process(rows, ctx):
+    """In a worker: waits until the report's process has drawn one of these (so it reached the figures' queue)."""
+    flag = FLAG["path"]
+    if os.getpid() == PARENT:
+        flag.touch()
+    else:
+        import time
+
+        deadline = time.monotonic() + 60
+        while not flag.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return Made("waits", "waits", "which process", [], notes=[str(os.getpid())])
+
+
+FLAG = {"path": None}  # the file waits_for_the_report_process waits for: set before the workers are forked
+
+
+def test_the_report_process_draws_from_the_back_what_no_worker_started(tmp_path, fabricate, monkeypatch):
+    csv = fabricate().quadratic_cost(sizes=(256, 512)).write(tmp_path / "results.csv")
+    monkeypatch.setitem(FLAG, "path", tmp_path / "drawn-here")
+    report = write_report([csv], tmp_path / "out", figures=[waits_for_the_report_process] * 12, warn=False,
+                          workers=2)
+    here = [f.notes == [str(os.getpid())] for f in report.figures]
+    assert len(report.figures) == 12 and all(isinstance(f, Made) for f in report.figures)
+    # the workers hold their first figures until this process has drawn one, so it took every figure they had
+    # not started, from the back; they drew only those handed to them before it came (two, plus one queued)
+    assert here == sorted(here) and here[-1] and not here[0]
+    assert 2 <= here.count(False) <= 4
