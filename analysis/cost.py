@@ -11,7 +11,7 @@ import functools
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -20,7 +20,7 @@ import selfattn.backends as registry  # BACKEND_NAMES is a plain tuple: importin
 from analysis.claim import Evidence, claim
 from analysis.fit import PowerFit, fit_power_law
 from analysis.growth import Growth, judge_growth
-from analysis.slices import dot_without_positions, fix_axes, self_attention
+from analysis.slices import Slice, dot_without_positions, fix_axes, self_attention
 from analysis.theilsen import theil_sen
 
 FAILED_STATUSES = ("oom", "skipped_budget")
@@ -136,7 +136,8 @@ def _options_text(text: str) -> str:
 
 
 _FACETS_KEPT = 2  # rows objects whose facets are remembered: the report's rows, and the claims' when they differ
-_facets_memo: list[tuple[pd.DataFrame, dict[str, list[Facet]]]] = []
+_facets_memo: list[tuple[pd.DataFrame, dict[str, list]]] = []  # rows -> {metric: facets, _SLICES: the slices}
+_SLICES = "(slices)"  # never a column's name: the key of the slices every metric's facets are cut from
 
 
 def cost_facets(rows: pd.DataFrame, metric: str) -> list[Facet]:
@@ -158,11 +159,8 @@ def cost_facets(rows: pd.DataFrame, metric: str) -> list[Facet]:
 
 
 def _cost_facets(rows: pd.DataFrame, metric: str) -> list[Facet]:
-    rows = self_attention(rows)
     facets: list[Facet] = []
-    for (precision, device), panel in rows.groupby(["precision", "device_label"], sort=True):
-        chosen = fix_axes(panel, COST_FIXED, COST_VARY)
-        part = chosen.rows.assign(label=variant_labels(chosen.rows), variant=variant_names(chosen.rows))
+    for precision, device, panel, chosen, part in _cost_slices(rows):
         ok = part[(part["status"] == "ok") & np.isfinite(part[metric]) & (part[metric] > 0)]
         lines: list[Line] = []
         for (label, causal), group in ok.groupby(["label", "causal"], sort=True):
@@ -183,6 +181,23 @@ def _cost_facets(rows: pd.DataFrame, metric: str) -> list[Facet]:
     return facets
 
 
+def _cost_slices(rows: pd.DataFrame) -> list[tuple[Any, Any, pd.DataFrame, Slice, pd.DataFrame]]:
+    """Per (precision, device): its rows, the slice fix_axes keeps, and that slice's rows with their line labels.
+    The same for every metric, so remembered beside the facets (cost_facets)."""
+    for seen, by_metric in _facets_memo:
+        if seen is rows and _SLICES in by_metric:
+            return by_metric[_SLICES]
+    slices = []
+    for (precision, device), panel in self_attention(rows).groupby(["precision", "device_label"], sort=True):
+        chosen = fix_axes(panel, COST_FIXED, COST_VARY)
+        part = chosen.rows.assign(label=variant_labels(chosen.rows), variant=variant_names(chosen.rows))
+        slices.append((precision, device, panel, chosen, part))
+    for seen, by_metric in _facets_memo:
+        if seen is rows:
+            by_metric[_SLICES] = slices
+    return slices
+
+
 def memory_metric(rows: pd.DataFrame) -> str:
     """The memory column fits, claims and figure 2 use: the exact allocator peak where rows have it,
     else (CSVs written before it existed) the process's peak RSS."""
@@ -198,16 +213,29 @@ def _points(group: pd.DataFrame, metric: str) -> pd.DataFrame:
     Time takes the fastest of the repeats instead: a call's time does not depend on the inputs' values,
     and load from other processes only ever adds time, so the faster of two passes measured minutes
     apart is the one a burst did not hit (quick.yaml times the cost grid twice for this).
+
+    In numpy rather than a pandas groupby: a line holds a few rows, and the groupby's fixed cost was most of the
+    time fitting the cost lines took. The values are pandas' (NaN skipped; NaN where a size has none).
     """
+    sizes, inverse = np.unique(group["seq_len"].to_numpy(), return_inverse=True)
     if metric == "time_ms":
-        agg = {"value": (metric, "min"), "low": ("time_ms_p20", "min"), "high": ("time_ms_p80", "min")}
+        columns, reduce = {"value": metric, "low": "time_ms_p20", "high": "time_ms_p80"}, np.min
     else:
-        agg = {"value": (metric, "median")}
-    points = group.groupby("seq_len", sort=True).agg(**agg).reset_index()
+        columns, reduce = {"value": metric}, np.median
+    points = {"seq_len": sizes}
+    for name, column in columns.items():
+        values = group[column].to_numpy(dtype=float)
+        reduced = np.full(len(sizes), np.nan)
+        for i in range(len(sizes)):
+            at = values[inverse == i]
+            at = at[~np.isnan(at)]
+            if len(at):
+                reduced[i] = reduce(at)
+        points[name] = reduced
     if "low" not in points:
         points["low"] = points["value"]
         points["high"] = points["value"]
-    return points
+    return pd.DataFrame(points)
 
 
 def causal_ratios(facet: Facet) -> pd.DataFrame:
