@@ -87,9 +87,14 @@ def plain(rows: pd.DataFrame, axis: str) -> pd.Series:
     if axis == "kv_heads":
         return rows[axis].isna() | (rows[axis] == rows["heads"])
     default = axis_default(axis)
-    if isinstance(default, str):  # a text axis: an empty cell (a row written before it existed) is its default
-        return rows[axis].isna() | (rows[axis] == default) | (rows[axis] == "")
-    return rows[axis].isna() | (rows[axis] == default) if default is not None else rows[axis].isna()
+    # on the column's numpy values: the same answers as pandas' comparisons (NaN equals nothing), in half the time
+    values = rows[axis].to_numpy()
+    keep = pd.isna(values)
+    if default is not None:
+        keep = keep | (values == default)
+        if isinstance(default, str):  # a text axis: an empty cell (a row written before it existed) is its default
+            keep = keep | (values == "")
+    return pd.Series(keep, index=rows.index)
 
 
 def dot_without_positions(rows: pd.DataFrame) -> pd.Series:
