@@ -82,6 +82,10 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         option.numprocesses = workers
         if option.dist == "no":
             option.dist = "loadfile"
+        # pytest-xdist would queue the files by their number of tests, most first (its loadscope-reorder,
+        # on by default), undoing `_longest_first`: the SLURM file (5 tests) and the end-to-end files (1-2
+        # tests, a minute each) went last and ran side by side at the end, while the other worker idled.
+        option.loadscopereorder = False
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

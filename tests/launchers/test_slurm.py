@@ -41,8 +41,23 @@ pytestmark = [
 # One CPU and 1 GB per job, no report, no wandb: the cluster path, not the analysis.
 SLURM = ["hydra/launcher=slurm_cpu", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1"]
 QUIET = ["device=cpu", "report=false", "wandb.mode=disabled"]
+# A path plugin whose every call sleeps before it computes: a point that must last (to be caught running,
+# or to meet its time limit) then waits instead of computing, so the core it would keep busy for its
+# whole timing window serves the other tests meanwhile. Everything else is the real path: measure_point,
+# its timer, the row, submitit's signal handler (a signal raises inside the sleep as inside a kernel).
+WAITING_PLUGIN = '''
+import time
+import torch
+from selfattn.backends import backend
+
+@backend(masks=(), kernel_label="sleep+einsum")
+def waits(q, k, v, *, causal, window, key_lengths, document_ids, scale):
+    time.sleep(0.05)
+    return torch.einsum("bhmn,bhnd->bhmd", (torch.einsum("bhmd,bhnd->bhmn", q, k) * scale).softmax(-1), v)
+'''
+WAITING = "waiting_attn:waits"
 # Two points of a few seconds each (a timing window of 3 s): long enough to be caught running.
-SLOW = ["-m", "experiment=smoke", "backend=naive,chunked", "seq_len=64", "budget.timing_s=3"]
+SLOW = ["-m", "experiment=smoke", f"backend={WAITING}", "seq_len=32,64", "budget.timing_s=3"]
 POINTS = 2
 
 
@@ -66,13 +81,15 @@ def _free_port_pair() -> int:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The environment of a running one-node cluster; stopped (by its PIDs) after the module."""
     run_dir = tmp_path_factory.mktemp("slurm")
+    plugins = tmp_path_factory.mktemp("plugins")
+    (plugins / "waiting_attn.py").write_text(WAITING_PLUGIN)  # on the jobs' PYTHONPATH (sbatch passes it on)
     env = {**os.environ, "PATH": SBIN_PATH, "SLURM_LOCAL_PORT": str(_free_port_pair()), "SLURM_LOCAL_CPUS": "16"}
     up = subprocess.run(["bash", str(SCRIPT), "start", str(run_dir)], env=env, capture_output=True, text=True,
                         timeout=120)
     assert up.returncode == 0, f"cluster did not start:\n{up.stdout}\n{up.stderr}"
     try:
         yield {**env, "SLURM_CONF": str(run_dir / "slurm.conf"), "HYDRA_FULL_ERROR": "1",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(plugins), os.environ.get("PYTHONPATH")]))}
     finally:
         down = subprocess.run(["bash", str(SCRIPT), "stop", str(run_dir)], env=env, capture_output=True,
                               text=True, timeout=120)
@@ -221,12 +238,13 @@ def _a_requeued_task_runs_again_and_the_sweep_completes(cluster: dict[str, str],
 
 
 def _a_job_at_its_time_limit_leaves_no_row_and_the_rerun_measures_it(cluster: dict[str, str], tmp_path: Path) -> None:
-    # A point of 300 s against a 2-minute limit; submitit asks for its signal 40 s before the limit,
-    # so the job learns early that it cannot finish (the same path as a preset's job near its end).
+    # A point of 300 s (mostly asleep: WAITING_PLUGIN) against a 2-minute limit; submitit asks for its
+    # signal 40 s before the limit, so the job learns early that it cannot finish (the same path as a
+    # preset's job near its end).
     # sbatch(1): the signal "may be sent up to 60 seconds earlier than specified", so 80 s nominal
     # means 20-80 s after the start. A nominal 5 s (1 minute, 55 s) came at the job's first second
     # in one CI run, before submitit's handler existed: USR2's default action killed the job (FAILED).
-    point = ["-m", "experiment=smoke", "backend=naive", "seq_len=64", "budget.max_point_s=1000"]
+    point = ["-m", "experiment=smoke", f"backend={WAITING}", "seq_len=64", "budget.max_point_s=1000"]
     limit = ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=40"]
     rc, out = _finish(_sweep(cluster, tmp_path, *point, "budget.timing_s=300", *SLURM, *limit), timeout=210)
     assert rc != 0, out[-3000:]

@@ -1,4 +1,4 @@
-"""Runner test helpers: a fake selfattn.measure, and the real CLI in a subprocess."""
+"""Runner test helpers: a fake selfattn.measure, a path plugin, and the real CLI in a subprocess."""
 
 from __future__ import annotations
 
@@ -14,6 +14,34 @@ T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = Path(__file__).resolve().parent / "fake_measure.py"
+
+
+# A path plugin (`my_attn:quick`, `my_attn:explodes`), for the tests that run one through a sweep
+# (test_plugin_sweep.py, test_sweep_parallel.py): write it as my_attn.py into a folder on the sweep's PYTHONPATH.
+PATH_PLUGIN = '''
+import torch
+from selfattn.backends import backend
+
+@backend(masks=("causal",), kernel_label="einsum")
+def quick(q, k, v, *, causal, window, key_lengths, document_ids, scale):
+    k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], 1) for t in (k, v))
+    s = torch.einsum("bhmd,bhnd->bhmn", q, k) * scale
+    if causal:
+        m, n = q.shape[2], k.shape[2]
+        s = s.masked_fill(~torch.ones(m, n, dtype=torch.bool, device=q.device).tril(n - m), float("-inf"))
+    return torch.einsum("bhmn,bhnd->bhmd", s.softmax(-1), v)
+
+def explodes(q, k, v, **kw):
+    raise RuntimeError("kernel exploded")
+'''
+
+
+def write_path_plugin(folder: Path, imports_log: Path | None = None) -> Path:
+    """my_attn.py (PATH_PLUGIN) in `folder`; with `imports_log`, each process that imports it appends its argv there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    log = f"import sys\nopen({str(imports_log)!r}, 'a').write(' '.join(sys.argv) + '\\n')\n" if imports_log else ""
+    (folder / "my_attn.py").write_text(log + PATH_PLUGIN)
+    return folder
 
 
 def load_fake():

@@ -18,24 +18,7 @@ import sys
 import pandas as pd
 import pytest
 
-from runner_helpers import ROOT, run_at_once, run_sweep
-
-PATH_PLUGIN = '''
-import torch
-from selfattn.backends import backend
-
-@backend(masks=("causal",), kernel_label="einsum")
-def quick(q, k, v, *, causal, window, key_lengths, document_ids, scale):
-    k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], 1) for t in (k, v))
-    s = torch.einsum("bhmd,bhnd->bhmn", q, k) * scale
-    if causal:
-        m, n = q.shape[2], k.shape[2]
-        s = s.masked_fill(~torch.ones(m, n, dtype=torch.bool, device=q.device).tril(n - m), float("-inf"))
-    return torch.einsum("bhmn,bhnd->bhmd", s.softmax(-1), v)
-
-def explodes(q, k, v, **kw):
-    raise RuntimeError("kernel exploded")
-'''
+from runner_helpers import ROOT, run_at_once, run_sweep, write_path_plugin
 
 
 def install_example(tmp_path):
@@ -51,9 +34,7 @@ def install_example(tmp_path):
 @pytest.mark.slow
 def test_path_and_entry_point_plugins_run_beside_a_builtin_and_are_drawn(tmp_path):
     site = install_example(tmp_path)
-    plugins = tmp_path / "plugins"
-    plugins.mkdir()
-    (plugins / "my_attn.py").write_text(PATH_PLUGIN)
+    plugins = write_path_plugin(tmp_path / "plugins")
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(site), str(plugins)])}
     sweep = tmp_path / "sweep"
     runs = run_at_once({  # the listing reads, the sweep writes its own folder: side by side
@@ -100,21 +81,3 @@ def test_path_and_entry_point_plugins_run_beside_a_builtin_and_are_drawn(tmp_pat
     assert not re.search(r"^\[\d+/8\]", again.stdout, re.M), again.stdout  # no point measured again
     assert (sweep / "results.csv").read_text() == before
 
-
-@pytest.mark.slow
-def test_a_submitit_job_imports_the_plugin_itself(tmp_path):
-    """submitit's local executor runs each job in a process of its own that composes its config, as a
-    SLURM task does: the path plugin must be imported there, not handed over by the submitter."""
-    plugins = tmp_path / "plugins"
-    plugins.mkdir()
-    imports = tmp_path / "imports.txt"
-    (plugins / "my_attn.py").write_text(
-        f"import sys\nopen({str(imports)!r}, 'a').write(' '.join(sys.argv) + '\\n')\n" + PATH_PLUGIN)
-    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(plugins)])}
-    sweep = tmp_path / "sweep"
-    out = run_sweep("-m", "backend=sdpa,my_attn:quick", "experiment=smoke", "hydra/launcher=submitit_local",
-                    f"hydra.sweep.dir={sweep}", env=env, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    rows = pd.read_csv(sweep / "results.csv")
-    assert sorted(rows["backend"]) == ["quick", "sdpa"] and (rows["status"] == "ok").all(), rows["error"].tolist()
-    assert any("submitit" in line for line in imports.read_text().splitlines()), imports.read_text()
