@@ -225,17 +225,17 @@ def _points(group: pd.DataFrame, metric: str) -> pd.DataFrame:
     points = {"seq_len": sizes}
     for name, column in columns.items():
         values = group[column].to_numpy(dtype=float)
-        reduced = np.full(len(sizes), np.nan)
-        for i in range(len(sizes)):
-            at = values[inverse == i]
-            at = at[~np.isnan(at)]
-            if len(at):
-                reduced[i] = reduce(at)
-        points[name] = reduced
+        points[name] = np.array([skipna(reduce, values[inverse == i]) for i in range(len(sizes))])
     if "low" not in points:
         points["low"] = points["value"]
         points["high"] = points["value"]
     return pd.DataFrame(points)
+
+
+def skipna(reduce, values: np.ndarray) -> float:
+    """`reduce` (np.min, np.median) of the values that are not NaN, NaN when none is: what pandas' reductions give."""
+    values = values[~np.isnan(values)]
+    return float(reduce(values)) if len(values) else math.nan
 
 
 def causal_ratios(facet: Facet) -> pd.DataFrame:

@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.cost import memory_metric, variant_names, variant_labels, variant_order
+from analysis.cost import memory_metric, skipna, variant_names, variant_labels, variant_order
 from analysis.load import window_order
 from selfattn.point import FIELD_NAMES
 
@@ -111,20 +111,15 @@ def summary_frame(rows: pd.DataFrame) -> pd.DataFrame:
         else:
             failed = measured["status"].iloc[at].value_counts()
             status = ", ".join(f"{n} {s}" if len(at) > 1 else str(s) for s, n in failed.items())
-        records.append({**dict(zip([*axes, "_name", "backend"], key)), "rows": len(at), "ok": len(ok),
-                        "time_ms": _median(times[ok]), memory: _median(memories[ok]), "status": status})
+        records.append({**dict(zip(keys, key)), "rows": len(at), "ok": len(ok),
+                        "time_ms": skipna(np.median, times[ok]), memory: skipna(np.median, memories[ok]),
+                        "status": status})
     frame = pd.DataFrame.from_records(records)
     frame["_order"] = frame["_name"].map(variant_order)
     # option sets of one variant: as they came; window cells mix widths and pairs' texts (analysis.load)
     frame = frame.sort_values([*axes, "_order"], kind="stable",
                               key=lambda column: column.map(window_order) if column.name == "window" else column)
     return frame[columns].reset_index(drop=True)
-
-
-def _median(values: np.ndarray) -> float:
-    """The median of the values that are not NaN (NaN when none is), as pandas' Series.median."""
-    values = values[~np.isnan(values)]
-    return float(np.median(values)) if len(values) else math.nan
 
 
 @dataclass(frozen=True)
