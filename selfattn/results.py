@@ -15,7 +15,14 @@ from typing import Any, Mapping, Sequence
 # accuracy, stability, memory, permutation or traffic column can mean "not asked for". A row of schema
 # 1 measured all of them.
 SCHEMA_VERSION = 2
-STATUSES = ("ok", "oom", "skipped_budget", "unsupported", "invalid", "error")
+STATUSES = ("ok", "oom", "skipped_budget", "unsupported", "invalid", "error", "incorrect", "timeout", "crashed")
+# What each status means and what to do about it: docs/usage.md#statuses. Only `ok` rows are results.
+# A judged kernel's verdicts: `incorrect` (outside the point's tolerance, its inputs modified, a cached or
+# unstable answer), `timeout` (past the point's time limit) and `crashed` (its process ended: an exit, an
+# abort, a signal). These, and `error`, are failures a script should see (a non-zero exit); `oom`,
+# `skipped_budget`, `unsupported` and `invalid` are refusals the sweep expects (the chapter measures where
+# a back end runs out of memory; a grid crosses axes some back ends do not take).
+FAILURE_STATUSES = ("error", "incorrect", "timeout", "crashed")
 
 
 @dataclass
