@@ -23,7 +23,10 @@ from analysis.growth import Growth, judge_growth
 from analysis.slices import Slice, dot_without_positions, fix_axes, self_attention
 from analysis.theilsen import theil_sen
 
-FAILED_STATUSES = ("oom", "skipped_budget")
+# Where a line ends: the point ran out of memory or the budget guard skipped it (figures 1 and 2 mark them). Only
+# these: an incorrect, timed-out or crashed row (analysis.judged) says nothing of where memory runs out; it is no
+# point of the line, and analysis.judged names it apart from the facet's `slice_rows`, which hold every status.
+LINE_END_STATUSES = ("oom", "skipped_budget")
 # The axes a cost line holds fixed within one precision x device panel.
 COST_FIXED = ("scope", "mode", "batch", "head_dim", "heads", "scale", "input_std")
 COST_VARY = ("seq_len", "backend", "backend_options", "causal")
@@ -56,7 +59,7 @@ class Facet:
     failed: pd.DataFrame  # oom / skipped_budget rows of the slice, with `label`
     device_mem_bytes: float = math.nan
     device_peak_tflops: float = math.nan
-    slice_rows: pd.DataFrame = field(default_factory=pd.DataFrame)
+    slice_rows: pd.DataFrame = field(default_factory=pd.DataFrame)  # every status (analysis.judged reads the judged)
 
     @property
     def title(self) -> str:
@@ -135,7 +138,9 @@ def _options_text(text: str) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
 
 
-_FACETS_KEPT = 2  # rows objects whose facets are remembered: the report's rows, and the claims' when they differ
+# rows objects whose facets are remembered: the report's rows, the claims' when they differ, and the claims' with
+# a judged kernel's rows read as results (analysis.claims asks whether a claim would have read them)
+_FACETS_KEPT = 3
 _facets_memo: list[tuple[pd.DataFrame, dict[str, list]]] = []  # rows -> {metric: facets, _SLICES: the slices}
 _SLICES = "(slices)"  # never a column's name: the key of the slices every metric's facets are cut from
 
@@ -170,7 +175,7 @@ def _cost_facets(rows: pd.DataFrame, metric: str) -> list[Facet]:
             lines.append(Line(label, group["variant"].iloc[0], bool(causal), points, fit, repeats, metric))
         if not any(len(line.points) >= 2 for line in lines):
             continue
-        failed = part[part["status"].isin(FAILED_STATUSES)]
+        failed = part[part["status"].isin(LINE_END_STATUSES)]
         facets.append(Facet(
             precision=str(precision), device_label=str(device),
             slice_text=chosen.describe(always=("head_dim", "heads", "scale")),

@@ -26,6 +26,7 @@ from analysis.claims import (
 from analysis.compare import device_speedups, pick_baseline, speedup_table
 from analysis.cost import cost_facets, exponent_table, memory_metric
 from analysis.figures import FIGURES, Context, Made, Skipped, draw
+from analysis.judged import exponent_marks, facet_notes, left_out_text, marks, not_results, status_parts
 from analysis.load import Loaded, NoUsableResults, describe_devices, load
 from analysis.summary import summary_markdown
 
@@ -63,12 +64,15 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path, *, baseline_d
         claims = claims_frame(check_claims(rows))
         tables = study_tables(rows)
         exponents = exponent_table(rows)
+        exponents["not_results"] = exponent_marks(exponents, [*cost_facets(rows, "time_ms"),
+                                                              *cost_facets(rows, memory_metric(rows))])
         summary = summary_markdown(rows)
         devices = pd.DataFrame()
         baseline_note = None
         if rows[rows["status"] == "ok"]["device_label"].nunique() > 1:
             baseline, baseline_note = pick_baseline(rows, baseline_device)
             devices = speedup_table(device_speedups(rows, baseline)).assign(baseline=baseline)
+            devices["not_results"] = marks(devices["backend"], rows)
         # the text around the figures, while they are still being drawn: only their own section waits for them
         head, tail = _text_parts(loaded, claims, exponents, devices, paths, out_dir, baseline_note, tables, summary)
     finally:  # the figures are waited for even when a table fails: no worker outlives the report
@@ -98,8 +102,7 @@ def _text_parts(loaded: Loaded, claims: pd.DataFrame, exponents: pd.DataFrame, d
     """report.md's lines before its figures' section (up to its heading) and after it."""
     rows = loaded.rows
     chapter = claims[claims["study"] == CHAPTER].reset_index(drop=True)
-    statuses = rows["status"].value_counts()
-    status_text = ", ".join(f"{count} {status}" for status, count in statuses.items())
+    status_text = status_parts(rows)
     times = rows["time"].dropna()
     lines = [
         "# selfattn-bench report", "",
@@ -109,6 +112,7 @@ def _text_parts(loaded: Loaded, claims: pd.DataFrame, exponents: pd.DataFrame, d
         + (f"; measured {times.min():%Y-%m-%d %H:%M} to {times.max():%Y-%m-%d %H:%M} UTC" if len(times) else "")
         + ".", "",
         *_sweeps_line(rows),
+        *_not_results_section(rows),
         "## What was measured", "",
         "The swept axes (the point's fields that take more than one value here) against each back end.", "",
         summary_markdown(rows) if summary is None else summary, "",
@@ -135,7 +139,9 @@ def _text_parts(loaded: Loaded, claims: pd.DataFrame, exponents: pd.DataFrame, d
         "the scatter between repeats, and above 3%): a cache cliff, or a straight log-log line that is not "
         "fixed + linear + n².", "",
         _exponent_table(exponents), "",
+        *_exponents_left_out(rows),
         "## Figures", "",
+        *_figures_left_out(rows),
     ]
     tail: list[str] = []
     if not devices.empty:
@@ -147,6 +153,42 @@ def _text_parts(loaded: Loaded, claims: pd.DataFrame, exponents: pd.DataFrame, d
     if problems:
         tail += ["## Input problems", "", *[f"- {p}" for p in problems], ""]
     return lines, tail
+
+
+def _not_results_section(rows: pd.DataFrame) -> list[str]:
+    """The back ends with incorrect, timed-out or crashed rows (analysis.judged), worst first, before anything that
+    ranks back ends: how many of each one's points, and the first reasons. Nothing when there are none."""
+    table = not_results(rows)
+    if table.empty:
+        return []
+    def cell(record: pd.Series, status: str) -> str:
+        return f"{record[status]} of {record['measured']}" if record[status] else "—"
+    frame = pd.DataFrame({
+        "Back end": table["backend"],
+        **{f"{status.capitalize()}": [cell(r, status) for _, r in table.iterrows()] for status in ("incorrect", "timeout", "crashed")},
+        "Points left out": [f"{r['left_out']} of {r['measured']}" for _, r in table.iterrows()],
+        "First reasons": table["reasons"].replace("", "—")})
+    return ["## Not results: incorrect, timed-out and crashed back ends", "",
+            "A row whose output missed its tolerance (incorrect), that ran past its time limit (timeout) or whose "
+            "process ended (crashed) is no result: results.csv keeps its time and errors for inspection, but no "
+            "table stars it, no claim or fitted exponent reads it and no figure draws it; every table, claim and "
+            "figure below that ranks these back ends names them. Points: those the back end ran (not refused). "
+            "What each status means and what to do: docs/usage.md#statuses.", "",
+            _markdown(frame), ""]
+
+
+def _exponents_left_out(rows: pd.DataFrame) -> list[str]:
+    """The line under the exponent table naming, per panel, the back ends with judged rows and no line at all (a line
+    fitted from a back end's other points says so in its Back end cell)."""
+    facets = [*cost_facets(rows, "time_ms"), *cost_facets(rows, memory_metric(rows))]  # remembered: not refitted
+    notes = facet_notes(facets, "no line fitted", without_line=True)
+    return [f"*{'; '.join(notes)}.*", ""] if notes else []
+
+
+def _figures_left_out(rows: pd.DataFrame) -> list[str]:
+    """One line before the figures: no figure draws a judged row (the cost figures' notes name theirs by panel)."""
+    text = left_out_text(rows)
+    return [f"*No figure draws a row that is not a result:* {text}.", ""] if text else []
 
 
 def _figure_lines(figures: Sequence[Made | Skipped], out_dir: Path) -> list[str]:
@@ -247,6 +289,14 @@ def _claims_table(claims: pd.DataFrame) -> str:
                                    "Measured evidence": claims["evidence"], "Verdict": verdicts}))
 
 
+def _marked(table: pd.DataFrame) -> pd.Series:
+    """The Back end cells, each with its points that are not results after it ('triton_bad (3 incorrect of 12
+    points)'), where the table has the `not_results` column."""
+    if "not_results" not in table:
+        return table["backend"]
+    return table["backend"] + table["not_results"].map(lambda text: f" ({text})" if text else "")
+
+
 def _fit_cell(b: float, low: float, high: float) -> str:
     if math.isnan(b):
         return "—"
@@ -261,7 +311,7 @@ def _exponent_table(table: pd.DataFrame) -> str:
     fits = {prefix: [_fit_cell(b, low, high) for b, low, high in
                      zip(table[f"{prefix}_exponent"], table[f"{prefix}_ci_low"], table[f"{prefix}_ci_high"])]
             for prefix in ("time", "mem")}
-    columns = [("Device", table["device"]), ("Precision", table["precision"]), ("Back end", table["backend"]),
+    columns = [("Device", table["device"]), ("Precision", table["precision"]), ("Back end", _marked(table)),
                ("Mask", table["causal"].map(lambda c: "causal" if c else "no mask")),
                ("Time b [95% CI]", fits["time"]), ("n fitted (sizes)", table["time_sizes"].replace("", "—")),
                ("Memory b [95% CI]", fits["mem"]), ("n fitted (sizes)", table["mem_sizes"].replace("", "—")),
@@ -291,7 +341,7 @@ def _share_cells(table: pd.DataFrame, prefix: str) -> list[str]:
 def _speedup_table(devices: pd.DataFrame) -> str:
     two = "{:.2f}".format
     return _markdown(pd.DataFrame({
-        "Device": devices["device"], "Back end": devices["backend"],
+        "Device": devices["device"], "Back end": _marked(devices),
         "Kernel (device / baseline)": devices["kernel"] + " / " + devices["baseline_kernel"], "Points": devices["points"],
         "Geo-mean ×": devices["geomean_speedup"].map(two), "Min ×": devices["min_speedup"].map(two),
         "Max ×": devices["max_speedup"].map(two), "Largest n": devices["largest_n"],

@@ -8,7 +8,10 @@ the median runs over them); several devices add a `device` axis. A back end is i
 name it (`analysis.cost.variant_labels`: "naive+compile", or "chunked (q_chunk=256)" when one variant ran
 with several option sets). Memory is the column the cost figures read (`analysis.cost.memory_metric`: the
 allocator's exact peak where rows have it, else the process's peak RSS). Refused (`invalid`) rows never ran,
-so they count in the status line only.
+so they count in the status line only. A judged kernel's verdicts (`incorrect`, `timeout`, `crashed`:
+analysis.judged) are never results: a cell holding one is marked ("12.3 ms (incorrect)", the time of the ok rows
+or, when none is, of the incorrect rows that kept theirs) and never the fastest, and a line under the table names
+each such back end with its count.
 
 Rows that are not one simple grid (the default sweep is a union of small grids, each varying other axes) would make
 a table of a dozen axis columns and hundreds of mostly empty cells. Their table leads with the slice that answers
@@ -28,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.cost import memory_metric, skipna, variant_names, variant_labels, variant_order
+from analysis.judged import JUDGED, left_out_text, status_counts
 from analysis.load import window_order
 from selfattn.point import FIELD_NAMES
 
@@ -39,7 +43,7 @@ MEMORY_COLUMNS: tuple[str, ...] = ("peak_alloc_bytes", "peak_mem_bytes")
 _FASTEST_MARK = "*"
 # The axes that matter most for cost, in the order the leading slice takes them as its rows (seq_len first).
 LEAD_AXES: tuple[str, ...] = ("seq_len", "causal", "precision")
-_CELL_COLUMNS: tuple[str, ...] = ("backend", "rows", "ok", "time_ms", "status", *MEMORY_COLUMNS)
+_CELL_COLUMNS: tuple[str, ...] = ("backend", "rows", "ok", "time_ms", "status", "not_result", *MEMORY_COLUMNS)
 
 
 def swept_axes(rows: pd.DataFrame) -> list[str]:
@@ -75,14 +79,19 @@ def summary_frame(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per swept-axes value and back end: `rows`, `ok`, median `time_ms` and memory of the ok rows, and
     `status` ("ok", or the failed rows' statuses, e.g. "oom" or "1 oom, 1 error", when none ran).
 
+    `not_result` names the cell's judged rows ("incorrect", or "1 incorrect, 1 timeout" in a cell of several rows;
+    empty when it has none): such a cell is never a result. Its `time_ms` is then the median of the ok rows or,
+    when none is ok, of the judged rows that kept a time (an incorrect row keeps its time, for inspection).
+
     Columns: the swept axes (`swept_axes`), `backend` (the variant's label), `rows`, `ok`, `time_ms`, the memory
-    column (`peak_alloc_bytes` or `peak_mem_bytes`, named as measured), `status`. Sorted by the axes, then the
-    registry's back-end order (a variant's option sets in the rows' order). Empty (with those columns) when no row ran.
+    column (`peak_alloc_bytes` or `peak_mem_bytes`, named as measured), `status`, `not_result`. Sorted by the axes,
+    then the registry's back-end order (a variant's option sets in the rows' order). Empty (with those columns) when
+    no row ran.
     """
     measured = _measured(rows).copy()
     axes = swept_axes(measured)
     memory = memory_metric(measured) if len(measured) else MEMORY_COLUMNS[-1]
-    columns = [*axes, "backend", "rows", "ok", "time_ms", memory, "status"]
+    columns = [*axes, "backend", "rows", "ok", "time_ms", memory, "status", "not_result"]
     if measured.empty:
         return pd.DataFrame(columns=columns)
     if "device" in axes:
@@ -97,6 +106,7 @@ def summary_frame(rows: pd.DataFrame) -> pd.DataFrame:
     # Each group's cells from the columns' numpy values (a pandas frame per group cost most of the report's
     # summary): the medians skip NaN, as pandas' do.
     is_ok = (measured["status"] == "ok").to_numpy()
+    is_judged = measured["status"].isin(JUDGED).to_numpy()
     times = measured["time_ms"].to_numpy(dtype=float)
     memories = measured[memory].to_numpy(dtype=float)
     keys = [*axes, "_name", "backend"]
@@ -106,14 +116,20 @@ def summary_frame(rows: pd.DataFrame) -> pd.DataFrame:
         at = np.flatnonzero(codes == code)
         key = tuple(values[at[0]] for values in key_values)
         ok = at[is_ok[at]]
+        judged = at[is_judged[at]]
         if len(ok):
             status = "ok"
         else:
             failed = measured["status"].iloc[at].value_counts()
             status = ", ".join(f"{n} {s}" if len(at) > 1 else str(s) for s, n in failed.items())
+        not_result = ""
+        if len(judged):
+            counts = measured["status"].iloc[judged].value_counts()
+            not_result = ", ".join(f"{n} {s}" if len(at) > 1 else str(s) for s, n in counts.items())
+        shown = ok if len(ok) else judged  # a judged cell's time is shown marked, never ranked (_wide)
         records.append({**dict(zip(keys, key)), "rows": len(at), "ok": len(ok),
-                        "time_ms": skipna(np.median, times[ok]), memory: skipna(np.median, memories[ok]),
-                        "status": status})
+                        "time_ms": skipna(np.median, times[shown]), memory: skipna(np.median, memories[ok]),
+                        "status": status, "not_result": not_result})
     frame = pd.DataFrame.from_records(records)
     frame["_order"] = frame["_name"].map(variant_order)
     # option sets of one variant: as they came; window cells mix widths and pairs' texts (analysis.load)
@@ -210,11 +226,14 @@ def _others_text(piece: Slice, where: str) -> str:
 
 
 def status_line(rows: pd.DataFrame) -> str:
-    """'24 rows: 20 ok, 3 oom, 1 invalid', every row counted (refused ones too)."""
-    if "status" not in rows or rows.empty:
-        return "0 rows"
-    counts = rows["status"].value_counts()
-    return f"{len(rows)} rows: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+    """'24 rows: 20 ok, 3 oom, 1 invalid', every row counted (refused ones too), in STATUSES' order."""
+    return status_counts(rows)
+
+
+def not_results_line(rows: pd.DataFrame) -> str:
+    """'Not results (marked, never the fastest): triton_bad (3 incorrect of 12 points)', or empty."""
+    text = left_out_text(_measured(rows)) if "status" in rows else ""
+    return f"Not results (marked, never the fastest): {text}" if text else ""
 
 
 def format_ms(value: float) -> str:
@@ -261,7 +280,8 @@ def _memory_column(frame: pd.DataFrame) -> str | None:
 
 def _wide(frame: pd.DataFrame, *, memory: bool, mark_fastest: str) -> tuple[list[str], list[str], list[list[str]]]:
     """(axis headers, back-end headers, cells per table row): back ends as columns, one cell per point and back end,
-    the fastest back end of a row marked when more than one ran."""
+    the fastest back end of a row marked when more than one ran. A cell holding a judged row is no result: its
+    time is shown with the statuses after it ("12.3 ms (incorrect)") and it is never the fastest."""
     axes = frame_axes(frame)
     backends = list(dict.fromkeys(frame["backend"]))
     mem = _memory_column(frame) if memory else None
@@ -270,13 +290,17 @@ def _wide(frame: pd.DataFrame, *, memory: bool, mark_fastest: str) -> tuple[list
     for key, group in groups:
         key = key if isinstance(key, tuple) else (key,)
         by_backend = {row.backend: row for row in group.itertuples(index=False)}
-        times = group["time_ms"].dropna()
-        fastest = group.loc[times.idxmin(), "backend"] if len(times) > 1 else None
+        results = group[(group["ok"] > 0) & (group["not_result"] == "")]
+        times = results["time_ms"].dropna()
+        fastest = results.loc[times.idxmin(), "backend"] if len(times) > 1 else None
         cells = [_axis_value(v) for v in key]
         for backend in backends:
             row = by_backend.get(backend)
             if row is None:
                 cells.append("")
+            elif row.not_result:
+                cells.append(row.not_result if pd.isna(row.time_ms) else
+                             f"{format_ms(row.time_ms)} ms ({row.not_result})")
             elif not row.ok:
                 cells.append(row.status)
             else:
@@ -293,6 +317,8 @@ def _wide(frame: pd.DataFrame, *, memory: bool, mark_fastest: str) -> tuple[list
 def _explain(frame: pd.DataFrame, memory: bool) -> str:
     mem = _memory_column(frame) if memory else None
     what = "median time of the ok rows of each point"
+    if (frame["not_result"] != "").any():
+        what += " (a cell marked incorrect, timeout or crashed is no result: never the fastest)"
     if mem is not None:
         what += (" · their memory peak (" + ("allocated through torch" if mem == "peak_alloc_bytes" else "peak RSS")
                  + f", {mem})")
@@ -311,22 +337,24 @@ def _markdown_table(frame: pd.DataFrame) -> list[str]:
 
 def summary_markdown(rows: pd.DataFrame) -> str:
     """A pipe table for report.md: the swept axes, then one column per back end ("1.23 ms · 4.00 MiB", the
-    fastest of each row in bold, a failed point's status), and the status counts under it. Rows that are not one
-    grid get the leading slice's table first (`leading_slice`, its held values in the line above it), then every
-    point's."""
+    fastest of each row in bold, a failed point's status, a judged one marked), and the status counts under it,
+    then the line naming the back ends with judged rows (`not_results_line`). Rows that are not one grid get the
+    leading slice's table first (`leading_slice`, its held values in the line above it), then every point's."""
     frame = summary_frame(rows)
     if frame.empty:
         return f"*No measured rows* ({status_line(rows)})."
     note = _explain(frame, memory=True) + "; bold: the fastest back end of the row."
+    judged = not_results_line(rows)
+    counts = f"{status_line(rows)}. Cells: {note}" + (f"\n\n{judged}." if judged else "")
     full = "\n".join(_markdown_table(frame))
     piece = leading_slice(frame)
     if piece is None:
-        return full + f"\n\n{status_line(rows)}. Cells: {note}"
+        return full + f"\n\n{counts}"
     vary = f": the {piece.other_rows} other rows vary {', '.join(piece.other_axes)}" if piece.other_rows else ""
     return "\n".join([
         f"Back ends compared {held_text(piece)}:", "",
         *_markdown_table(piece.frame), "",
-        f"{status_line(rows)}. Cells: {note}", "",
+        counts, "",
         f"Every point{vary}.", "", full])
 
 
@@ -396,5 +424,7 @@ def summary_text(rows: pd.DataFrame, width: int = 100, max_rows: int = 60) -> st
         if others:
             notes.append(others)
     what = status_line(rows) + ". Cells: " + _explain(frame, memory=memory) + f"; {_FASTEST_MARK}: fastest of the row."
+    judged = not_results_line(rows)
     notes_text = [textwrap.fill(f"({note})", width) for note in notes]
-    return "\n".join([*head, *lines, "", textwrap.fill(what, width), *notes_text])
+    return "\n".join([*head, *lines, "", textwrap.fill(what, width), *([textwrap.fill(judged + ".", width)] if judged else []),
+                      *notes_text])

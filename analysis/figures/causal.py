@@ -8,6 +8,7 @@ import pandas as pd
 from analysis.cost import causal_ratios, cost_facets, ideal_causal_ratio
 from analysis.figures.common import Context, Made, Skipped, legend_right, line_grid, mask_handle, save, set_log2_ticks, suptitle
 from analysis.figures.style import backend_palette, precision_order
+from analysis.judged import facet_notes
 
 
 def causal_saving(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
@@ -45,4 +46,5 @@ def causal_saving(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                 "Each line is a back end's median time without a mask divided by its time with a causal mask; the "
                 "dashed line is the ideal n²/(n(n+1)/2) ≈ 2 if only the unmasked half were computed, the dotted "
                 "line 1 means the mask saved nothing.",
-                save(g.figure, ctx, name), [f"{f.title}: {f.slice_text}" for f, _ in panels])
+                save(g.figure, ctx, name), [f"{f.title}: {f.slice_text}" for f, _ in panels]
+                + facet_notes(f for f, _ in panels))

@@ -14,6 +14,7 @@ from analysis.figures.common import (
     mark_failed, mask_handle, save, set_log2_ticks, sns, suptitle, tidy_log_axis,
 )
 from analysis.figures.style import backend_palette, precision_order
+from analysis.judged import facet_notes
 
 EXPERIMENT = "quadratic_cost (or the default sweep)"
 
@@ -135,7 +136,7 @@ def time_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                    if share_shown else
                    f" No line was measured at the {MIN_MODEL_SIZES} sizes the cost model fixed + linear·n + "
                    "quadratic·n² needs, or none follows it, so no model or n² share is drawn."),
-                save(g.figure, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets])
+                save(g.figure, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets] + facet_notes(facets))
 
 
 def _predicted(data: pd.DataFrame, **kw) -> None:
@@ -199,7 +200,7 @@ def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                 "device's memory and X / v mark points that ran out of memory or were skipped by the budget guard. "
                 "The thin line is the cost model fixed + linear·n + quadratic·n² fitted to each no-mask line and "
                 "the dash-dot-dot line its n² term alone (the memory claims judge by its share).",
-                save(g.figure, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets] + notes)
+                save(g.figure, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets] + notes + facet_notes(facets))
 
 
 def throughput_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
@@ -235,4 +236,4 @@ def throughput_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                 "Each line is the attention FLOPs (only unmasked scores counted) divided by the median time; the "
                 "black line is the same device's measured matmul peak, so the gap is the fraction of the hardware "
                 "a back end leaves unused.",
-                save(g.figure, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets])
+                save(g.figure, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets] + facet_notes(facets))

@@ -64,7 +64,7 @@ def test_seeds_are_repeats_whose_median_is_taken_and_devices_become_an_axis():
 def test_frame_has_one_row_per_point_and_back_end_in_registry_order_with_failed_statuses():
     frame = summary_frame(_grid())
     assert list(frame.columns) == ["seq_len", "causal", "backend", "rows", "ok", "time_ms", "peak_alloc_bytes",
-                                   "status"]
+                                   "status", "not_result"]
     assert len(frame) == 12
     assert list(frame["backend"][:3]) == ["naive", "sdpa", "chunked"]  # BACKEND_NAMES' order, not the rows'
     oom = frame[(frame["seq_len"] == 256) & frame["causal"] & (frame["backend"] == "chunked")].iloc[0]
