@@ -26,7 +26,7 @@ from selfattn.results import STATUSES
 JUDGED: tuple[str, ...] = ("incorrect", "timeout", "crashed")
 # Statuses of a point that never ran its kernel: they do not count as points a back end was measured at.
 NOT_RUN: tuple[str, ...] = ("invalid", "unsupported", "skipped_budget")
-REASONS_SHOWN = 2  # the first distinct reasons report.md quotes per back end
+REASONS_SHOWN = 3  # the first distinct reasons report.md quotes per back end, incorrect ones first
 _REASON_CHARS = 160  # a reason is one line; a long one is cut here (results.csv keeps it whole)
 NOT_RESULTS_COLUMNS = ("backend", *JUDGED, "left_out", "measured", "reasons")
 
@@ -77,7 +77,8 @@ def not_results(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per back end with a judged row: its count of each judged status, `left_out` (their sum),
     `measured` (its points that ran: every status but invalid, unsupported and skipped_budget) and `reasons`
     (its first REASONS_SHOWN distinct reasons, '; ' between them). Worst first: most incorrect, then most left
-    out, then by name. Empty (with those columns) when no row is judged."""
+    out, then by name. A reason reads 'incorrect: max_abs_err 3.4 > ...', the incorrect ones first. Empty (with those
+    columns) when no row is judged."""
     judged = is_judged(rows)
     if not judged.any():
         return pd.DataFrame(columns=list(NOT_RESULTS_COLUMNS))
@@ -87,8 +88,10 @@ def not_results(rows: pd.DataFrame) -> pd.DataFrame:
     for label in dict.fromkeys(labels[judged]):
         mine = rows[judged & (labels == label)]
         counts = mine["status"].value_counts()
+        mine = mine.iloc[mine["status"].map(JUDGED.index).argsort(kind="stable")]  # incorrect, timeout, crashed
         errors = mine["error"] if "error" in mine else pd.Series("", index=mine.index)
-        reasons = [r for r in dict.fromkeys(_reason(e) for e in errors) if r][:REASONS_SHOWN]
+        reasons = [f"{status}: {_reason(e)}" for status, e in zip(mine["status"], errors) if _reason(e)]
+        reasons = list(dict.fromkeys(reasons))[:REASONS_SHOWN]
         records.append({"backend": label, **{s: int(counts.get(s, 0)) for s in JUDGED}, "left_out": len(mine),
                          "measured": int((ran & (labels == label)).sum()), "reasons": "; ".join(reasons)})
     table = pd.DataFrame.from_records(records, columns=list(NOT_RESULTS_COLUMNS))
