@@ -55,7 +55,9 @@ class _Judged:
     A claim names them when they would have changed it: judged again with them read as results (`ok`, their values
     as measured), its evidence or verdict differs (or it fails). So a stability claim that reads naive alone does not
     name a plugin's incorrect rows, and a cost claim over every back end does. Only when some row is judged: a sweep
-    without any pays nothing."""
+    without any pays nothing; one with some pays a second pass of the claims (every experiment's fabricated rows,
+    377 with 6 judged: 3.2 s -> 8.5 s on a loaded 2-core machine), for evidence that names a kernel only where it
+    would have mattered instead of under every claim."""
 
     def __init__(self, rows: pd.DataFrame):
         judged = is_judged(rows)
