@@ -19,11 +19,11 @@ from typing import Iterable
 import pandas as pd
 
 from analysis.cost import Facet, variant_labels
-from selfattn.results import STATUSES
+from selfattn.results import FAILURE_STATUSES, STATUSES
 
-# The verdicts on a kernel itself, worst first: the order report.md lists them in. `error` is a failure too
-# (FAILURE_STATUSES), but of the harness or the call's set-up as often as of the kernel; it stays in the counts.
-JUDGED: tuple[str, ...] = ("incorrect", "timeout", "crashed")
+# The verdicts on a kernel itself, worst first (the schema's order): the order report.md lists them in. `error` is
+# a failure too, but of the harness or the call's set-up as often as of the kernel; it stays in the counts.
+JUDGED: tuple[str, ...] = tuple(s for s in FAILURE_STATUSES if s != "error")
 # Statuses of a point that never ran its kernel: they do not count as points a back end was measured at.
 NOT_RUN: tuple[str, ...] = ("invalid", "unsupported", "skipped_budget")
 REASONS_SHOWN = 3  # the first distinct reasons report.md quotes per back end, incorrect ones first
@@ -36,13 +36,6 @@ def is_judged(rows: pd.DataFrame) -> pd.Series:
     if "status" not in rows:
         return pd.Series(False, index=rows.index)
     return rows["status"].isin(JUDGED)
-
-
-def without_judged(rows: pd.DataFrame) -> pd.DataFrame:
-    """`rows` less the judged rows; the same object when there are none (so what is remembered per rows object,
-    the cost lines of analysis.cost.cost_facets, is reused)."""
-    judged = is_judged(rows)
-    return rows[~judged] if judged.any() else rows
 
 
 def status_parts(rows: pd.DataFrame) -> str:
