@@ -190,3 +190,32 @@ def test_the_report_command_lists_the_judged_back_end_first_and_uses_none_of_its
     assert (out / "figures" / "fig1_time_vs_seq_len.png").stat().st_size > 10_000
     fig1 = figures.split("### 1. Time vs sequence length")[1].split("### ")[0]
     assert f"not drawn, not results: {COUNTS}" in fig1
+
+
+def test_a_claim_names_the_judged_rows_only_where_they_would_change_it_and_its_study_stays_when_all_are_judged():
+    from analysis.claim import NOT_MEASURED, ClaimSpec, Evidence
+    from analysis.claims import _Judged
+
+    rows = pd.DataFrame({"status": ["ok", "incorrect", "timeout"], "backend": ["naive", BAD, BAD],
+                         "backend_options": ["{}"] * 3, "error": ["", INCORRECT, TIMEOUT], "time_ms": [1.0, 0.1, None]})
+
+    def of(backend: str):
+        def read(part: pd.DataFrame) -> Evidence | None:
+            ok = part[(part["status"] == "ok") & (part["backend"] == backend)]
+            return Evidence(f"{len(ok)} rows", (True,)) if len(ok) else None  # None: its study's rows are absent
+        return read
+
+    def broken(part: pd.DataFrame) -> Evidence:
+        if part["time_ms"][part["status"] == "ok"].isna().any():
+            raise ValueError("a result without a time")
+        return Evidence("fine", (True,))
+
+    judged = _Judged(rows)
+    naive = judged.check(ClaimSpec("a", "naive", "rule", "quick", "Study", of("naive")))
+    assert naive.evidence == "1 rows"  # fastbad's rows would not change it: not named
+    bad = judged.check(ClaimSpec("b", "bad", "rule", "quick", "Study", of(BAD)))
+    assert bad.verdict == NOT_MEASURED  # all its rows are judged: still listed, not dropped with its study
+    assert bad.evidence == f"no row that is a result; not results, left out: {BAD} (1 incorrect, 1 timeout of 2 points)"
+    assert judged.check(ClaimSpec("c", "c", "rule", "quick", "Study", broken)).evidence.endswith(
+        f"left out: {BAD} (1 incorrect, 1 timeout of 2 points)")  # it breaks on them as results: it would read them
+    assert _Judged(rows[rows["status"] == "ok"]).check(ClaimSpec("b", "bad", "rule", "quick", "Study", of(BAD))) is None
