@@ -119,11 +119,15 @@ class Worker:
             pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, env=env)
         os.close(to_child_r)
         os.close(from_child_w)
-        self._buffer = b""
-        kind, *_ = self._receive(time.monotonic() + start_s)
-        if kind != "ready":
+        self._buffer, self._closed = b"", False
+        try:
+            kind, *_ = self._receive(time.monotonic() + start_s)
+            if kind != "ready":
+                raise WorkerGone(f"the worker said {kind!r} instead of ready")
+        except BaseException:  # it did not start (or this process was interrupted meanwhile): no worker left
             self.kill()
-            raise WorkerGone(f"the worker said {kind!r} instead of ready")
+            self.stop()
+            raise
 
     @property
     def pid(self) -> int:
@@ -164,12 +168,14 @@ class Worker:
         return Outcome(status="error", error=f"the worker sent {kind!r}")
 
     def stop(self, wait_s: float = 5.0) -> None:
-        """Close its pipe (it exits between points), then kill it by its PID if it has not."""
-        for fd in (self._to_child, self._from_child):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        """Close its pipes (it exits between points), then kill it by its PID if it has not."""
+        if not self._closed:  # once: a closed descriptor's number may already be another file's
+            self._closed = True
+            for fd in (self._to_child, self._from_child):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         try:
             self.proc.wait(wait_s)
         except subprocess.TimeoutExpired:
@@ -233,7 +239,8 @@ _worker: Worker | None = None
 def run_isolated(point: Point, budget: Budget, metrics: Iterable[str], fixed_s: float | None = None) -> Outcome:
     """`point` in this process's worker (started on first use, and again after one ended)."""
     global _worker
-    if _worker is None or not _worker.alive():
+    _forget_ended_worker()
+    if _worker is None:
         _release_parent_device(point)
         try:
             _worker = Worker()
@@ -241,9 +248,15 @@ def run_isolated(point: Point, budget: Budget, metrics: Iterable[str], fixed_s: 
             _worker = None
             return Outcome(status="error", error=f"the isolated worker did not start: {exc or type(exc).__name__}")
     outcome = _worker.run(point, budget, metrics, fixed_s)
-    if not _worker.alive():
-        _worker = None
+    _forget_ended_worker()
     return outcome
+
+
+def _forget_ended_worker() -> None:
+    global _worker
+    if _worker is not None and not _worker.alive():
+        _worker.stop()  # its pipes closed; the process already reaped
+        _worker = None
 
 
 def stop_worker() -> None:
