@@ -9,7 +9,8 @@ alternating order, and takes the difference of the two wall times seen by the sw
 round trip of the point, its row and the worker's prediction, the worker's own prediction of the point
 (the limit derives from it), and whatever the second process costs the first (two torch thread pools on
 the same cores). The worker's start (Python, torch, the harness) is paid once per sweep process, or again
-after a crash; it is timed apart. The plugin is examples/selfattn-fp32acc's (by path), the metrics every
+after a crash; it is timed apart. The share outside measure_point (the sweep's wall time minus the
+worker's own measure_point time, per point) is printed too: it does not swing with the point's own noise. The plugin is examples/selfattn-fp32acc's (by path), the metrics every
 metric, the budget the smoke experiment's. The machine is shared: the load average is printed beside them.
 """
 
@@ -52,6 +53,17 @@ def wall_s(mode: bool | str, size: dict, seed: int) -> float:
     return took
 
 
+def round_trip_s(size: dict, seed: int) -> float:
+    """The sweep's wall time of an isolated point minus measure_point's own inside the worker: the pipe's
+    round trips, the pickling and the worker's prediction, free of the point's own noise."""
+    job_ = parsed("plugins", size, seed)
+    started = time.perf_counter()
+    outcome = isolate.run_isolated(job_.point, job_.budget, job_.runner["metrics"])
+    took = time.perf_counter() - started
+    assert outcome.row is not None and outcome.row.status == "ok", outcome
+    return took - outcome.row.point_wall_s
+
+
 def main(argv: list[str] | None = None) -> int:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args.add_argument("--pairs", type=int, default=15)
@@ -74,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{statistics.median(inside) * 1e3:7.1f} ms/point: isolation costs "
               f"{statistics.median(diffs) * 1e3:+.1f} ms/point (median of {len(diffs)} paired differences; "
               f"p20 {sorted(diffs)[len(diffs) // 5] * 1e3:+.1f}, p80 {sorted(diffs)[(4 * len(diffs)) // 5] * 1e3:+.1f})")
+        trips = sorted(round_trip_s(size, 100 + i) for i in range(opts.pairs))
+        print(f"{name:6s} of which outside measure_point (pipes, pickles, the worker's prediction): "
+              f"median {statistics.median(trips) * 1e3:.1f} ms, max {trips[-1] * 1e3:.1f} ms")
     isolate.stop_worker()
     return 0
 
