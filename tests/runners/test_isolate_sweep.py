@@ -3,7 +3,8 @@
 The plugins are tests/runners/misbehaving.py, given by path. One multirun holds every case between ordinary
 points (a built-in in the sweep's process, a correct plugin in the worker); a rerun of the same command
 resumes past every one; sys.exit(0) in the sweep's own process (isolate=false) is a crashed row too; and
-SIGTERM while a plugin spins in the worker ends the sweep in one line and stops the worker.
+SIGTERM (to the sweep) or Ctrl-C (SIGINT to its process group) while a plugin spins in the worker ends the
+sweep in one line and stops the worker.
 """
 
 from __future__ import annotations
@@ -94,12 +95,15 @@ def test_every_misbehaving_back_end_is_a_row_and_the_sweep_goes_on(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_sigterm_while_a_plugin_spins_in_the_worker_stops_it_and_ends_in_one_line(tmp_path):
+@pytest.mark.parametrize("signum, to_group, status", [(signal.SIGTERM, False, 143), (signal.SIGINT, True, 130)],
+                         ids=["sigterm-to-the-sweep", "ctrl-c-to-the-process-group"])
+def test_a_signal_while_a_plugin_spins_in_the_worker_stops_it_and_ends_in_one_line(tmp_path, signum, to_group, status):
     sweep, pid_file = tmp_path / "sweep", tmp_path / "worker.pid"
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", **ENV, "MISBEHAVING_PID_FILE": str(pid_file)}
+    # a session of its own: its process group holds the sweep and its worker alone, as a terminal's would
     proc = subprocess.Popen(sweep_cmd("-m", f"backend=naive,{P}spins,sdpa", "experiment=smoke",
                                       f"hydra.sweep.dir={sweep}"), cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
         while not pid_file.is_file() or not pid_file.read_text():
@@ -107,13 +111,16 @@ def test_sigterm_while_a_plugin_spins_in_the_worker_stops_it_and_ends_in_one_lin
             time.sleep(0.2)
         worker = int(pid_file.read_text())
         assert worker != proc.pid
-        proc.send_signal(signal.SIGTERM)  # to the sweep's process alone, by its PID
+        if to_group:  # Ctrl-C: the terminal signals every process of the group, the worker too (it ignores it)
+            os.killpg(proc.pid, signum)
+        else:  # to the sweep's process alone, by its PID
+            proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 143, stderr[-3000:]
+    assert proc.returncode == status, stderr[-3000:]
     assert "interrupted after 1 of 3 points; the same command resumes" in stderr, stderr
     assert "Traceback" not in stderr, stderr
     assert not Path(f"/proc/{worker}").exists()  # the worker was killed and reaped
