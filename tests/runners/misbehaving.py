@@ -2,7 +2,7 @@
 
 Each is what a real kernel does wrong: `exits` calls sys.exit(0), `os_exit` os._exit(3), `aborts` os.abort(),
 `segfaults` reads address 0, `sleeps` sleeps 120 s, `spins` never returns, `hog` allocates until it fails;
-`fine` and `fine_too` are correct, the ordinary points around them. `MISBEHAVING_PID_FILE`, when set, gets
+`raises` raises an ordinary error; `fine` and `fine_too` are correct, the ordinary points around them. `MISBEHAVING_PID_FILE`, when set, gets
 the process id of the process that runs a misbehaving call (so a test can tell it was stopped).
 """
 
@@ -67,3 +67,7 @@ def hog(q, k, v, **kw):
     kept = []
     while True:  # 256 MiB at a time, each written (resident), until an allocation fails
         kept.append(torch.ones(2**28, dtype=torch.uint8))
+
+
+def raises(q, k, v, **kw):
+    raise RuntimeError("kernel raised")

@@ -64,6 +64,10 @@ def test_one_worker_serves_points_survives_sys_exit_and_is_replaced_after_a_cras
     again = isolate.run_isolated(point("fine_too"), BUDGET, ())
     assert again.row.status == "ok" and isolate.worker_pid() == pid  # the same process: no start per point
 
+    raised = isolate.run_isolated(point("raises"), BUDGET, ())  # an ordinary error row, its traceback sent along
+    assert raised.row.status == "error" and raised.row.error == "RuntimeError: kernel raised", raised
+    assert 'in raises' in raised.traceback and raised.traceback.rstrip().endswith("RuntimeError: kernel raised")
+
     exited = isolate.run_isolated(point("exits"), BUDGET, ())
     assert (exited.status, exited.error) == ("crashed", "the back end called sys.exit(0)")
     assert isolate.worker_pid() == pid  # SystemExit is caught inside the worker: it lives on
