@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
+from runners.isolate import parse_isolate
 from selfattn.backends import BACKEND_NAMES, check_options, describe_name, get_backend
 from selfattn.fields import check_fields, defaults, field_types, spec, unknown_key
 from selfattn.measure.budget import Budget
@@ -44,6 +45,12 @@ class RunnerConf:
                         help=f"what a point measures beyond its time: some of {', '.join(ALL_METRICS)} "
                              "([]: time only; selfattn/metrics.py); not part of the point's id: a resumed sweep "
                              "asking for more than a point's row has measures it again")
+    isolate: Any = spec("plugins", parse=parse_isolate,
+                        help="true | false | plugins: which points run in a worker process with a time limit, so "
+                             "an exit, a crash or a hang is a row (crashed, timeout) and the sweep goes on; plugins: "
+                             "every back end that is not built in (runners/isolate.py)")
+    isolate_limit_s: float | None = spec(None, gt=0, help="an isolated point's time limit in seconds; null: derived "
+                                         "from its predicted time and budget.max_point_s (runners/isolate.py)")
 
 
 @dataclass(frozen=True)

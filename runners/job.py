@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from runners import config, curves, interrupts, progress, quiet, row_store, rows
+from runners import config, curves, interrupts, isolate, progress, quiet, row_store, rows
 from runners.scheduler_signals import StoppedByScheduler, stops_from_scheduler
 from runners.config import ParsedJob
 from runners.wandb_log import SINK
@@ -27,6 +27,8 @@ from selfattn.results import Row
 # so everything between two rows (the CSV rebuild, wandb and the progress line of the last
 # job, Hydra composing this job's config) counts as this job's harness overhead.
 _last_row_written: float | None = None
+# An isolated point's traceback (its `error` row's), from the worker: written beside the row as error.txt.
+_isolated_traceback = ""
 
 
 class InvalidPoint(ValueError):
@@ -62,14 +64,23 @@ def measure(parsed: ParsedJob, metrics: tuple[str, ...] | None = None) -> Row:
     `metrics`: what it measures beyond its time; None: the config's `metrics`."""
     if parsed.point is None:
         return failed_row(parsed, "invalid", parsed.problem)
-    try:
-        from selfattn.measure import measure_point  # lazy: the back ends and the timers load here
+    global _isolated_traceback
+    _isolated_traceback = ""
+    metrics = parsed.runner["metrics"] if metrics is None else metrics
+    start = time.perf_counter()
+    if isolate.isolated(parsed.point, parsed.runner.get("isolate", "plugins")):  # in the worker (runners/isolate.py)
+        outcome = isolate.run_isolated(parsed.point, parsed.budget, metrics, parsed.runner.get("isolate_limit_s"))
+        row, _isolated_traceback = outcome.row or isolate.unfinished_row(parsed.point, outcome), outcome.traceback
+    else:
+        try:
+            from selfattn.measure import measure_point  # lazy: the back ends and the timers load here
 
-        start = time.perf_counter()
-        row = measure_point(parsed.point, parsed.budget, parsed.runner["metrics"] if metrics is None else metrics)
-        row.point_wall_s = time.perf_counter() - start  # so job_wall_s - point_wall_s = runner + Hydra
-    except Exception as exc:  # never by contract; a bug must still leave a row, not stop the sweep
-        return failed_row(parsed, "error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            row = measure_point(parsed.point, parsed.budget, metrics)
+        except SystemExit as exc:  # sys.exit inside a back end ends the point, not the sweep
+            row = isolate.unfinished_row(parsed.point, isolate.Outcome(status="crashed", error=isolate.exit_reason(exc.code)))
+        except Exception as exc:  # never by contract; a bug must still leave a row, not stop the sweep
+            return failed_row(parsed, "error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    row.point_wall_s = time.perf_counter() - start  # so job_wall_s - point_wall_s = runner + Hydra
     if row.d_model is None:
         row.d_model = parsed.point.d_model
     return row
@@ -161,7 +172,7 @@ def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
         from selfattn.measure.failures import write_traceback
 
         try:
-            write_traceback(ctx.job_dir)
+            write_traceback(ctx.job_dir, _isolated_traceback or None)
         except OSError as exc:  # the row is recorded; only the traceback beside it is lost
             print(f"warning: traceback not kept: {row_store.write_failure(exc)}", file=sys.stderr)
     SINK.log_point(parsed.wandb, written, group=ctx.sweep_id or ctx.sweep_dir.name, out_dir=ctx.sweep_dir,

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from selfattn.backends.contract import Declaration, backend
+from selfattn.backends.contract import Declaration, Speed, backend
 from selfattn.backends.discovery import (BUILTIN_NAMES, ENTRY_POINT_GROUP, backend_name, backend_names,
                                          backend_source, describe_name, is_path)
 from selfattn.fields import check_fields
@@ -141,6 +141,7 @@ __all__ = [
     "BUILTIN_NAMES",
     "Declaration",
     "ENTRY_POINT_GROUP",
+    "Speed",
     "backend",
     "backend_name",
     "backend_names",

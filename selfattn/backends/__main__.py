@@ -3,7 +3,8 @@
 Lists the built-ins, every installed entry point of the group `selfattn.backends` (refused ones with the
 reason), and each path `module:function` given as an argument; the attention variants each declares
 (selfattn/variants.py), and for each device type of this machine yes, or why not (a plugin that fails to
-import says its error). Exits 2 when a name given as an argument is refused.
+import says its error; one whose declared environment is missing says "cpu: no (needs TRITON_INTERPRET=1)").
+Exits 2 when a name given as an argument is refused, 1 when one cannot be loaded.
 """
 
 from __future__ import annotations
@@ -56,7 +57,12 @@ def main(argv: list[str]) -> int:
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4])
     refused = [arg for arg in argv if describe_name(arg)]
-    return 2 if refused else 0
+    if refused:
+        return 2
+    from selfattn.backends.registry import BrokenBackend, get_backend
+
+    broken = [arg for arg in argv if isinstance(get_backend(arg), BrokenBackend)]  # named, and cannot load
+    return 1 if broken else 0
 
 
 if __name__ == "__main__":

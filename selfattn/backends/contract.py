@@ -17,8 +17,11 @@ Pure Python: a plugin imports this without the harness loading torch.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from selfattn.variants import VARIANT_NAMES
 
@@ -29,6 +32,35 @@ DEVICE_TYPES = ("cpu", "cuda")
 # function of this contract cannot be given; tf32 is fp32 storage, so declaring fp32 declares it too.
 PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16")
 ATTRIBUTE = "selfattn_backend"  # where `backend` puts the declaration on the function
+
+
+@dataclass(frozen=True)
+class Speed:
+    """An honest hint of one call's time on one device type, measured by the plugin's author:
+    `fixed_s` + FLOPs / `flops_per_s`, FLOPs counted as the harness counts them (docs/plugins.md).
+
+    Absolute, not a share of the device's matmul peak (`efficiency`): an interpreted kernel (Triton's
+    interpreter on a CPU, a Python loop) runs at its interpreter's speed whatever BLAS reaches, and pays a
+    fixed cost per call that no FLOP count predicts.
+    """
+
+    flops_per_s: float  # FLOPs per second the call sustains on that device type
+    fixed_s: float = 0.0  # seconds every call takes whatever its size (a launch, an interpreter's set-up)
+
+    def __post_init__(self) -> None:
+        for name, low in (("flops_per_s", "> 0"), ("fixed_s", ">= 0")):
+            value = getattr(self, name)
+            bad = (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                   or (value <= 0 if name == "flops_per_s" else value < 0))
+            if bad:
+                raise ValueError(f"speed.{name}: expected a finite number {low}, got {value!r}")
+
+    def call_s(self, flops: float) -> float:
+        """Seconds of one call of `flops` FLOPs."""
+        return self.fixed_s + flops / self.flops_per_s
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -52,8 +84,17 @@ class Declaration:
     # the variants of selfattn/variants.py it honours: asymmetric_window (window=(left, right)), softcap,
     # alibi, sink; none by default, so a plugin written before them is never handed one
     variants: tuple[str, ...] = ()
+    # environment variables it needs, name -> the value it must have (None: set, to anything), on the device
+    # types of `requires_env_on`: {"TRITON_INTERPRET": "1"} with requires_env_on=("cpu",) for a Triton kernel
+    # that a CPU runs only in the interpreter. The harness never sets them (they must be set before the
+    # libraries import): where one is missing, the listing says "cpu: no (needs ...)" and a point is unsupported
+    requires_env: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
+    requires_env_on: tuple[str, ...] = DEVICE_TYPES
+    # device type -> Speed: the time guard's prediction of a call there (instead of `efficiency`)
+    speed: Mapping[str, Speed] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self._check_requirements()
         for name, allowed in (("devices", DEVICE_TYPES), ("dtypes", PRECISIONS), ("masks", MASK_ARGUMENTS),
                               ("variants", VARIANT_NAMES)):
             values = getattr(self, name)
@@ -68,6 +109,46 @@ class Declaration:
             raise ValueError(f"options: expected a dataclass of selfattn.fields.spec fields, got {self.options!r}")
         if self.efficiency is not None and not 0 < self.efficiency <= 1:
             raise ValueError(f"efficiency: expected a share of the peak in (0, 1], got {self.efficiency!r}")
+
+    def _check_requirements(self) -> None:
+        """requires_env, requires_env_on and speed: one-line errors naming the field; stored read-only."""
+        env = self.requires_env
+        if not isinstance(env, Mapping):
+            raise ValueError(f"requires_env: expected a mapping of variable names to values, e.g. "
+                             f"{{'TRITON_INTERPRET': '1'}}, got {env!r}")
+        for name, value in env.items():
+            if not isinstance(name, str) or not _ENV_NAME.match(name):
+                raise ValueError(f"requires_env: expected variable names (letters, digits, _), got {name!r}")
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"requires_env: {name}'s value must be a string (or None: set to anything), "
+                                 f"got {value!r}")
+        object.__setattr__(self, "requires_env", dict(env))
+        on = (self.requires_env_on,) if isinstance(self.requires_env_on, str) else tuple(self.requires_env_on)
+        for value in on:
+            if value not in DEVICE_TYPES:
+                raise ValueError(f"requires_env_on: expected some of {', '.join(DEVICE_TYPES)}, got {value!r}")
+        object.__setattr__(self, "requires_env_on", on)
+        if not isinstance(self.speed, Mapping):
+            raise ValueError(f"speed: expected a mapping of device types to Speed(flops_per_s=..., fixed_s=...), "
+                             f"e.g. {{'cpu': Speed(flops_per_s=2e8)}}, got {self.speed!r}")
+        for device, hint in self.speed.items():
+            if device not in DEVICE_TYPES:
+                raise ValueError(f"speed: expected device types {', '.join(DEVICE_TYPES)} as keys, got {device!r}")
+            if not isinstance(hint, Speed):
+                raise ValueError(f"speed: {device}'s hint must be a Speed(flops_per_s=..., fixed_s=...), got {hint!r}")
+        object.__setattr__(self, "speed", dict(self.speed))
+
+    def missing_env(self, device_type: str, environ: Mapping[str, str] | None = None) -> list[str]:
+        """The required variables `environ` (this process's environment) lacks on `device_type`, as NAME=value."""
+        if device_type not in self.requires_env_on:
+            return []
+        environ = os.environ if environ is None else environ
+        return [f"{name}={'...' if value is None else value}" for name, value in self.requires_env.items()
+                if (not environ.get(name, "").strip() if value is None else environ.get(name, "").strip() != value)]
+
+    def speed_on(self, device_type: str) -> Speed | None:
+        """The declared speed on `device_type`, or None (the guard then assumes `efficiency` of the peak)."""
+        return self.speed.get(device_type)
 
     def allows_precision(self, precision: str) -> bool:
         return precision in self.dtypes or (precision == "tf32" and "fp32" in self.dtypes)

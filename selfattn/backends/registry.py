@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import os
 from types import ModuleType
 from typing import Any, Callable, Mapping
 
@@ -95,9 +96,11 @@ class PluginBackend:
         self.NAME, self.fn, self.declaration, self.source, self.origin = name, fn, declaration, source, origin
         self.Options = declaration.options or NoOptions
         self.EFFICIENCY = declaration.efficiency or DEFAULT_EFFICIENCY
+        self.SPEED = declaration.speed  # device type -> Speed: the guard's call time there (selfattn.measure.predict)
         self.mem_model_declared = declaration.mem_model is not None
+        # the time guard's fact is supplied only where neither an efficiency nor any speed was declared
         self.defaulted = tuple(fact for fact in ("mem_model", "efficiency", "kernel_label")
-                               if getattr(declaration, fact) is None)
+                               if getattr(declaration, fact) is None and not (fact == "efficiency" and declaration.speed))
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -110,7 +113,18 @@ class PluginBackend:
         device_type = torch.device(device).type
         if device_type not in self.declaration.devices:
             return f"declares devices {', '.join(self.declaration.devices)}, not {device_type}"
-        return None
+        missing = self.declaration.missing_env(device_type)
+        return f"needs {' '.join(missing)}" if missing else None
+
+    def env_reason(self, device_type: str) -> str | None:
+        """Why this process's environment cannot run it on `device_type` (a required variable unset), or None."""
+        missing = self.declaration.missing_env(device_type)
+        if not missing:
+            return None
+        now = ", ".join(f"{m.split('=')[0]}={os.environ[m.split('=')[0]]!r}" if m.split('=')[0] in os.environ
+                        else f"{m.split('=')[0]} unset" for m in missing)
+        return (f"backend {self.NAME} ({self.origin}) needs {' '.join(missing)} on {device_type} (here: {now}); "
+                "set it before the sweep starts")
 
     def resolve_options(self, options: Mapping[str, Any], device: Any, dtype: Any) -> dict[str, Any]:
         return {**defaults(self.Options), **options}
@@ -130,6 +144,8 @@ class PluginBackend:
         """What the point asks that the declaration does not support, in one line, or None."""
         d, asked = self.declaration, []
         device_type = torch.device(device).type
+        if device_type in d.devices and self.env_reason(device_type):
+            return self.env_reason(device_type)
         if device_type not in d.devices:
             asked.append(f"device {device_type} (declared: {', '.join(d.devices)})")
         if not d.allows_precision(point.precision):
@@ -151,6 +167,8 @@ class PluginBackend:
     def _check_call(self, q: torch.Tensor, k: torch.Tensor, masks: Any) -> None:
         """The declaration against these tensors (selfattn.attention's path: no point to ask beforehand)."""
         d = self.declaration
+        if q.device.type in d.devices and self.env_reason(q.device.type):
+            raise Unsupported(self.env_reason(q.device.type))
         precision = {torch.float64: "fp64", torch.float32: "fp32", torch.float16: "fp16",
                      torch.bfloat16: "bf16"}.get(q.dtype, str(q.dtype))
         used = {"causal": masks.causal, "window": masks.window is not None,

@@ -94,9 +94,10 @@ def take_traceback() -> str:
     return text
 
 
-def write_traceback(job_dir: Path) -> Path | None:
-    """Write the last `error`'s traceback to `<job_dir>/error.txt`; None when there is none."""
-    text = take_traceback()
+def write_traceback(job_dir: Path, text: str | None = None) -> Path | None:
+    """Write the last `error`'s traceback (or `text`, one from another process) to `<job_dir>/error.txt`;
+    None when there is none."""
+    text = take_traceback() if text is None else text
     if not text:
         return None
     path = Path(job_dir) / ERROR_FILE

@@ -284,9 +284,15 @@ def nominal_peak_tflops(device: str, precision: str) -> float:
 
 
 def predict_call_s(point: Point, peak_tflops: float) -> float:
-    """Predicted seconds of one call: FLOPs over the peak times the back end's efficiency."""
-    efficiency = RECURRENT_EFFICIENCY if point.scope in RNN_GATES else _entry(point).EFFICIENCY
-    return point_flops(point) / (max(peak_tflops, 1e-6) * 1e12 * efficiency)
+    """Predicted seconds of one call: FLOPs over the peak times the back end's efficiency, or, where a plugin
+    declares its speed on the point's device type (contract.Speed), that speed's fixed seconds + FLOPs / rate."""
+    if point.scope in RNN_GATES:
+        return point_flops(point) / (max(peak_tflops, 1e-6) * 1e12 * RECURRENT_EFFICIENCY)
+    entry = _entry(point)
+    speed = (getattr(entry, "SPEED", None) or {}).get(str(point.device).split(":")[0])
+    if speed is not None:
+        return float(speed.call_s(point_flops(point)))
+    return point_flops(point) / (max(peak_tflops, 1e-6) * 1e12 * entry.EFFICIENCY)
 
 
 def after_warmup_s(device: str, call_s: float, timing_s: float, precision: str = "fp32") -> float:
