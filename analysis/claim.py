@@ -13,6 +13,11 @@ nothing of it was measured. The chapter's claims never return None: an Evidence 
 reads "not measured", so the chapter's table always lists every one of them.
 
 `analysis.claims` imports every study module (so their claims are registered) and checks them.
+A claim whose evidence rests on the times of noisy rows (analysis/noise.py: their timing passed a limit of
+selfattn/measure/noise.py) is not decided: "not decided (3 of 48 points measured on a busy machine)", instead
+of a verdict that may flip between two runs (`busy_points` says how that is found). Rows without a noisy one
+are judged as before.
+
 Pure pandas and the standard library (and selfattn.metrics, pure Python): no study is imported here.
 """
 
@@ -24,10 +29,12 @@ from typing import Callable, TypeVar
 
 import pandas as pd
 
+from analysis.noise import busy_text, noisy_mask
 from selfattn.metrics import METRICS, ran_metrics
 
 HOLDS, FAILS, NOT_MEASURED = "holds", "does not hold", "not measured"
 NOT_DECIDED = "not decided at these sizes"
+NOT_DECIDED_BUSY = "not decided"  # + "(3 of 48 points measured on a busy machine)": its evidence rests on noisy rows
 METRIC_OFF = f"{NOT_MEASURED}: metric off"  # the rows it reads left out a metric it needs (selfattn/metrics.py)
 
 # The report's sections, in its order; a study registered under another name comes after these.
@@ -91,8 +98,41 @@ class ClaimSpec:
         verdict = verdict_of(evidence)
         if verdict == NOT_MEASURED and off:
             verdict = f"{METRIC_OFF} ({', '.join(off)})"
+        busy = busy_points(usable, evidence, self.read)
+        if busy is not None and verdict in (HOLDS, FAILS):
+            verdict = f"{NOT_DECIDED_BUSY} ({busy_text(*busy)})"
         return Claim(self.key, self.statement, evidence.text, verdict, self.rule,
                      evidence.experiment or self.experiment, self.study)
+
+
+# The time columns a noisy row's evidence may rest on (derived ones included), and how each moves when the
+# time is slower: the check below doubles a noisy row's time and sees whether the claim's evidence moves.
+_TIME_COLUMNS = {"time_ms": 2.0, "time_ms_p20": 2.0, "time_ms_p80": 2.0,
+                 "tflops": 0.5, "gbps": 0.5, "tokens_per_s": 0.5}
+_slowed: list = [None, None]  # [rows, the same rows with their noisy rows' times doubled]
+
+
+def busy_points(rows: pd.DataFrame, evidence: Evidence,
+                read: Callable[[pd.DataFrame], Evidence | None]) -> tuple[int, int] | None:
+    """(noisy points, timed points) when the claim's evidence rests on noisy rows' times, else None.
+
+    A claim rests on them when doubling their times (and halving the rates computed from them) changes its
+    evidence: a memory or accuracy claim never moves, nor one that reads other rows, so only the claims that
+    read a noisy row's time are withheld. The counts are the ok timed rows it was given, and the noisy ones."""
+    noisy = noisy_mask(rows)
+    if not noisy.any():
+        return None
+    if _slowed[0] is not rows:
+        slowed = rows.copy()
+        for column, factor in _TIME_COLUMNS.items():
+            if column in slowed:
+                slowed.loc[noisy, column] = slowed.loc[noisy, column] * factor
+        _slowed[:] = [rows, slowed]
+    moved = read(_slowed[1])
+    if moved is not None and moved.text == evidence.text and moved.passes == evidence.passes:
+        return None
+    timed = int(((rows["status"] == "ok") & rows["time_ms"].notna()).sum()) if "time_ms" in rows else int(noisy.sum())
+    return int(noisy.sum()), timed
 
 
 _usable: dict[tuple[str, ...], tuple[pd.DataFrame, pd.DataFrame, tuple[str, ...]]] = {}

@@ -21,7 +21,7 @@ import pandas as pd
 from analysis import wandb_report
 from analysis.claim import SHARED_RULES
 from analysis.claims import (
-    CHAPTER, NOT_DECIDED, NOT_MEASURED, check_claims, claims_frame, studies_in_order, study_tables,
+    CHAPTER, NOT_DECIDED, NOT_DECIDED_BUSY, NOT_MEASURED, check_claims, claims_frame, studies_in_order, study_tables,
 )
 from analysis.compare import device_speedups, pick_baseline, speedup_table
 from analysis.cost import cost_facets, exponent_table, memory_metric
@@ -241,7 +241,7 @@ def _studies_section(claims: pd.DataFrame, tables: Sequence[tuple[str, str, pd.D
 def _claims_table(claims: pd.DataFrame) -> str:
     verdicts = "**" + claims["verdict"] + "**"
     # what to run next: also where the rows left out a metric the claim reads ("not measured: metric off (...)")
-    open_ = claims["verdict"].str.startswith(NOT_MEASURED) | claims["verdict"].str.startswith(NOT_DECIDED)
+    open_ = claims["verdict"].str.startswith(NOT_MEASURED) | claims["verdict"].str.startswith(NOT_DECIDED_BUSY)  # both kinds
     verdicts[open_] += " (run `" + claims.loc[open_, "experiment"] + "`)"
     return _markdown(pd.DataFrame({"#": range(1, len(claims) + 1), "Claim": claims["claim"],
                                    "Measured evidence": claims["evidence"], "Verdict": verdicts}))

@@ -29,6 +29,7 @@ import pandas as pd
 
 from analysis.cost import memory_metric, skipna, variant_names, variant_labels, variant_order
 from analysis.load import window_order
+from analysis.noise import noise_note
 from selfattn.point import FIELD_NAMES
 
 # Never an axis of the table: the back end and its options are its columns, seeds are repeats of one point.
@@ -321,12 +322,12 @@ def summary_markdown(rows: pd.DataFrame) -> str:
     full = "\n".join(_markdown_table(frame))
     piece = leading_slice(frame)
     if piece is None:
-        return full + f"\n\n{status_line(rows)}. Cells: {note}"
+        return full + f"\n\n{status_line(rows)}{noise_note(rows)}. Cells: {note}"
     vary = f": the {piece.other_rows} other rows vary {', '.join(piece.other_axes)}" if piece.other_rows else ""
     return "\n".join([
         f"Back ends compared {held_text(piece)}:", "",
         *_markdown_table(piece.frame), "",
-        f"{status_line(rows)}. Cells: {note}", "",
+        f"{status_line(rows)}{noise_note(rows)}. Cells: {note}", "",
         f"Every point{vary}.", "", full])
 
 
@@ -395,6 +396,6 @@ def summary_text(rows: pd.DataFrame, width: int = 100, max_rows: int = 60) -> st
         others = _others_text(piece, "report.md has them")
         if others:
             notes.append(others)
-    what = status_line(rows) + ". Cells: " + _explain(frame, memory=memory) + f"; {_FASTEST_MARK}: fastest of the row."
+    what = status_line(rows) + noise_note(rows) + ". Cells: " + _explain(frame, memory=memory) + f"; {_FASTEST_MARK}: fastest of the row."
     notes_text = [textwrap.fill(f"({note})", width) for note in notes]
     return "\n".join([*head, *lines, "", textwrap.fill(what, width), *notes_text])
