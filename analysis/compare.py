@@ -1,4 +1,8 @@
-"""Devices compared: each device's speed relative to a baseline device on the same points."""
+"""Devices compared: each device's speed relative to a baseline device on the same points (the report's study).
+
+Run as a command, `python -m analysis.compare A B` is the A/B comparison of analysis/ab.py: two sweeps or one
+sweep's two back ends, point by point, with intervals and a rank test's verdict.
+"""
 
 from __future__ import annotations
 
@@ -69,3 +73,11 @@ def speedup_table(speedups: pd.DataFrame) -> pd.DataFrame:
                     "speedup_at_largest_n": float(np.exp(np.log(largest["speedup"]).mean()))})
     return pd.DataFrame(out, columns=["device", "backend", "kernel", "baseline_kernel", "points", "geomean_speedup",
                                       "min_speedup", "max_speedup", "largest_n", "speedup_at_largest_n"])
+
+
+if __name__ == "__main__":
+    import sys
+
+    from analysis.ab import main
+
+    sys.exit(main())
