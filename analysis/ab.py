@@ -13,9 +13,13 @@ back ends match on all but `backend` and its options. Per matched point (the rul
   ratio of medians from the two rows' samples (`time_samples_ms`);
 - p_value: a two-sided Mann-Whitney U test of the two rows' samples (analysis/ranktest.py);
 - verdict: `slower` when p < ALPHA and ratio >= MIN_RATIO, `faster` when p < ALPHA and ratio <= 1/MIN_RATIO,
-  else `same`; `too few samples` when the two sample sizes cannot reach p < ALPHA at all (or a row kept
-  none: an older file); `noisy` when either row's timing was flagged noisy (selfattn/measure/noise.py) and the
-  whole 95% interval does not clear MIN_RATIO (a noisy pair is `slower`/`faster` only then, never `same`);
+  `same` when the ratio is within MIN_RATIO either way (significant or not: asv's "insignificant" change),
+  `not significant` when it is beyond MIN_RATIO but p >= ALPHA (a change the samples cannot tell from chance,
+  never called the same); `too few samples` when the two sample sizes cannot reach p < ALPHA at all (or a row kept
+  none: an older file); `noisy` when either row's timing was flagged noisy (selfattn/measure/noise.py): its
+  samples say how it varied within its own window, not how much a busy machine moved it between the two runs
+  (on a loaded 2-core machine one point's median moved 100x from one sweep to the next, each interval narrow),
+  so a noisy pair is never called faster, slower or the same;
 - accuracy: B is `less exact` when its rel_rms_err > ACCURACY_FACTOR x A's + the precision's epsilon
   (`more exact` the other way), else `same`.
 
@@ -50,8 +54,8 @@ SEED = 0  # the bootstrap's: the same rows give the same interval
 ACCURACY_FACTOR = 2.0
 EPSILON = {"fp64": 2.2e-16, "fp32": 1.2e-7, "tf32": 9.8e-4, "fp16": 9.8e-4, "bf16": 7.8e-3}
 FP8_EPSILON = 0.125  # e4m3's; e5m2's is 0.25
-VERDICTS = ("faster", "slower", "same", "noisy", "too few samples")
-FAIL_ON = ("slower", "faster", "noisy", "less_exact")
+VERDICTS = ("faster", "slower", "same", "not significant", "noisy", "too few samples")
+FAIL_ON = ("slower", "faster", "not_significant", "noisy", "less_exact")
 COLUMNS = ("point", "seq_len", "time_ms_a", "time_ms_b", "ratio", "ratio_lo", "ratio_hi", "p_value", "samples_a",
            "samples_b", "verdict", "rel_rms_err_a", "rel_rms_err_b", "accuracy", "noise_a", "noise_b",
            "point_id_a", "point_id_b", "repro_a", "repro_b")
@@ -90,16 +94,12 @@ def verdict(ratio: float, lo: float, hi: float, p_value: float, reachable: bool,
     if not reachable:
         return "too few samples"
     if noisy:
-        if p_value < ALPHA and lo >= MIN_RATIO:
-            return "slower"
-        if p_value < ALPHA and hi <= 1 / MIN_RATIO:
-            return "faster"
         return "noisy"
     if p_value < ALPHA and ratio >= MIN_RATIO:
         return "slower"
     if p_value < ALPHA and ratio <= 1 / MIN_RATIO:
         return "faster"
-    return "same"
+    return "same" if 1 / MIN_RATIO < ratio < MIN_RATIO else "not significant"
 
 
 def accuracy_verdict(err_a: float, err_b: float, precision: str) -> str:
@@ -288,9 +288,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m analysis.compare",
         description="Compare two sweeps (A B: two commits, machines or torch versions) or one sweep's two back ends "
                     "(A --backends X Y), point by point: ratio B/A of median times with a bootstrap 95%% interval, "
-                    "a Mann-Whitney U test, a verdict (faster/slower/same, noisy, too few samples) and the accuracy.",
+                    "a Mann-Whitney U test, a verdict (faster/slower/same, not significant, noisy, too few samples) and "
+                    "the accuracy.",
         epilog=f"Rule: slower when p < {ALPHA} and B/A >= {MIN_RATIO}, faster when p < {ALPHA} and B/A <= 1/{MIN_RATIO}, "
-               "else same; a noisy row decides only when its whole interval clears the ratio. docs/usage.md#comparing")
+               "same within that ratio, else not significant; a pair with a noisy row is `noisy`, never decided. "
+               "docs/usage.md#comparing")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="A and B (sweep folders or results.csv files), or one with --backends")
     parser.add_argument("--backends", nargs=2, metavar=("A", "B"), help="compare these two back ends of one sweep")
     parser.add_argument("--out", default="comparison", metavar="DIR", help="where comparison.csv and comparison.png go")
@@ -317,7 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table_text(cmp))
     print(f"\ncomparison: {out / 'comparison.csv'}" + (f", {figure}" if figure else ""))
     m = cmp.matched
-    found = {w: bool((m["accuracy"] == "less exact").any() if w == "less_exact" else (m["verdict"] == w).any())
+    found = {w: bool((m["accuracy"] == "less exact").any() if w == "less_exact"
+                     else (m["verdict"] == w.replace("_", " ")).any())
              for w in fail_on}
     failing = [w for w, seen in found.items() if seen]
     if failing:

@@ -142,7 +142,10 @@ def _text_parts(loaded: Loaded, claims: pd.DataFrame, exponents: pd.DataFrame, d
         tail += ["## Devices compared", "",
                  f"Speed-up = time on {devices['baseline'].iloc[0]} / time on the device, over points measured on "
                  "both (geometric mean over every matched point, and at the largest common n).", "",
-                 _speedup_table(devices), ""]
+                 _speedup_table(devices), "",
+                 "To measure a row's largest-n point again (on the device, then on the baseline):", "",
+                 *[f"- {r.device}, {r.backend}: `{r.repro_at_largest_n}`; baseline: `{r.baseline_repro_at_largest_n}`"
+                   for r in devices.itertuples()], ""]
     problems = loaded.problems + ([baseline_note] if baseline_note else [])
     if problems:
         tail += ["## Input problems", "", *[f"- {p}" for p in problems], ""]

@@ -11,7 +11,7 @@ Two measurements per timed window (docs/usage.md#noisy-rows):
 - `time_spread`: (p80 - p20) / median of the samples, the row's own scatter.
 
 A row is `noisy` when its spread passes SPREAD_LIMIT, or, on a CPU point, when others took more
-than OTHER_CPU_LIMIT of the machine: they then shared the cores the timed threads ran on. A CUDA
+than OTHER_CPU_LIMIT of the machine (the config's `budget.noise_spread` and `budget.noise_cpu`): they then shared the cores the timed threads ran on. A CUDA
 point is judged by its spread only (a busy host delays launches, which the spread shows).
 Read outside the timed calls (before and after the timer), so they cost the timing nothing.
 """
@@ -22,9 +22,8 @@ import os
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-# (p80 - p20) / median above this: the samples disagree by more than the differences a comparison
-# resolves (analysis/ab.py's MIN_RATIO is 1.1). Measured on a quiet 2-core VM: 0.5-6% for the default
-# sweep's points; with one busy process per core (scripts' under-load check): 15-60% for most.
+# (p80 - p20) / median above this: the samples disagree among themselves by more than the smallest change
+# a comparison calls (analysis/ab.py's MIN_RATIO, 1.1), so their median may move by that much in a rerun.
 SPREAD_LIMIT = 0.10
 # Other processes' share of the machine's CPU time above this: at least one core in four was busy
 # with something else while the point's threads (every core) ran.
@@ -91,13 +90,14 @@ def spread(p20_ms: float, median_ms: float, p80_ms: float) -> float:
     return (p80_ms - p20_ms) / median_ms if median_ms > 0 else 0.0
 
 
-def judge(time_spread: float, others: float | None, device: str) -> Noise:
-    """Whether a row's timing is noisy, by the module's limits, and why."""
+def judge(time_spread: float, others: float | None, device: str, spread_limit: float = SPREAD_LIMIT,
+          cpu_limit: float = OTHER_CPU_LIMIT) -> Noise:
+    """Whether a row's timing is noisy, by the limits (the module's, or the budget's `noise_*`), and why."""
     reasons = []
-    if time_spread > SPREAD_LIMIT:
-        reasons.append(f"spread {100 * time_spread:.0f}% > {100 * SPREAD_LIMIT:.0f}%")
-    if device != "cuda" and others is not None and others > OTHER_CPU_LIMIT:
-        reasons.append(f"others {100 * others:.0f}% of the CPU > {100 * OTHER_CPU_LIMIT:.0f}%")
+    if time_spread > spread_limit:
+        reasons.append(f"spread {100 * time_spread:.0f}% > {100 * spread_limit:.0f}%")
+    if device != "cuda" and others is not None and others > cpu_limit:
+        reasons.append(f"others {100 * others:.0f}% of the CPU > {100 * cpu_limit:.0f}%")
     return Noise(others, time_spread, bool(reasons), "; ".join(reasons))
 
 

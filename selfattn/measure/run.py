@@ -316,7 +316,7 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         timing.median_ms, timing.p20_ms, timing.p80_ms, timing.samples
     )
     row.timer = timing.timer
-    _noise_columns(timing, device, row)
+    _noise_columns(timing, device, row, budget)
     row.tflops = row.flops / (timing.median_ms * 1e-3) / 1e12 if timing.median_ms > 0 else None
     if row.bytes_moved is not None and timing.median_ms > 0:
         row.gbps = row.bytes_moved / (timing.median_ms * 1e-3) / 1e9
@@ -347,12 +347,13 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
     row.status, row.error, row.metrics = "ok", "", metrics_label(metrics)
 
 
-def _noise_columns(timing: Timing, device: str, row: Row) -> None:
+def _noise_columns(timing: Timing, device: str, row: Row, budget: Budget) -> None:
     """The timing's samples and what it saw of the machine (selfattn/measure/noise.py): spread, others' CPU, flag."""
     import json
 
     row.time_samples_ms = json.dumps([float(f"{t:.4g}") for t in kept_samples(timing.samples_ms)], separators=(",", ":"))
-    judged = noise.judge(noise.spread(timing.p20_ms, timing.median_ms, timing.p80_ms), timing.other_cpu_frac, device)
+    judged = noise.judge(noise.spread(timing.p20_ms, timing.median_ms, timing.p80_ms), timing.other_cpu_frac, device,
+                         budget.noise_spread, budget.noise_cpu)
     row.time_spread, row.other_cpu_frac, row.noisy, row.noise = (
         judged.time_spread, judged.other_cpu_frac, judged.noisy, judged.reason)
 

@@ -44,10 +44,11 @@ def rows_csv(path: Path, backend: str, factor: float, *, seq_lens=(64, 128, 256)
     (1.5, 1.4, 1.6, 1e-6, True, False, "slower"),
     (0.5, 0.45, 0.55, 1e-6, True, False, "faster"),
     (1.05, 1.03, 1.07, 1e-9, True, False, "same"),  # significant, but within the ratio
-    (1.5, 0.9, 2.0, 0.01, True, False, "same"),  # beyond the ratio, not significant
+    (1.05, 0.9, 1.2, 0.3, True, False, "same"),  # within the ratio, not significant
+    (1.5, 0.9, 2.0, 0.01, True, False, "not significant"),  # beyond the ratio, not significant: never "same"
     (3.0, 2.5, 3.5, 1e-9, False, False, "too few samples"),
-    (1.5, 1.0, 2.0, 1e-9, True, True, "noisy"),  # noisy: its interval reaches below the ratio
-    (1.5, 1.2, 2.0, 1e-9, True, True, "slower"),  # noisy, but the whole interval clears it
+    (1.5, 1.0, 2.0, 1e-9, True, True, "noisy"),  # a noisy row: not decided
+    (3.0, 2.8, 3.2, 1e-20, True, True, "noisy"),  # even a narrow interval far beyond the ratio (within-run only)
 ])
 def test_verdict_rule(ratio, lo, hi, p, reachable, noisy, want):
     assert ab.verdict(ratio, lo, hi, p, reachable, noisy) == want
@@ -120,3 +121,15 @@ def test_noisy_rows_are_not_called_same(tmp_path):
 
 def test_the_device_study_still_imports_from_the_module():
     from analysis.compare import device_speedups, pick_baseline, speedup_table  # noqa: F401  (the report's study)
+
+
+def test_the_device_table_carries_the_command_of_its_largest_point(tmp_path):
+    from analysis.compare import device_speedups, speedup_table
+    from analysis.load import load
+
+    rows = load([rows_csv(tmp_path / "a" / "results.csv", "sdpa", 1.0, device_name="cpu-a"),
+                 rows_csv(tmp_path / "b" / "results.csv", "sdpa", 2.0, device_name="cpu-b")], warn=False).rows
+    table = speedup_table(device_speedups(rows, "cpu-a"))
+    assert len(table) == 1 and table["largest_n"].iloc[0] == 256
+    assert "python -m runners.sweep backend=sdpa device=cpu heads=2 seq_len=256" in table["repro_at_largest_n"].iloc[0]
+    assert "seq_len=256" in table["baseline_repro_at_largest_n"].iloc[0]
