@@ -27,6 +27,7 @@ import functools
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
+import numpy as np
 import pandas as pd
 
 from analysis.noise import busy_text, noisy_mask
@@ -105,30 +106,32 @@ class ClaimSpec:
                      evidence.experiment or self.experiment, self.study)
 
 
-# The time columns a noisy row's evidence may rest on (derived ones included), and how each moves when the
-# time is slower: the check below doubles a noisy row's time and sees whether the claim's evidence moves.
-_TIME_COLUMNS = {"time_ms": 2.0, "time_ms_p20": 2.0, "time_ms_p80": 2.0,
-                 "tflops": 0.5, "gbps": 0.5, "tokens_per_s": 0.5}
-_slowed: list = [None, None]  # [rows, the same rows with their noisy rows' times doubled]
+# The time columns a noisy row's evidence may rest on: the times (+1) and the rates computed from them (-1).
+_TIME_COLUMNS = {"time_ms": 1, "time_ms_p20": 1, "time_ms_p80": 1, "tflops": -1, "gbps": -1, "tokens_per_s": -1}
+_moved: list = [None, None]  # [rows, the same rows with their noisy rows' times moved]
 
 
 def busy_points(rows: pd.DataFrame, evidence: Evidence,
                 read: Callable[[pd.DataFrame], Evidence | None]) -> tuple[int, int] | None:
     """(noisy points, timed points) when the claim's evidence rests on noisy rows' times, else None.
 
-    A claim rests on them when doubling their times (and halving the rates computed from them) changes its
-    evidence: a memory or accuracy claim never moves, nor one that reads other rows, so only the claims that
-    read a noisy row's time are withheld. The counts are the ok timed rows it was given, and the noisy ones."""
+    A claim rests on them when moving their times changes its evidence: each noisy row's time is multiplied by
+    its own seeded factor between 1/2 and 2 (its rates divided by it), as a busy machine moves them: unequal
+    factors, so a claim on ratios or slopes moves too (one factor for all would leave a growth exponent
+    where it was). A memory or accuracy claim never moves, nor one that reads other rows, so only the
+    claims that read a noisy row's time are withheld. The counts are the ok timed rows it was given, and the
+    noisy ones."""
     noisy = noisy_mask(rows)
     if not noisy.any():
         return None
-    if _slowed[0] is not rows:
-        slowed = rows.copy()
-        for column, factor in _TIME_COLUMNS.items():
-            if column in slowed:
-                slowed.loc[noisy, column] = slowed.loc[noisy, column] * factor
-        _slowed[:] = [rows, slowed]
-    moved = read(_slowed[1])
+    if _moved[0] is not rows:
+        moved_rows = rows.copy()
+        factors = np.exp(np.random.default_rng(0).uniform(-np.log(2), np.log(2), int(noisy.sum())))
+        for column, power in _TIME_COLUMNS.items():
+            if column in moved_rows:
+                moved_rows.loc[noisy, column] = moved_rows.loc[noisy, column].to_numpy() * factors ** power
+        _moved[:] = [rows, moved_rows]
+    moved = read(_moved[1])
     if moved is not None and moved.text == evidence.text and moved.passes == evidence.passes:
         return None
     timed = int(((rows["status"] == "ok") & rows["time_ms"].notna()).sum()) if "time_ms" in rows else int(noisy.sum())

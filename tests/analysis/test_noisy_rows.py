@@ -34,6 +34,8 @@ def test_a_timing_claim_on_noisy_points_is_not_decided():
     claim = spec(timed).check(frame([False, True, False, True]))
     assert claim.verdict == f"{NOT_DECIDED_BUSY} (2 of 4 points measured on a busy machine)"
     assert claim.evidence == "time x8.00"  # the evidence still says what was measured
+    # every point noisy: a claim on a ratio of times must not escape (one factor for all would leave it unmoved)
+    assert spec(timed).check(frame([True] * 4)).verdict == f"{NOT_DECIDED_BUSY} (4 of 4 points measured on a busy machine)"
 
 
 def test_a_claim_that_reads_no_noisy_time_keeps_its_verdict():  # negative controls
