@@ -116,7 +116,9 @@ def _text_parts(loaded: Loaded, claims: pd.DataFrame, exponents: pd.DataFrame, d
         "## The chapter's claims, checked", "",
         "Each verdict is computed from the rows by the rule under the table: **holds** when every measured group "
         "passes, **does not hold** when any fails (the evidence names it), **not decided at these sizes** when none "
-        "fails but some cannot be decided from the sizes measured (the verdict says what each needs), **not "
+        "fails but some cannot be decided from the sizes measured (the verdict says what each needs), **not decided (N "
+        "of M points measured on a busy machine)** when its evidence rests on the times of rows flagged noisy (their "
+        "samples' spread or other processes' CPU share passed a limit: the verdict could flip in the next run), **not "
         "measured** when the rows are missing.",
         "", *_claims_section(chapter),
         *_studies_section(claims, tables),
