@@ -40,7 +40,7 @@ def compare(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_two_runs_of_the_same_command_are_the_same(tmp_path):
-    runs = {name: (lambda name=name: run_sweep("-m", "backend=sdpa", "seq_len=256,512,1024", *SMALL,
+    runs = {name: (lambda name=name: run_sweep("-m", "backend=sdpa", "seq_len=512,1024,2048", *SMALL,
                                                f"hydra.sweep.dir={tmp_path / name}", timeout=600))
             for name in ("first", "second")}
     for name, run in runs.items():  # one after the other, as a user runs a command twice
