@@ -5,8 +5,9 @@
     python -m analysis.compare BEFORE/ AFTER/ --fail-on slower        # CI: exit 1 when any point is slower
 
 Only `ok` rows compare. Points match by every point field but the compared one: two sweeps match on all of
-them but `device` (a merged side holding several devices keeps `device` in the key and matches by it); two
-back ends match on all but `backend` and its options. Per matched point (the rule, in the spirit of asv's
+them but `device` (a merged side holding several devices keeps `device` in the key and matches by it), a back
+end's options on those both sides know (one added between two commits is left out); two back ends match on
+all but `backend` and its options. Per matched point (the rule, in the spirit of asv's
 `asv compare`):
 
 - ratio = B's median time / A's (time_ms); its 95% interval: a bootstrap (BOOTSTRAP draws, seeded) of the
@@ -191,9 +192,38 @@ def _compare_pair(a: pd.Series, b: pd.Series, shown: Sequence[str]) -> dict:
     }
 
 
+def shared_options(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Both sides with `backend_options` cut to the options both know, per back end: an option added (or removed)
+    between two commits is in one side's rows only, at its default, and must not keep every point from matching."""
+    def parsed(rows: pd.DataFrame) -> list[dict]:
+        out = []
+        for cell in rows["backend_options"]:
+            try:
+                out.append(json.loads(cell) if isinstance(cell, str) and cell else {})
+            except ValueError:
+                out.append({"": cell})  # not JSON: kept whole, so it matches only itself
+        return out
+
+    options_a, options_b = parsed(rows_a), parsed(rows_b)
+    known: dict[str, set[str]] = {}
+    for rows, options in ((rows_a, options_a), (rows_b, options_b)):
+        side: dict[str, set[str]] = {}
+        for backend, opts in zip(rows["backend"], options):
+            side.setdefault(backend, set()).update(opts)
+        for backend, names in side.items():
+            known[backend] = known[backend] & names if backend in known else names
+
+    def cut(rows: pd.DataFrame, options: list[dict]) -> pd.DataFrame:
+        cells = [json.dumps({k: v for k, v in opts.items() if k in known.get(backend, ())}, sort_keys=True)
+                 for backend, opts in zip(rows["backend"], options)]
+        return rows.assign(backend_options=cells)
+    return cut(rows_a, options_a), cut(rows_b, options_b)
+
+
 def compare_sweeps(path_a: str, path_b: str) -> Comparison:
-    """Two sweeps (or results.csv files): matched on every point field; `device` too when a side holds several."""
-    rows_a, rows_b = _load(path_a, "A"), _load(path_b, "B")
+    """Two sweeps (or results.csv files): matched on every point field; `device` too when a side holds several;
+    the back ends' options on those both sides know (`shared_options`)."""
+    rows_a, rows_b = shared_options(_load(path_a, "A"), _load(path_b, "B"))
     key = [name for name in FIELD_NAMES if name != "device"]
     if any(_key_text(r[r["status"] == "ok"], key).duplicated().any() for r in (rows_a, rows_b)):
         key = list(FIELD_NAMES)  # a merged side measured one point on several devices: match device by device

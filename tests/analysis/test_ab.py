@@ -133,3 +133,19 @@ def test_the_device_table_carries_the_command_of_its_largest_point(tmp_path):
     assert len(table) == 1 and table["largest_n"].iloc[0] == 256
     assert "python -m runners.sweep backend=sdpa device=cpu heads=2 seq_len=256" in table["repro_at_largest_n"].iloc[0]
     assert "seq_len=256" in table["baseline_repro_at_largest_n"].iloc[0]
+
+
+def test_an_option_added_between_two_commits_still_matches(tmp_path):
+    before = rows_csv(tmp_path / "a" / "results.csv", "chunked", 1.0)
+    after = pd.read_csv(rows_csv(tmp_path / "b" / "results.csv", "chunked", 1.0, seed=7), dtype=str, keep_default_na=False)
+    after["backend_options"] = '{"new_option": 3}'  # B's commit added an option (at its default in every row)
+    after.to_csv(tmp_path / "b" / "results.csv", index=False)
+    cmp = ab.compare_sweeps(str(before), str(tmp_path / "b" / "results.csv"))
+    assert len(cmp.matched) == 3 and not cmp.only_a and not cmp.only_b
+    other = pd.read_csv(tmp_path / "b" / "results.csv", dtype=str, keep_default_na=False)
+    other["backend_options"] = ['{"q_chunk": 64}'] + ['{"q_chunk": 32}'] * 2  # an option both know, set apart at one
+    other.to_csv(tmp_path / "b" / "results.csv", index=False)
+    first = pd.read_csv(before, dtype=str, keep_default_na=False).assign(backend_options='{"q_chunk": 32}')
+    first.to_csv(before, index=False)
+    cmp = ab.compare_sweeps(str(before), str(tmp_path / "b" / "results.csv"))
+    assert len(cmp.matched) == 2 and len(cmp.only_a) == 1 and len(cmp.only_b) == 1
