@@ -293,16 +293,27 @@ def ratio_figure(cmp: Comparison, path: Path) -> Path | None:
     matplotlib.use("Agg")  # files only (as analysis/figures/common.py; not imported here: the figures import compare)
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for point, group in m.groupby("point", sort=True):
         group = group.sort_values("seq_len")
         low = (group["ratio"] - group["ratio_lo"]).clip(lower=0).fillna(0)
         high = (group["ratio_hi"] - group["ratio"]).clip(lower=0).fillna(0)
-        ax.errorbar(group["seq_len"], group["ratio"], yerr=[low, high], marker="o", capsize=3, label=point or "B / A")
+        bars = ax.errorbar(group["seq_len"], group["ratio"], yerr=[low, high], marker="o", capsize=3,
+                           label=point if point != "-" else "B / A")
+        noisy = group[group["verdict"] == "noisy"]  # hollow: not decided (a noisy row)
+        ax.scatter(noisy["seq_len"], noisy["ratio"], s=60, facecolors="white", edgecolors=bars.lines[0].get_color(),
+                   zorder=3, label="noisy: not decided" if len(noisy) and point == m["point"].min() else None)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.axhspan(1 / MIN_RATIO, MIN_RATIO, color="grey", alpha=0.15, label=f"within {MIN_RATIO}x: same")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    sizes = sorted(m["seq_len"].unique())
+    ax.set_xticks(sizes, [str(n) for n in sizes])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if f"{y:.2g}"[0] in "25" else ""))
     ax.set_xlabel("seq_len (n)")
     ax.set_ylabel("time B / time A")
     ax.set_title(f"B = {cmp.label_b} against A = {cmp.label_a}\n(95% bootstrap intervals)", fontsize=9)
