@@ -110,6 +110,8 @@ def test_backends_of_one_sweep_and_bad_input(tmp_path):
     assert out.returncode == 2 and "PATH: expected 2 paths" in out.stderr
     out = run_compare(str(sweep), str(sweep), "--fail-on", "worse", "--out", str(tmp_path / "o"))
     assert out.returncode == 2 and "--fail-on: expected some of" in out.stderr
+    out = run_compare(str(tmp_path / "nowhere"), str(sweep), "--out", str(tmp_path / "o"))
+    assert out.returncode == 2 and out.stderr.startswith("compare: A: ") and len(out.stderr.splitlines()) == 1
 
 
 def test_noisy_rows_are_not_called_same(tmp_path):
