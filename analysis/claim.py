@@ -13,6 +13,11 @@ nothing of it was measured. The chapter's claims never return None: an Evidence 
 reads "not measured", so the chapter's table always lists every one of them.
 
 `analysis.claims` imports every study module (so their claims are registered) and checks them.
+A claim whose evidence rests on the times of noisy rows (analysis/noise.py: their timing passed a limit of
+selfattn/measure/noise.py) is not decided: "not decided (3 of 48 points measured on a busy machine)", instead
+of a verdict that may flip between two runs (`busy_points` says how that is found). Rows without a noisy one
+are judged as before.
+
 Pure pandas and the standard library (and selfattn.metrics, pure Python): no study is imported here.
 """
 
@@ -22,12 +27,15 @@ import functools
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
+import numpy as np
 import pandas as pd
 
+from analysis.noise import busy_text, noisy_mask
 from selfattn.metrics import METRICS, ran_metrics
 
 HOLDS, FAILS, NOT_MEASURED = "holds", "does not hold", "not measured"
 NOT_DECIDED = "not decided at these sizes"
+NOT_DECIDED_BUSY = "not decided"  # + "(3 of 48 points measured on a busy machine)": its evidence rests on noisy rows
 METRIC_OFF = f"{NOT_MEASURED}: metric off"  # the rows it reads left out a metric it needs (selfattn/metrics.py)
 
 # The report's sections, in its order; a study registered under another name comes after these.
@@ -91,8 +99,43 @@ class ClaimSpec:
         verdict = verdict_of(evidence)
         if verdict == NOT_MEASURED and off:
             verdict = f"{METRIC_OFF} ({', '.join(off)})"
+        busy = busy_points(usable, evidence, self.read)
+        if busy is not None and verdict in (HOLDS, FAILS):
+            verdict = f"{NOT_DECIDED_BUSY} ({busy_text(*busy)})"
         return Claim(self.key, self.statement, evidence.text, verdict, self.rule,
                      evidence.experiment or self.experiment, self.study)
+
+
+# The time columns a noisy row's evidence may rest on: the times (+1) and the rates computed from them (-1).
+_TIME_COLUMNS = {"time_ms": 1, "time_ms_p20": 1, "time_ms_p80": 1, "tflops": -1, "gbps": -1, "tokens_per_s": -1}
+_moved: list = [None, None]  # [rows, the same rows with their noisy rows' times moved]
+
+
+def busy_points(rows: pd.DataFrame, evidence: Evidence,
+                read: Callable[[pd.DataFrame], Evidence | None]) -> tuple[int, int] | None:
+    """(noisy points, timed points) when the claim's evidence rests on noisy rows' times, else None.
+
+    A claim rests on them when moving their times changes its evidence: each noisy row's time is multiplied by
+    its own seeded factor between 1/2 and 2 (its rates divided by it), as a busy machine moves them: unequal
+    factors, so a claim on ratios or slopes moves too (one factor for all would leave a growth exponent
+    where it was). A memory or accuracy claim never moves, nor one that reads other rows, so only the
+    claims that read a noisy row's time are withheld. The counts are the ok timed rows it was given, and the
+    noisy ones."""
+    noisy = noisy_mask(rows)
+    if not noisy.any():
+        return None
+    if _moved[0] is not rows:
+        moved_rows = rows.copy()
+        factors = np.exp(np.random.default_rng(0).uniform(-np.log(2), np.log(2), int(noisy.sum())))
+        for column, power in _TIME_COLUMNS.items():
+            if column in moved_rows:
+                moved_rows.loc[noisy, column] = moved_rows.loc[noisy, column].to_numpy() * factors ** power
+        _moved[:] = [rows, moved_rows]
+    moved = read(_moved[1])
+    if moved is not None and moved.text == evidence.text and moved.passes == evidence.passes:
+        return None
+    timed = int(((rows["status"] == "ok") & rows["time_ms"].notna()).sum()) if "time_ms" in rows else int(noisy.sum())
+    return int(noisy.sum()), timed
 
 
 _usable: dict[tuple[str, ...], tuple[pd.DataFrame, pd.DataFrame, tuple[str, ...]]] = {}

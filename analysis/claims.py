@@ -17,7 +17,7 @@ from analysis import (additive, basics, compiled, cost, cost_claims, decode, fp8
 from analysis.judged import is_judged, left_out_text
 from selfattn.fp8_formats import FORMAT_OF
 from analysis.claim import (  # noqa: F401  (re-exported: the verdicts and the record of a claim)
-    CHAPTER, CLAIMS, FAILS, HOLDS, NOT_DECIDED, NOT_MEASURED, TABLES, Claim, ClaimSpec, Evidence, claims_frame,
+    CHAPTER, CLAIMS, FAILS, HOLDS, NOT_DECIDED, NOT_DECIDED_BUSY, NOT_MEASURED, TABLES, Claim, ClaimSpec, Evidence, claims_frame,
     studies_in_order,
 )
 

@@ -1,4 +1,8 @@
-"""Devices compared: each device's speed relative to a baseline device on the same points."""
+"""Devices compared: each device's speed relative to a baseline device on the same points (the report's study).
+
+Run as a command, `python -m analysis.compare A B` is the A/B comparison of analysis/ab.py: two sweeps or one
+sweep's two back ends, point by point, with intervals and a rank test's verdict.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.cost import variant_labels
+from analysis.repro import repro_command
 from analysis.slices import self_attention
 from selfattn.point import FIELD_NAMES
 
@@ -44,10 +49,13 @@ def device_speedups(rows: pd.DataFrame, baseline: str) -> pd.DataFrame:
     key = list(MATCH_KEY)
     # The kernel column says which SDPA kernel `auto` picked on each device ("auto:flash"): two GPUs'
     # "sdpa" may compare different kernels, and the table says so.
+    # each point's command to measure it again (analysis/repro.py), for the points the report's table names
+    ok = ok.assign(repro=[repro_command(row) for row in ok.to_dict("records")])
     med = ok.groupby(key + ["device_label", "label"], dropna=False).agg(
-        time_ms=("time_ms", "median"), kernel=("kernel", lambda s: "/".join(sorted(set(map(str, s)))))).reset_index()
+        time_ms=("time_ms", "median"), kernel=("kernel", lambda s: "/".join(sorted(set(map(str, s))))),
+        repro=("repro", "first")).reset_index()
     base = med[med["device_label"] == baseline].drop(columns=["device_label", "label"])
-    base = base.rename(columns={"time_ms": "baseline_time_ms", "kernel": "baseline_kernel"})
+    base = base.rename(columns={"time_ms": "baseline_time_ms", "kernel": "baseline_kernel", "repro": "baseline_repro"})
     others = med[med["device_label"] != baseline]
     merged = others.merge(base, on=key, how="inner")
     merged["speedup"] = merged["baseline_time_ms"] / merged["time_ms"]
@@ -66,6 +74,17 @@ def speedup_table(speedups: pd.DataFrame) -> pd.DataFrame:
                     "geomean_speedup": float(np.exp(np.log(group["speedup"]).mean())),
                     "min_speedup": float(group["speedup"].min()), "max_speedup": float(group["speedup"].max()),
                     "largest_n": int(group["seq_len"].max()),
-                    "speedup_at_largest_n": float(np.exp(np.log(largest["speedup"]).mean()))})
+                    "speedup_at_largest_n": float(np.exp(np.log(largest["speedup"]).mean())),
+                    "repro_at_largest_n": str(largest["repro"].iloc[0]) if "repro" in largest else "",
+                    "baseline_repro_at_largest_n": str(largest["baseline_repro"].iloc[0]) if "baseline_repro" in largest else ""})
     return pd.DataFrame(out, columns=["device", "backend", "kernel", "baseline_kernel", "points", "geomean_speedup",
-                                      "min_speedup", "max_speedup", "largest_n", "speedup_at_largest_n"])
+                                      "min_speedup", "max_speedup", "largest_n", "speedup_at_largest_n",
+                                      "repro_at_largest_n", "baseline_repro_at_largest_n"])
+
+
+if __name__ == "__main__":
+    import sys
+
+    from analysis.ab import main
+
+    sys.exit(main())

@@ -29,8 +29,9 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 TEXT_COLUMNS: tuple[str, ...] = tuple(name for name, kind in field_types(Row).items() if kind is str)
 # Booleans besides `causal` (which must be present) are parsed like it; an empty cell (an older file, or a
 # back end the column does not apply to) reads as the default: the axis's for an axis, else False.
-# `recompiled`: whether a compiling back end's first call of the point compiled new code; `alibi`: an axis.
-BOOL_COLUMNS: tuple[str, ...] = ("kv_cache", "recompiled", "alibi")
+# `recompiled`: whether a compiling back end's first call of the point compiled new code; `alibi`: an axis;
+# `noisy`: the row's timing passed a noise limit (selfattn/measure/noise.py; an older file's rows: not flagged).
+BOOL_COLUMNS: tuple[str, ...] = ("kv_cache", "recompiled", "alibi", "noisy")
 # `window` holds a number (one width) or a pair's text ("[63, 0]", selfattn.variants.window_text): read by
 # window_cells, never as a plain number (a pair would turn into NaN, "no window", and join the plain rows).
 WINDOW = "window"

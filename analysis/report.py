@@ -21,7 +21,7 @@ import pandas as pd
 from analysis import wandb_report
 from analysis.claim import SHARED_RULES
 from analysis.claims import (
-    CHAPTER, NOT_DECIDED, NOT_MEASURED, check_claims, claims_frame, studies_in_order, study_tables,
+    CHAPTER, NOT_DECIDED, NOT_DECIDED_BUSY, NOT_MEASURED, check_claims, claims_frame, studies_in_order, study_tables,
 )
 from analysis.compare import device_speedups, pick_baseline, speedup_table
 from analysis.cost import cost_facets, exponent_table, memory_metric
@@ -120,7 +120,9 @@ def _text_parts(loaded: Loaded, claims: pd.DataFrame, exponents: pd.DataFrame, d
         "## The chapter's claims, checked", "",
         "Each verdict is computed from the rows by the rule under the table: **holds** when every measured group "
         "passes, **does not hold** when any fails (the evidence names it), **not decided at these sizes** when none "
-        "fails but some cannot be decided from the sizes measured (the verdict says what each needs), **not "
+        "fails but some cannot be decided from the sizes measured (the verdict says what each needs), **not decided (N "
+        "of M points measured on a busy machine)** when its evidence rests on the times of rows flagged noisy (their "
+        "samples' spread or other processes' CPU share passed a limit: the verdict could flip in the next run), **not "
         "measured** when the rows are missing.",
         "", *_claims_section(chapter),
         *_studies_section(claims, tables),
@@ -148,7 +150,10 @@ def _text_parts(loaded: Loaded, claims: pd.DataFrame, exponents: pd.DataFrame, d
         tail += ["## Devices compared", "",
                  f"Speed-up = time on {devices['baseline'].iloc[0]} / time on the device, over points measured on "
                  "both (geometric mean over every matched point, and at the largest common n).", "",
-                 _speedup_table(devices), ""]
+                 _speedup_table(devices), "",
+                 "To measure a row's largest-n point again (on the device, then on the baseline):", "",
+                 *[f"- {r.device}, {r.backend}: `{r.repro_at_largest_n}`; baseline: `{r.baseline_repro_at_largest_n}`"
+                   for r in devices.itertuples()], ""]
     problems = loaded.problems + ([baseline_note] if baseline_note else [])
     if problems:
         tail += ["## Input problems", "", *[f"- {p}" for p in problems], ""]
@@ -283,7 +288,7 @@ def _studies_section(claims: pd.DataFrame, tables: Sequence[tuple[str, str, pd.D
 def _claims_table(claims: pd.DataFrame) -> str:
     verdicts = "**" + claims["verdict"] + "**"
     # what to run next: also where the rows left out a metric the claim reads ("not measured: metric off (...)")
-    open_ = claims["verdict"].str.startswith(NOT_MEASURED) | claims["verdict"].str.startswith(NOT_DECIDED)
+    open_ = claims["verdict"].str.startswith(NOT_MEASURED) | claims["verdict"].str.startswith(NOT_DECIDED_BUSY)  # both kinds
     verdicts[open_] += " (run `" + claims.loc[open_, "experiment"] + "`)"
     return _markdown(pd.DataFrame({"#": range(1, len(claims) + 1), "Claim": claims["claim"],
                                    "Measured evidence": claims["evidence"], "Verdict": verdicts}))

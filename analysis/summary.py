@@ -33,6 +33,7 @@ import pandas as pd
 from analysis.cost import memory_metric, skipna, variant_names, variant_labels, variant_order
 from analysis.judged import JUDGED, left_out_text, status_counts
 from analysis.load import window_order
+from analysis.noise import noise_note
 from selfattn.point import FIELD_NAMES
 
 # Never an axis of the table: the back end and its options are its columns, seeds are repeats of one point.
@@ -345,7 +346,7 @@ def summary_markdown(rows: pd.DataFrame) -> str:
         return f"*No measured rows* ({status_line(rows)})."
     note = _explain(frame, memory=True) + "; bold: the fastest back end of the row."
     judged = not_results_line(rows)
-    counts = f"{status_line(rows)}. Cells: {note}" + (f"\n\n{judged}." if judged else "")
+    counts = f"{status_line(rows)}{noise_note(rows)}. Cells: {note}" + (f"\n\n{judged}." if judged else "")
     full = "\n".join(_markdown_table(frame))
     piece = leading_slice(frame)
     if piece is None:
@@ -423,7 +424,7 @@ def summary_text(rows: pd.DataFrame, width: int = 100, max_rows: int = 60) -> st
         others = _others_text(piece, "report.md has them")
         if others:
             notes.append(others)
-    what = status_line(rows) + ". Cells: " + _explain(frame, memory=memory) + f"; {_FASTEST_MARK}: fastest of the row."
+    what = status_line(rows) + noise_note(rows) + ". Cells: " + _explain(frame, memory=memory) + f"; {_FASTEST_MARK}: fastest of the row."
     judged = not_results_line(rows)
     notes_text = [textwrap.fill(f"({note})", width) for note in notes]
     return "\n".join([*head, *lines, "", textwrap.fill(what, width), *([textwrap.fill(judged + ".", width)] if judged else []),

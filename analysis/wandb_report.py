@@ -72,9 +72,10 @@ def report_files(report_md: Path) -> ReportFiles:
 
 def verdict_word(verdict: str) -> str:
     """A claim's verdict without its details: holds, does not hold, not decided or not measured."""
-    from analysis.claim import FAILS, HOLDS, NOT_DECIDED, NOT_MEASURED
+    from analysis.claim import FAILS, HOLDS, NOT_DECIDED, NOT_DECIDED_BUSY, NOT_MEASURED
 
-    for word, short in ((HOLDS, HOLDS), (FAILS, FAILS), (NOT_DECIDED, "not decided"), (NOT_MEASURED, NOT_MEASURED)):
+    for word, short in ((HOLDS, HOLDS), (FAILS, FAILS), (NOT_DECIDED, "not decided"), (NOT_DECIDED_BUSY, "not decided"),
+                        (NOT_MEASURED, NOT_MEASURED)):
         if verdict == word or verdict.startswith(word + " ") or verdict.startswith(word + ":"):
             return short
     return verdict

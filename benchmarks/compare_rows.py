@@ -15,6 +15,8 @@ What is not compared, and why (`--ignore` adds columns, `--compare` puts one bac
   job_wall_s, tokens_per_s); the rates derived from a time (tflops, gbps) and the guard's
   predicted_time_ms, which uses the matmul peak measured that day (device_peak_tflops,
   device_peak_gbps);
+- load: what the timing saw of the machine (other_cpu_frac, noisy, noise; time_spread and time_samples_ms
+  start with `time`);
 - peak_mem_bytes: the process's RSS growth on a CPU, which depends on what the allocator already
   holds; peak_alloc_bytes (bytes through torch's allocator) is exact and is compared;
 - note: it may quote a TFLOP/s above the measured peak, a timing fact;
@@ -51,6 +53,7 @@ MEASURED = frozenset({
     "compile_s", "block_mask_s", "measure_s", "point_wall_s", "job_wall_s", "tokens_per_s",
     "tflops", "gbps", "predicted_time_ms", "device_peak_tflops", "device_peak_gbps",
     "peak_mem_bytes", "note", "device_peak_tflops_source", "device_peak_gbps_source",
+    "other_cpu_frac", "noisy", "noise",
 })
 PROVENANCE = frozenset({"git_sha", "hostname", "sweep_id"})
 SHOWN = 10  # differing points printed per column

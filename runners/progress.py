@@ -1,6 +1,7 @@
 """The one line a person watching a sweep sees per job.
 
     [17/96] chunked seq_len=4096 causal=true fp32 -> 41.2 ms, 9.3 MiB, ok (ETA 1m12s)
+    [18/96] chunked seq_len=8192 causal=true fp32 -> 160 ms, 18.6 MiB, ok, noisy (spread 34% > 10%) (ETA 1m10s)
     [3/54] naive heads=8 scale=none seed=2 fp16 -> 21.4 ms/step, loss 2.71, accuracy 0.12, 2 non-finite steps, ok
 """
 
@@ -102,6 +103,8 @@ def line(index: int | None, total: int | None, what: str, row: Mapping[str, Any]
         if row.get("compile_s") is not None:  # a compiled back end's first call, timed apart
             first = "compiled in" if row.get("recompiled") else "first call (compiled code reused)"
             result += f", {first} {row['compile_s']:.1f} s"
+        if row.get("noisy") is True:  # its timing passed a noise limit (selfattn/measure/noise.py)
+            result += f", noisy ({row.get('noise') or 'busy machine'})"
     else:
         # 200: room for a plugin's import error after its name and path (a back end's reason is one line)
         error = str(row.get("error") or "").splitlines()[0][:200] if row.get("error") else ""

@@ -192,11 +192,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--if-stale", action="store_true", help="only where results.csv is missing or behind the rows")
     parser.add_argument("--table", action="store_true",
                         help="then print each sweep's summary table (what a finished sweep prints)")
+    parser.add_argument("--repro", metavar="POINT_ID",
+                        help="print the one `python -m runners.sweep ...` command (at the row's commit) that measures "
+                             "that point again (a unique prefix of its point_id will do), and nothing else")
     args = parser.parse_args(argv)
     folders = list(dict.fromkeys(f for d in args.dirs for f in sweep_folders(Path(d))))
     if not folders:
         print(f"error: DIR: no sweep folder (with {SWEEP_META} or {INDEX_NAME}/) in {' '.join(args.dirs)}", file=sys.stderr)
         return 2
+    if args.repro is not None:
+        return _print_repro(folders, args.repro)
     if args.if_stale:
         for line in build_stale(folders):
             print(line)
@@ -212,6 +217,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             table = table_text(folder / CSV_NAME) if (folder / CSV_NAME).is_file() else None
             print(f"\n{folder}:\n{table or 'no usable row to tabulate'}")
     return 0
+
+
+def _print_repro(folders: Sequence[Path], wanted: str) -> int:
+    """`--repro`: the reproduction command of the row whose point_id is (or starts with) `wanted`."""
+    from analysis.repro import repro_command  # pure Python: the point's fields, no pandas
+
+    rows = [row for folder in folders for row in best_rows(row_store.read_rows(folder))]
+    found = {str(row.get("point_id")): row for row in rows if str(row.get("point_id") or "").startswith(wanted.strip())}
+    if len(found) != 1:
+        what = "no row has" if not found else f"{len(found)} points have"
+        print(f"error: --repro: {what} a point_id starting with {wanted!r} in {' '.join(map(str, folders))}"
+              + (f" ({', '.join(sorted(found)[:5])})" if found else ""), file=sys.stderr)
+        return 2
+    row = next(iter(found.values()))
+    print(repro_command(row, _option_defaults(row)))
+    return 0
+
+
+def _option_defaults(row: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The row's back end's option defaults (so the command names only options set off them); None when the back
+    end does not load here (a plugin not installed): the command then names every option the row recorded."""
+    try:
+        from selfattn.backends import get_backend
+        from selfattn.fields import defaults
+
+        return defaults(get_backend(str(row.get("backend_path") or row.get("backend"))).Options)
+    except Exception:  # any failure to load a plugin: fall back to every option
+        return None
 
 
 if __name__ == "__main__":

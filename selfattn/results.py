@@ -81,6 +81,15 @@ class Row:
     time_ms_p80: float | None = None
     time_samples: int | None = None
     timer: str = ""  # what timed the calls: cpu_blocks (CPU; torch_timer in older rows), do_bench or cuda_events (CUDA)
+    # the samples themselves: a JSON list of per-call ms, in the order measured (past timing.MAX_KEPT_SAMPLES,
+    # that many evenly spaced order statistics), for analysis/ab.py's bootstrap and rank test
+    time_samples_ms: str = ""
+    # noise (selfattn/measure/noise.py): (p80 - p20) / median, others' share of the CPU during the timed
+    # calls (empty where /proc is missing), and whether either passed its limit (the reason in `noise`)
+    time_spread: float | None = None
+    other_cpu_frac: float | None = None
+    noisy: bool | None = None
+    noise: str = ""
     # compiled back ends (flex, compile=true): the first call, compilation included, timed once and
     # apart from time_ms; whether it compiled new code (false: reused what an earlier point of this
     # process compiled, so compile_s is one call); flex: building its block mask, also apart

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from selfattn.fields import spec, validate_instance
+from selfattn.measure import noise
 from selfattn.point import Point
 
 
@@ -32,6 +33,10 @@ class Budget:
     timing_s: float = spec(1.0, gt=0, help="seconds of timed calls per point (at least timing.MIN_SAMPLES calls)")
     accuracy_rows: int = spec(128, ge=1, help="query rows sampled for accuracy and stability (all when fewer)")
     measure_device_peak: bool = spec(True, help="measure the GEMM peak once per process (false: nominal, no tflops fraction)")
+    # what flags a row `noisy` (selfattn/measure/noise.py's limits are the defaults): NVBench's --max-noise in spirit
+    noise_spread: float = spec(noise.SPREAD_LIMIT, gt=0, help="a row is noisy when (p80 - p20) / median of its samples passes this")
+    noise_cpu: float = spec(noise.OTHER_CPU_LIMIT, gt=0, le=1, help="a CPU row is noisy when other processes took more than this share "
+                            "of the machine's CPU time during its timed calls")
 
     def __post_init__(self) -> None:
         validate_instance(self)

@@ -44,7 +44,8 @@ from selfattn.measure.predict import (
 from selfattn.measure.stability import SATURATED_WEIGHT, stability
 from selfattn.positions import rope_shift_max_abs_diff
 from selfattn.measure.threads import ThreadChoice, choose_threads, on_threads, one_thread
-from selfattn.measure.timing import time_call, wall_call
+from selfattn.measure import noise
+from selfattn.measure.timing import Timing, kept_samples, time_call, wall_call
 from selfattn.metrics import ALL as ALL_METRICS, metrics_label
 from selfattn.fp8_formats import fp8_format
 from selfattn.point import RNN_GATES, Point
@@ -315,6 +316,7 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         timing.median_ms, timing.p20_ms, timing.p80_ms, timing.samples
     )
     row.timer = timing.timer
+    _noise_columns(timing, device, row, budget)
     row.tflops = row.flops / (timing.median_ms * 1e-3) / 1e12 if timing.median_ms > 0 else None
     if row.bytes_moved is not None and timing.median_ms > 0:
         row.gbps = row.bytes_moved / (timing.median_ms * 1e-3) / 1e9
@@ -343,6 +345,17 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
     if compiling and "permutation" in metrics:  # at the point's own size and shape (every thread): the code compiled above
         _compiled_permutation_check(point, dtype, device, row)
     row.status, row.error, row.metrics = "ok", "", metrics_label(metrics)
+
+
+def _noise_columns(timing: Timing, device: str, row: Row, budget: Budget) -> None:
+    """The timing's samples and what it saw of the machine (selfattn/measure/noise.py): spread, others' CPU, flag."""
+    import json
+
+    row.time_samples_ms = json.dumps([float(f"{t:.4g}") for t in kept_samples(timing.samples_ms)], separators=(",", ":"))
+    judged = noise.judge(noise.spread(timing.p20_ms, timing.median_ms, timing.p80_ms), timing.other_cpu_frac, device,
+                         budget.noise_spread, budget.noise_cpu)
+    row.time_spread, row.other_cpu_frac, row.noisy, row.noise = (
+        judged.time_spread, judged.other_cpu_frac, judged.noisy, judged.reason)
 
 
 def _fp8_columns(point: Point, workload: Any, row: Row) -> None:

@@ -28,11 +28,13 @@ from __future__ import annotations
 import time
 import timeit
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
 import torch
+
+from selfattn.measure import noise
 
 TIMERS = ("cpu_blocks", "do_bench", "cuda_events")
 # Fewer timed samples than this make p20/p80 meaningless; slow calls are repeated this often
@@ -51,6 +53,9 @@ MAX_EVENT_CALLS = 10_000  # events are cheap, but a 10 us call with timing_s=1 w
 # A CPU block lasts about this long: timeit's own cost per block (a few microseconds) is then under
 # 1% of it, and a 0.05 s window still holds tens of samples. A slower call is a block of one.
 CPU_BLOCK_S = 1e-3
+# A row keeps at most this many samples (`time_samples_ms`): enough for a rank test at p < 0.002 and a
+# bootstrap interval (analysis/ab.py), about 1.4 KB of CSV a row.
+MAX_KEPT_SAMPLES = 200
 
 # do_bench in this process: why it cannot run (then cuda_events replaces it), whether it has
 # worked once (later failures are the point's own), and whether the switch was announced.
@@ -69,6 +74,8 @@ class Timing:
     samples: int
     min_ms: float | None = None  # the fastest sample (a peak's best case); None when not known
     timer: str = ""  # one of TIMERS
+    samples_ms: tuple[float, ...] = ()  # every sample's per-call time, in the order measured
+    other_cpu_frac: float | None = None  # others' share of the CPU during the timer's run (measure/noise.py)
 
 
 @dataclass(frozen=True)
@@ -101,11 +108,13 @@ def quantile(sorted_values: np.ndarray, q: float) -> float:
 
 def summarize(per_call_ms: list[float] | np.ndarray, timer: str = "") -> Timing:
     """Median and 20th/80th percentiles of per-call times (one value per sample)."""
-    times = np.sort(np.asarray(per_call_ms, dtype=np.float64))
+    measured = np.asarray(per_call_ms, dtype=np.float64)
+    times = np.sort(measured)
     if times.size == 0:
         raise ValueError("per_call_ms: expected at least one time, got none")
     p20, median, p80 = (quantile(times, q) for q in (0.2, 0.5, 0.8))
-    return Timing(float(median), float(p20), float(p80), int(times.size), float(times[0]), timer)
+    return Timing(float(median), float(p20), float(p80), int(times.size), float(times[0]), timer,
+                  tuple(float(t) for t in measured))
 
 
 def _warmup_calls(call_s: float) -> int:
@@ -258,10 +267,22 @@ def _time_cuda_events(fn: Callable[[], object], timing_s: float, call_s_estimate
 
 
 def time_call(fn: Callable[[], object], device: str, timing_s: float, call_s_estimate: float) -> Timing:
-    """Time `fn` on `device` ("cpu" or "cuda") for about `timing_s` seconds."""
-    if device == "cuda":
-        return time_cuda(fn, timing_s, call_s_estimate)
-    return time_cpu(fn, timing_s, call_s_estimate)
+    """Time `fn` on `device` ("cpu" or "cuda") for about `timing_s` seconds, and what other processes took
+    of the CPU meanwhile (`Timing.other_cpu_frac`, read before and after the timer: selfattn/measure/noise.py)."""
+    timer = time_cuda if device == "cuda" else time_cpu
+    timing, others = noise.watched(lambda: timer(fn, timing_s, call_s_estimate), time.perf_counter)
+    return replace(timing, other_cpu_frac=others)
+
+
+def kept_samples(samples_ms: tuple[float, ...], limit: int = MAX_KEPT_SAMPLES) -> list[float]:
+    """The samples a row keeps (its `time_samples_ms`): all of them in the order measured, or, past `limit`, `limit`
+    evenly spaced order statistics (sorted): the same distribution for a bootstrap or a rank test, in a CSV
+    cell of a bounded size (a fast CUDA call has thousands of samples)."""
+    if len(samples_ms) <= limit:
+        return list(samples_ms)
+    ordered = np.sort(np.asarray(samples_ms, dtype=np.float64))
+    picks = ((np.arange(limit) + 0.5) * ordered.size / limit).astype(int)
+    return [float(t) for t in ordered[picks]]
 
 
 def wall_call(fn: Callable[[], object], device: str) -> tuple[object, float]:

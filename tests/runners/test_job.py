@@ -124,6 +124,9 @@ def test_progress_line():
         "[1/2] chunked+compile seq_len=4096 fp32 -> 41.2 ms, 9.3 MiB, ok, compiled in 7.3 s")
     reused = {**compiled, "recompiled": False, "compile_s": 0.05}
     assert progress.line(None, None, "x", reused).endswith("ok, first call (compiled code reused) 0.1 s")
+    noisy = {**row, "noisy": True, "noise": "spread 34% > 10%"}  # its timing passed a noise limit: said in the line
+    assert progress.line(None, None, "x", noisy) == "x -> 41.2 ms, 9.3 MiB, ok, noisy (spread 34% > 10%)"
+    assert "noisy" not in progress.line(None, None, "x", {**row, "noisy": False})
 
 
 def test_missing_wandb_is_one_warning_and_the_csv_is_complete(tmp_path, fake_measure, monkeypatch, capsys):

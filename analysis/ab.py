@@ -1,0 +1,370 @@
+"""A against B, point by point: is B faster, slower or the same, and did it get less exact?
+
+    python -m analysis.compare BEFORE/ AFTER/ --out cmp/              # two sweeps: commits, machines, torch versions
+    python -m analysis.compare SWEEP/ --backends sdpa chunked --out cmp/    # one sweep, two back ends
+    python -m analysis.compare BEFORE/ AFTER/ --fail-on slower        # CI: exit 1 when any point is slower
+
+Only `ok` rows compare. Points match by every point field but the compared one: two sweeps match on all of
+them but `device` (a merged side holding several devices keeps `device` in the key and matches by it), a back
+end's options on those both sides know (one added between two commits is left out); two back ends match on
+all but `backend` and its options. Per matched point (the rule, in the spirit of asv's
+`asv compare`):
+
+- ratio = B's median time / A's (time_ms); its 95% interval: a bootstrap (BOOTSTRAP draws, seeded) of the
+  ratio of medians from the two rows' samples (`time_samples_ms`);
+- p_value: a two-sided Mann-Whitney U test of the two rows' samples (analysis/ranktest.py);
+- verdict: `slower` when p < ALPHA and ratio >= MIN_RATIO, `faster` when p < ALPHA and ratio <= 1/MIN_RATIO,
+  `same` when the ratio is within MIN_RATIO either way (significant or not: asv's "insignificant" change),
+  `not significant` when it is beyond MIN_RATIO but p >= ALPHA (a change the samples cannot tell from chance,
+  never called the same); `too few samples` when the two sample sizes cannot reach p < ALPHA at all (or a row kept
+  none: an older file); `noisy` when either row's timing was flagged noisy (selfattn/measure/noise.py): its
+  samples say how it varied within its own window, not how much a busy machine moved it between the two runs
+  (on a loaded 2-core machine one point's median moved 100x from one sweep to the next, each interval narrow),
+  so a noisy pair is never called faster, slower or the same;
+- accuracy: B is `less exact` when its rel_rms_err > ACCURACY_FACTOR x A's + the precision's epsilon
+  (`more exact` the other way), else `same`.
+
+Points only one side has are listed. Writes comparison.csv (one row per matched point, with each side's
+point_id and the command that measures it again) and comparison.png (the ratios and their intervals against
+seq_len); prints the table and the reproduction commands of the points it names (slower, faster, less exact).
+Reads only CSV files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from analysis.load import NoUsableResults, load
+from analysis.ranktest import mann_whitney, min_p_value
+from analysis.repro import repro_command
+from selfattn.point import FIELD_NAMES
+
+ALPHA = 0.002  # asv's significance level
+MIN_RATIO = 1.1  # asv's default factor: smaller changes are `same` however significant
+BOOTSTRAP = 2000  # bootstrap draws of the ratio of medians
+SEED = 0  # the bootstrap's: the same rows give the same interval
+ACCURACY_FACTOR = 2.0
+EPSILON = {"fp64": 2.2e-16, "fp32": 1.2e-7, "tf32": 9.8e-4, "fp16": 9.8e-4, "bf16": 7.8e-3}
+FP8_EPSILON = 0.125  # e4m3's; e5m2's is 0.25
+VERDICTS = ("faster", "slower", "same", "not significant", "noisy", "too few samples")
+FAIL_ON = ("slower", "faster", "not_significant", "noisy", "less_exact")
+COLUMNS = ("point", "seq_len", "time_ms_a", "time_ms_b", "ratio", "ratio_lo", "ratio_hi", "p_value", "samples_a",
+           "samples_b", "verdict", "rel_rms_err_a", "rel_rms_err_b", "accuracy", "noise_a", "noise_b",
+           "point_id_a", "point_id_b", "repro_a", "repro_b")
+
+
+@dataclass
+class Comparison:
+    label_a: str
+    label_b: str
+    matched: pd.DataFrame  # COLUMNS, one row per matched point
+    only_a: list[str]  # points only A has (their descriptions)
+    only_b: list[str]
+
+
+def samples_of(cell: object) -> np.ndarray:
+    """A row's `time_samples_ms` cell as an array ([] when the row kept none)."""
+    if not isinstance(cell, str) or not cell.strip():
+        return np.empty(0)
+    try:
+        return np.asarray(json.loads(cell), dtype=np.float64)
+    except (TypeError, ValueError):
+        return np.empty(0)
+
+
+def ratio_interval(a: np.ndarray, b: np.ndarray, draws: int = BOOTSTRAP, seed: int = SEED) -> tuple[float, float]:
+    """The bootstrap 95% interval of median(b) / median(a), each side resampled with replacement."""
+    rng = np.random.default_rng(seed)
+    med_a = np.median(a[rng.integers(0, a.size, (draws, a.size))], axis=1)
+    med_b = np.median(b[rng.integers(0, b.size, (draws, b.size))], axis=1)
+    ratios = med_b / med_a
+    return float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))
+
+
+def verdict(ratio: float, lo: float, hi: float, p_value: float, reachable: bool, noisy: bool) -> str:
+    """The rule of the module docstring."""
+    if not reachable:
+        return "too few samples"
+    if noisy:
+        return "noisy"
+    if p_value < ALPHA and ratio >= MIN_RATIO:
+        return "slower"
+    if p_value < ALPHA and ratio <= 1 / MIN_RATIO:
+        return "faster"
+    return "same" if 1 / MIN_RATIO < ratio < MIN_RATIO else "not significant"
+
+
+def accuracy_verdict(err_a: float, err_b: float, precision: str) -> str:
+    if not (np.isfinite(err_a) and np.isfinite(err_b)):
+        return "not measured" if (pd.isna(err_a) or pd.isna(err_b)) else ("less exact" if not np.isfinite(err_b) else "same")
+    eps = EPSILON.get(precision, FP8_EPSILON if str(precision).startswith("fp8") else 1.2e-7)
+    if err_b > ACCURACY_FACTOR * err_a + eps:
+        return "less exact"
+    if err_a > ACCURACY_FACTOR * err_b + eps:
+        return "more exact"
+    return "same"
+
+
+def _key_text(rows: pd.DataFrame, key: Sequence[str]) -> pd.Series:
+    return rows[list(key)].apply(lambda column: column.map(str)).agg("|".join, axis=1)
+
+
+def _describe(row: pd.Series, axes: Sequence[str]) -> str:
+    parts = []
+    for name in axes:
+        value = row.get(name)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        parts.append(f"{name}={str(value).lower() if isinstance(value, bool) else value}")
+    return " ".join(parts) or "-"  # nothing but seq_len tells the points apart
+
+
+def _varying(rows: pd.DataFrame, key: Sequence[str]) -> list[str]:
+    """The key's fields that take more than one value: what tells the points apart in a table."""
+    implied = {"q_len": "seq_len", "kv_heads": "heads"}  # null: equal to that axis, so a copy of it
+    shown = [name for name in key if name != "backend_options" and rows[name].map(str).nunique() > 1
+             and not (name in implied and (rows[name] == rows[implied[name]]).all())]
+    return shown or [name for name in ("seq_len",) if name in key]
+
+
+def _one_per_key(rows: pd.DataFrame, key: Sequence[str], side: str) -> pd.DataFrame:
+    duplicated = _key_text(rows, key).duplicated(keep=False)
+    if duplicated.any():
+        example = rows[duplicated].iloc[0]
+        raise ValueError(f"{side}: {int(duplicated.sum())} ok rows share a point once the compared axis is left out "
+                         f"(e.g. backend={example['backend']} options={example['backend_options']}); give each side "
+                         "one back end's rows with one set of options")
+    return rows
+
+
+def match(rows_a: pd.DataFrame, rows_b: pd.DataFrame, key: Sequence[str], label_a: str, label_b: str) -> Comparison:
+    """Pair A's and B's ok rows by `key` and compare each pair (the module docstring's rule)."""
+    a = _one_per_key(rows_a[rows_a["status"] == "ok"], key, label_a)
+    b = _one_per_key(rows_b[rows_b["status"] == "ok"], key, label_b)
+    a = a.assign(_key=_key_text(a, key).values)
+    b = b.assign(_key=_key_text(b, key).values)
+    both = pd.concat([a, b])
+    shown = _varying(both, key)
+    pairs = a.merge(b, on="_key", suffixes=("_a", "_b"))
+    out = []
+    for _, pair in pairs.iterrows():
+        side_a = pd.Series({c[:-2]: v for c, v in pair.items() if c.endswith("_a")})
+        side_b = pd.Series({c[:-2]: v for c, v in pair.items() if c.endswith("_b")})
+        out.append(_compare_pair(side_a, side_b, shown))
+    matched = pd.DataFrame(out, columns=list(COLUMNS))
+    if not matched.empty:
+        matched = matched.sort_values(["point", "seq_len"], kind="stable").reset_index(drop=True)
+    only_a = sorted(_describe(r, shown) for _, r in a[~a["_key"].isin(b["_key"])].iterrows())
+    only_b = sorted(_describe(r, shown) for _, r in b[~b["_key"].isin(a["_key"])].iterrows())
+    return Comparison(label_a, label_b, matched, only_a, only_b)
+
+
+def _compare_pair(a: pd.Series, b: pd.Series, shown: Sequence[str]) -> dict:
+    samples_a, samples_b = samples_of(a.get("time_samples_ms")), samples_of(b.get("time_samples_ms"))
+    ratio = float(b["time_ms"] / a["time_ms"]) if a["time_ms"] > 0 else math.nan
+    reachable = min_p_value(samples_a.size, samples_b.size) < ALPHA
+    lo = hi = p_value = math.nan
+    if samples_a.size and samples_b.size:
+        lo, hi = ratio_interval(samples_a, samples_b)
+        p_value = mann_whitney(samples_a, samples_b).p_value
+    noisy = bool(a.get("noisy") is True or b.get("noisy") is True)
+    return {
+        "point": _describe(a, [s for s in shown if s != "seq_len"]), "seq_len": int(a["seq_len"]),
+        "time_ms_a": float(a["time_ms"]), "time_ms_b": float(b["time_ms"]), "ratio": ratio,
+        "ratio_lo": lo, "ratio_hi": hi, "p_value": p_value,
+        "samples_a": int(samples_a.size), "samples_b": int(samples_b.size),
+        "verdict": verdict(ratio, lo, hi, p_value, reachable, noisy),
+        "rel_rms_err_a": a.get("rel_rms_err"), "rel_rms_err_b": b.get("rel_rms_err"),
+        "accuracy": accuracy_verdict(float(a.get("rel_rms_err", math.nan)), float(b.get("rel_rms_err", math.nan)),
+                                     str(a.get("precision"))),
+        "noise_a": str(a.get("noise") or ""), "noise_b": str(b.get("noise") or ""),
+        "point_id_a": str(a.get("point_id") or ""), "point_id_b": str(b.get("point_id") or ""),
+        "repro_a": repro_command(a.to_dict()), "repro_b": repro_command(b.to_dict()),
+    }
+
+
+def shared_options(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Both sides with `backend_options` cut to the options both know, per back end: an option added (or removed)
+    between two commits is in one side's rows only, at its default, and must not keep every point from matching."""
+    def parsed(rows: pd.DataFrame) -> list[dict]:
+        out = []
+        for cell in rows["backend_options"]:
+            try:
+                out.append(json.loads(cell) if isinstance(cell, str) and cell else {})
+            except ValueError:
+                out.append({"": cell})  # not JSON: kept whole, so it matches only itself
+        return out
+
+    options_a, options_b = parsed(rows_a), parsed(rows_b)
+    known: dict[str, set[str]] = {}
+    for rows, options in ((rows_a, options_a), (rows_b, options_b)):
+        side: dict[str, set[str]] = {}
+        for backend, opts in zip(rows["backend"], options):
+            side.setdefault(backend, set()).update(opts)
+        for backend, names in side.items():
+            known[backend] = known[backend] & names if backend in known else names
+
+    def cut(rows: pd.DataFrame, options: list[dict]) -> pd.DataFrame:
+        cells = [json.dumps({k: v for k, v in opts.items() if k in known.get(backend, ())}, sort_keys=True)
+                 for backend, opts in zip(rows["backend"], options)]
+        return rows.assign(backend_options=cells)
+    return cut(rows_a, options_a), cut(rows_b, options_b)
+
+
+def compare_sweeps(path_a: str, path_b: str) -> Comparison:
+    """Two sweeps (or results.csv files): matched on every point field; `device` too when a side holds several;
+    the back ends' options on those both sides know (`shared_options`)."""
+    rows_a, rows_b = shared_options(_load(path_a, "A"), _load(path_b, "B"))
+    key = [name for name in FIELD_NAMES if name != "device"]
+    if any(_key_text(r[r["status"] == "ok"], key).duplicated().any() for r in (rows_a, rows_b)):
+        key = list(FIELD_NAMES)  # a merged side measured one point on several devices: match device by device
+    return match(rows_a, rows_b, key, str(path_a), str(path_b))
+
+
+def compare_backends(path: str, backend_a: str, backend_b: str) -> Comparison:
+    """One sweep's two back ends (by name), matched on every point field but the back end and its options."""
+    rows = _load(path, "A")
+    names = sorted(set(rows["backend"]))
+    for name in (backend_a, backend_b):
+        if name not in names:
+            raise ValueError(f"--backends: {name!r} is not a back end of {path} (it has {', '.join(names)})")
+    key = [name for name in FIELD_NAMES if name not in ("backend", "backend_options")]
+    return match(rows[rows["backend"] == backend_a], rows[rows["backend"] == backend_b], key, backend_a, backend_b)
+
+
+def _load(path: str, side: str) -> pd.DataFrame:
+    try:
+        return load([path], warn=False).rows
+    except NoUsableResults as exc:
+        raise ValueError(f"{side}: {exc}") from None
+
+
+def table_text(cmp: Comparison) -> str:
+    """The terminal's table: a line per matched point, then the counts and the points only one side has."""
+    m = cmp.matched
+    lines = [f"A = {cmp.label_a}", f"B = {cmp.label_b}", ""]
+    if m.empty:
+        lines.append("no point measured ok on both sides")
+    else:
+        cells = [["point", "seq_len", "A ms", "B ms", "B/A [95%]", "p", "verdict", "accuracy"]]
+        for _, r in m.iterrows():
+            interval = "" if math.isnan(r["ratio_lo"]) else f" [{r['ratio_lo']:.2f}, {r['ratio_hi']:.2f}]"
+            p_text = "—" if math.isnan(r["p_value"]) else f"{r['p_value']:.2g}"
+            cells.append([r["point"], str(r["seq_len"]), f"{r['time_ms_a']:.4g}", f"{r['time_ms_b']:.4g}",
+                          f"{r['ratio']:.3f}{interval}", p_text, r["verdict"], r["accuracy"]])
+        widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+        lines += ["  ".join(c.ljust(w) if i in (0, 6, 7) else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+                  for row in cells]
+        counts = m["verdict"].value_counts()
+        lines += ["", f"{len(m)} points matched: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v in counts)
+                  + f" (slower/faster: p < {ALPHA} in a Mann-Whitney U test and B/A beyond {MIN_RATIO}x)"]
+        less = m[m["accuracy"] == "less exact"]
+        if len(less):
+            lines.append(f"less exact: {cmp.label_b} at {len(less)} of {len(m)} points (rel_rms_err above "
+                         f"{ACCURACY_FACTOR:g}x {cmp.label_a}'s + the precision's epsilon)")
+        named = m[m["verdict"].isin(["slower", "faster"]) | (m["accuracy"] == "less exact")]
+        if len(named):
+            lines += ["", "to measure them again (A, then B):"]
+            for _, r in named.iterrows():
+                lines += [f"  {r['point']} seq_len={r['seq_len']} ({r['verdict']}):", f"    {r['repro_a']}", f"    {r['repro_b']}"]
+    for label, only in ((cmp.label_a, cmp.only_a), (cmp.label_b, cmp.only_b)):
+        if only:
+            lines += ["", f"only in {label} ({len(only)}): " + "; ".join(only)]
+    return "\n".join(lines)
+
+
+def ratio_figure(cmp: Comparison, path: Path) -> Path | None:
+    """B/A against seq_len, one line per point (its other axes), the 95% intervals as bars, 1 and the
+    MIN_RATIO band marked. None when nothing matched."""
+    m = cmp.matched.dropna(subset=["ratio"])
+    if m.empty:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only (as analysis/figures/common.py; not imported here: the figures import compare)
+    import matplotlib.pyplot as plt
+
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for point, group in m.groupby("point", sort=True):
+        group = group.sort_values("seq_len")
+        low = (group["ratio"] - group["ratio_lo"]).clip(lower=0).fillna(0)
+        high = (group["ratio_hi"] - group["ratio"]).clip(lower=0).fillna(0)
+        bars = ax.errorbar(group["seq_len"], group["ratio"], yerr=[low, high], marker="o", capsize=3,
+                           label=point if point != "-" else "B / A")
+        noisy = group[group["verdict"] == "noisy"]  # hollow: not decided (a noisy row)
+        ax.scatter(noisy["seq_len"], noisy["ratio"], s=60, facecolors="white", edgecolors=bars.lines[0].get_color(),
+                   zorder=3, label="noisy: not decided" if len(noisy) and point == m["point"].min() else None)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.axhspan(1 / MIN_RATIO, MIN_RATIO, color="grey", alpha=0.15, label=f"within {MIN_RATIO}x: same")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    sizes = sorted(m["seq_len"].unique())
+    ax.set_xticks(sizes, [str(n) for n in sizes])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if f"{y:.2g}"[0] in "25" else ""))
+    ax.set_xlabel("seq_len (n)")
+    ax.set_ylabel("time B / time A")
+    ax.set_title(f"B = {cmp.label_b} against A = {cmp.label_a}\n(95% bootstrap intervals)", fontsize=9)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.compare",
+        description="Compare two sweeps (A B: two commits, machines or torch versions) or one sweep's two back ends "
+                    "(A --backends X Y), point by point: ratio B/A of median times with a bootstrap 95%% interval, "
+                    "a Mann-Whitney U test, a verdict (faster/slower/same, not significant, noisy, too few samples) and "
+                    "the accuracy.",
+        epilog=f"Rule: slower when p < {ALPHA} and B/A >= {MIN_RATIO}, faster when p < {ALPHA} and B/A <= 1/{MIN_RATIO}, "
+               "same within that ratio, else not significant; a pair with a noisy row is `noisy`, never decided. "
+               "docs/usage.md#comparing")
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="A and B (sweep folders or results.csv files), or one with --backends")
+    parser.add_argument("--backends", nargs=2, metavar=("A", "B"), help="compare these two back ends of one sweep")
+    parser.add_argument("--out", default="comparison", metavar="DIR", help="where comparison.csv and comparison.png go")
+    parser.add_argument("--fail-on", default="", metavar="WHAT",
+                        help=f"exit 1 when any point is this (comma separated: {', '.join(FAIL_ON)})")
+    args = parser.parse_args(argv)
+    fail_on = [w.strip().replace(" ", "_") for w in args.fail_on.split(",") if w.strip()]
+    bad = [w for w in fail_on if w not in FAIL_ON]
+    if bad:
+        parser.error(f"--fail-on: expected some of {', '.join(FAIL_ON)}, got {bad[0]!r}")
+    want = 1 if args.backends else 2
+    if len(args.paths) != want:
+        parser.error(f"PATH: expected {want} path{'s' if want > 1 else ''}{' with --backends' if args.backends else ''}, "
+                     f"got {len(args.paths)}")
+    try:
+        cmp = compare_backends(args.paths[0], *args.backends) if args.backends else compare_sweeps(*args.paths)
+    except ValueError as exc:
+        print(f"compare: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cmp.matched.to_csv(out / "comparison.csv", index=False)
+    figure = ratio_figure(cmp, out / "comparison.png")
+    print(table_text(cmp))
+    print(f"\ncomparison: {out / 'comparison.csv'}" + (f", {figure}" if figure else ""))
+    m = cmp.matched
+    found = {w: bool((m["accuracy"] == "less exact").any() if w == "less_exact"
+                     else (m["verdict"] == w.replace("_", " ")).any())
+             for w in fail_on}
+    failing = [w for w, seen in found.items() if seen]
+    if failing:
+        print(f"compare: failing on {', '.join(failing)} (--fail-on)", file=sys.stderr)
+        return 1
+    return 0
