@@ -1,11 +1,13 @@
 """Hydra callback: what happens once per multirun, before the first job and after the last.
 
 Start: count the jobs (for `[i/N]` and the ETA), note how many jobs share the device, warn
-when a parallel launcher makes timings interfere, make the sweep's point index (jobs look
-their point up there). End: build results.csv from every row file (jobs of a large sweep
-do not), print the summary table (runners/table.py), write the report from it, then send the whole table
-and the report to wandb (last, so wandb never delays or changes a file), say where everything is, and exit 1
-when no point of the sweep could be measured.
+when a parallel launcher makes timings interfere, take the folder (its name and path checked, its lock
+taken: runners/folder_lock.py; room set aside for the last results.csv), make the sweep's point index (jobs
+look their point up there); a problem there is one line, exit 2, before any point. End: build results.csv
+from every row file (jobs of a large sweep do not; in the room set aside if the disk filled), print the summary
+table (runners/table.py), write the report from it, then send the whole table and the report to wandb (last,
+so wandb never delays or changes a file), say where everything is, and exit 1 when a point failed, a point of
+this sweep has no row (runners/ledger.py), or no point could be measured (docs/usage.md's exit statuses).
 Runs in the launching process only; jobs (maybe in other processes) read sweep.json (`sweep_meta`).
 """
 

@@ -52,7 +52,9 @@ def own(folder: Path, command: str, shared: bool = False, key: str = "hydra.swee
     held = folder.resolve()
     if held in _HELD:  # this process holds it already (a second multirun in one process: tests)
         return ""
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
+    # held through a read-only descriptor: a file open for writing would keep its file system from being
+    # remounted read-only while the sweep runs
+    fd = os.open(folder / LOCK_NAME, os.O_RDONLY | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -66,8 +68,11 @@ def own(folder: Path, command: str, shared: bool = False, key: str = "hydra.swee
         raise
     try:
         record = f"{os.getpid()}\t{'single run' if shared else 'sweep'}\t{command[:COMMAND_MAX_CHARS]}\n".encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, record, 0)
+        writer = os.open(folder / LOCK_NAME, os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(writer, record)
+        finally:
+            os.close(writer)
     except OSError as exc:  # a full file system: the holder cannot even say who it is
         os.close(fd)
         raise OSError(exc.errno, exc.strerror, str(folder / LOCK_NAME)) from exc

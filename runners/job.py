@@ -9,6 +9,7 @@ bookkeeping before it is written.
 
 from __future__ import annotations
 
+import errno
 import sys
 import time
 from dataclasses import dataclass, field
@@ -161,6 +162,10 @@ def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
         print(progress.line(index, ctx.total, progress.describe(written, varying), written,
                             note=f"not recorded: {why}; once there is room, the same command measures "
                                  "the points left without a row"), file=sys.stderr, flush=True)
+        if exc.errno == errno.EROFS:  # nothing more can be written: stop in one line rather than measure in vain
+            print("error: the file system turned read-only, so the sweep stops here; the rows written are intact, "
+                  "and the same command measures the rest once it is writable", file=sys.stderr, flush=True)
+            sys.exit(1)
         return written
     if row.status == "error":  # the full traceback, which the one-line `error` column cannot hold
         from selfattn.measure.failures import write_traceback
