@@ -137,8 +137,10 @@ class SweepCallback(Callback):
         if report_md is not None and (run := SINK.log_report(wandb_conf, report_md, [csv_path], group=group,
                                                              out_dir=sweep_dir)):
             print(f"wandb: group {group}, report run -> {run}", flush=True)
-        problems = [LEDGER.missing_line(str(r.get("point_id")) for r in all_rows), failed_points(all_rows),
-                    nothing_measured(all_rows)]
+        # this sweep's points (a folder may hold other sweeps' rows); all rows when its jobs ran elsewhere (joblib, SLURM)
+        mine = [r for r in all_rows if str(r.get("point_id")) in LEDGER.points] if LEDGER.points else all_rows
+        problems = [LEDGER.missing_line(str(r.get("point_id")) for r in all_rows), failed_points(mine),
+                    nothing_measured(mine)]
         for why in filter(None, problems):
             print(f"error: {why}", file=sys.stderr, flush=True)
         if any(problems):  # the exit statuses of docs/usage.md: 1 when a script must look

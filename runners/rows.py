@@ -257,6 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             start = time.perf_counter()
             path, kept = rebuild_csv(folder)  # type: ignore[misc]  (wait=True always builds)
             print(f"results: {len(kept)} rows -> {path} ({time.perf_counter() - start:.1f} s)")
+    for bad in row_store.take_corrupt():  # a row file cut short: left out, and the sweep's rerun measures its point
+        print(f"warning: {bad} holds no whole row; left out of results.csv", file=sys.stderr)
     if args.table:
         from runners.table import table_text  # pandas, through the analysis package: only when asked
 

@@ -288,11 +288,12 @@ def mask_bytes(point: Point) -> int:
     return 2 * 8 * sequences * point.q_len_resolved + ids
 
 
-def before_counting(point: Point, rows: int) -> tuple[int, float]:
-    """(bytes, seconds) the point needs at the least, from closed forms alone: its inputs and its mask geometry,
-    and the time to draw the inputs. The guard's first pass, before anything that grows with the point is made
-    (run.py): a point refused here would be refused by the full guard too."""
-    return input_bytes(point) + mask_bytes(point), input_draw_s(point, rows)
+def before_counting(point: Point) -> int:
+    """Bytes beyond its call's own peak that the point needs at the least, from closed forms alone: its inputs and
+    its mask geometry, alive together while it runs. The guard's first pass, before anything that grows with the
+    point is made (run.py, with the call's predicted peak added); the full guard then adds the accuracy pass and
+    judges the time."""
+    return input_bytes(point) + mask_bytes(point)
 
 
 def nominal_peak_tflops(device: str, precision: str) -> float:

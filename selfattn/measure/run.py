@@ -140,16 +140,17 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
         # what needs neither (the inputs, the intervals themselves) is guarded first, and rows are drawn after.
         free = free_bytes(device)
         n_sampled = min(point.q_len_resolved, budget.accuracy_rows)
-        least_bytes, least_s = before_counting(point, n_sampled)
-        if (reason := over_budget(point, budget, least_bytes, free, least_s)) is not None:
+        row.predicted_mem_bytes = predict_mem_bytes(point, options)  # memory models are closed forms
+        row.kv_cache_bytes = point.kv_bytes
+        # memory only: the time limit is judged on the full prediction below, which the masks' tensors fit beside
+        least_bytes = before_counting(point)
+        if (reason := over_budget(point, budget, least_bytes + row.predicted_mem_bytes, free, 0.0)) is not None:
             row.status, row.error = "skipped_budget", reason
             return
         row.flops = point_flops(point)
-        row.kv_cache_bytes = point.kv_bytes
         if "traffic" in metrics:
             row.bytes_moved = bytes_moved(point)
         row.mask_density = mask_density(point)
-        row.predicted_mem_bytes = predict_mem_bytes(point, options)
         peak = device_peak_tflops(device, dtype) if budget.measure_device_peak else nominal_peak_tflops(device, point.precision)
         # the accuracy pass and, for a compiled back end, the permutation check at the point's size come one
         # after the other, each beside the inputs and a call's peak
