@@ -25,8 +25,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from runners import folder_lock, interrupts, paths, progress, row_store, rows
-from runners.ledger import LEDGER
+from runners import folder_lock, interrupts, ledger, paths, progress, row_store, rows
 from runners.table import table_text
 from runners.wandb_log import SINK
 from selfattn.results import COLUMNS, FAILURE_STATUSES
@@ -96,6 +95,7 @@ class SweepCallback(Callback):
         total = count_jobs(config)
         sharing = jobs_sharing_device(config.hydra.launcher, total)
         take_folder(config, sweep_dir, total, sharing)  # or one line and exit 2, before any point
+        ledger.LEDGER = ledger.Ledger()  # this multirun's points from here on
         interrupts.sweep_started(sweep_dir, total)  # so Ctrl-C can say how far it got and how to resume
         print(f"sweep {sweep_id(config, sweep_dir)}: {total or '?'} jobs -> {sweep_dir}", flush=True)
         if "SlurmLauncher" in str(config.hydra.launcher.get("_target_", "")):
@@ -138,8 +138,9 @@ class SweepCallback(Callback):
                                                              out_dir=sweep_dir)):
             print(f"wandb: group {group}, report run -> {run}", flush=True)
         # this sweep's points (a folder may hold other sweeps' rows); all rows when its jobs ran elsewhere (joblib, SLURM)
-        mine = [r for r in all_rows if str(r.get("point_id")) in LEDGER.points] if LEDGER.points else all_rows
-        problems = [LEDGER.missing_line(str(r.get("point_id")) for r in all_rows), failed_points(mine),
+        points = ledger.LEDGER.points
+        mine = [r for r in all_rows if str(r.get("point_id")) in points] if points else all_rows
+        problems = [ledger.LEDGER.missing_line(str(r.get("point_id")) for r in all_rows), failed_points(mine),
                     nothing_measured(mine)]
         for why in filter(None, problems):
             print(f"error: {why}", file=sys.stderr, flush=True)

@@ -17,10 +17,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from runners import config, curves, interrupts, progress, quiet, row_store, rows
+from runners import config, curves, interrupts, ledger, progress, quiet, row_store, rows
 from runners.scheduler_signals import StoppedByScheduler, stops_from_scheduler
 from runners.config import ParsedJob
-from runners.ledger import LEDGER
 from runners.wandb_log import SINK
 from selfattn.metrics import ALL as ALL_METRICS, ran_metrics
 from selfattn.results import Row
@@ -110,7 +109,7 @@ def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     stored = row_store.point_row(ctx.sweep_dir, parsed.point_id, ctx.job_dir)  # its own index entry: flat in the sweep's size
     for path in row_store.take_corrupt():  # a row file cut short (a copy, a hand edit): said, and the point measured again
         print(f"warning: {path} holds no whole row; its point is measured again", file=sys.stderr, flush=True)
-    LEDGER.ran(parsed.point_id)
+    ledger.LEDGER.ran(parsed.point_id)
     done = None if stored is None else str(stored.get("status"))
     metrics = tuple(parsed.runner["metrics"])
     if done == "ok":
@@ -158,7 +157,7 @@ def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
         why = row_store.write_failure(exc)
         if not ctx.multirun:
             raise RowNotWritten(f"{why}; the point was measured but not recorded") from exc
-        LEDGER.not_written(parsed.point_id, why)  # the sweep's end says how many points have no row, exit 1
+        ledger.LEDGER.not_written(parsed.point_id, why)  # the sweep's end says how many points have no row, exit 1
         print(progress.line(index, ctx.total, progress.describe(written, varying), written,
                             note=f"not recorded: {why}; once there is room, the same command measures "
                                  "the points left without a row"), file=sys.stderr, flush=True)

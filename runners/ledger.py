@@ -49,7 +49,7 @@ class Ledger:
         elif lost:
             cause = f"{lost} not written ({why}), {gone} removed since written"
         else:
-            cause = f"their row file{'s were' if gone > 1 else ' was'} removed while the sweep ran"
+            cause = f"{'their row files were' if gone > 1 else 'its row file was'} removed while the sweep ran"
         n = len(missing)
         return (f"{n} point{'s' if n > 1 else ''} of this sweep {'have' if n > 1 else 'has'} no row: {cause}; "
                 "the same command measures them")

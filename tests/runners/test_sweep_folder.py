@@ -307,3 +307,30 @@ def test_exit_statuses_of_single_runs_and_sweeps(tmp_path):
     sweep = done["sweep_error"]
     assert sweep.returncode == 1, sweep.stderr[-2000:]
     assert error_lines(sweep.stderr) == ["error: 1 point failed (1 error): their `error` column says why"]
+
+
+def test_the_ledgers_line_says_how_many_points_have_no_row_and_why():
+    from runners.ledger import Ledger
+
+    book = Ledger()
+    for point in "abcd":
+        book.ran(point)
+    assert book.missing_line("abcd") == ""
+    book.not_written("c", "could not write X/2/row.json: No space left on device (ENOSPC)")
+    assert book.missing_line("abcd") == ""  # c's row is there after all (written by another job of its point)
+    assert book.missing_line("abd") == ("1 point of this sweep has no row: could not write X/2/row.json: No space left "
+                                        "on device (ENOSPC); the same command measures them")
+    assert book.missing_line("ab") == ("2 points of this sweep have no row: 1 not written (could not write X/2/row.json: "
+                                       "No space left on device (ENOSPC)), 1 removed since written; the same command "
+                                       "measures them")
+    assert book.missing_line("abc").startswith("1 point of this sweep has no row: its row file was removed")
+
+
+def test_interpolations_of_known_keys_and_resolvers_pass_and_others_are_named():
+    from runners import cli_syntax
+
+    known = {"seq_len", "heads", "budget", "hydra"}
+    assert cli_syntax.interpolation_problem("q_len", "${seq_len}", known) == ""
+    assert cli_syntax.interpolation_problem("seq_len", "${by_device:64,4096}", known) == ""
+    assert cli_syntax.interpolation_problem("seq_len", "${oops}", known).startswith("seq_len: '${oops}' refers to no key")
+    assert "calls no resolver named 'nope'" in cli_syntax.interpolation_problem("seq_len", "${nope:1}", known)
