@@ -27,6 +27,7 @@ RESOLVERS = ("now", "hydra", "oc.env", "oc.select", "oc.decode", "oc.create", "o
              "oc.dict.values", "by_device", "grid_range")
 _INTERPOLATION = re.compile(r"\$\{([^}]*)\}")
 FOLDER_KEYS = ("hydra.sweep.dir", "hydra.run.dir")
+DEFAULT_ROOT = "sweeps"  # where conf/config.yaml puts runs and sweeps, under the current folder
 
 
 def key_of(override: str) -> str:
@@ -82,7 +83,7 @@ def interpolation_problem(key: str, value: Any, known: Iterable[str]) -> str:
             resolver = inner.split(":", 1)[0]
             if resolver not in RESOLVERS:
                 return f"{key}: {shown(value)} calls no resolver named {shown(resolver)}; known: {', '.join(RESOLVERS)}"
-        elif inner.split(".", 1)[0].lstrip(".") not in known:
+        elif inner.lstrip(".").split(".", 1)[0].split("[", 1)[0] not in known:
             return f"{key}: {shown(value)} refers to no key of the config ({shown(inner)}); write the value itself"
     return ""
 
@@ -104,6 +105,8 @@ def path_problems(parsed: Sequence[Any]) -> list[str]:
                 if "${" in text:
                     literal = literal.rsplit("/", 1)[0] if "/" in literal else "."
                 found.append(paths.folder_problem(key, literal if "${" in text else text))
+    if not any(o.key_or_group in FOLDER_KEYS for o in parsed):  # conf/config.yaml's sweeps/<name>/<time>
+        found.append(paths.folder_problem("hydra.sweep.dir (by default sweeps/ in the current folder)", DEFAULT_ROOT))
     return [f for f in found if f]
 
 

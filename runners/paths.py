@@ -62,7 +62,7 @@ def folder_problem(key: str, value: Any) -> str:
         return f"{key}: {path} {where}, not a folder"
     if not os.access(probe, os.W_OK | os.X_OK):
         why = "a read-only file system" if _read_only(probe) else "no permission to write there"
-        return f"{key}: {probe} cannot be written ({why})"
+        return f"{key}: {probe.absolute()} cannot be written ({why})"
     return ""
 
 
