@@ -1,11 +1,13 @@
 """Hydra callback: what happens once per multirun, before the first job and after the last.
 
 Start: count the jobs (for `[i/N]` and the ETA), note how many jobs share the device, warn
-when a parallel launcher makes timings interfere, make the sweep's point index (jobs look
-their point up there). End: build results.csv from every row file (jobs of a large sweep
-do not), print the summary table (runners/table.py), write the report from it, then send the whole table
-and the report to wandb (last, so wandb never delays or changes a file), say where everything is, and exit 1
-when no point of the sweep could be measured.
+when a parallel launcher makes timings interfere, take the folder (its name and path checked, its lock
+taken: runners/folder_lock.py; room set aside for the last results.csv), make the sweep's point index (jobs
+look their point up there); a problem there is one line, exit 2, before any point. End: build results.csv
+from every row file (jobs of a large sweep do not; in the room set aside if the disk filled), print the summary
+table (runners/table.py), write the report from it, then send the whole table and the report to wandb (last,
+so wandb never delays or changes a file), say where everything is, and exit 1 when a point failed, a point of
+this sweep has no row (runners/ledger.py), or no point could be measured (docs/usage.md's exit statuses).
 Runs in the launching process only; jobs (maybe in other processes) read sweep.json (`sweep_meta`).
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import time
 from collections import Counter
@@ -22,10 +25,10 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from runners import interrupts, progress, row_store, rows
+from runners import folder_lock, interrupts, ledger, paths, progress, row_store, rows
 from runners.table import table_text
 from runners.wandb_log import SINK
-from selfattn.results import COLUMNS
+from selfattn.results import COLUMNS, FAILURE_STATUSES
 
 
 def count_jobs(config: DictConfig) -> int | None:
@@ -89,12 +92,10 @@ class SweepCallback(Callback):
         if not config.get("prevalidate", False):
             skip_prevalidation()
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
         total = count_jobs(config)
         sharing = jobs_sharing_device(config.hydra.launcher, total)
-        meta = {"total": total, "started_unix": time.time(), "jobs_sharing_device": sharing}
-        row_store.atomic_write_text(sweep_dir / rows.SWEEP_META, json.dumps(meta))
-        rows.ensure_index(sweep_dir)  # once here: a resumed folder's rows are read once, not by every job
+        take_folder(config, sweep_dir, total, sharing)  # or one line and exit 2, before any point
+        ledger.LEDGER = ledger.Ledger()  # this multirun's points from here on
         interrupts.sweep_started(sweep_dir, total)  # so Ctrl-C can say how far it got and how to resume
         print(f"sweep {sweep_id(config, sweep_dir)}: {total or '?'} jobs -> {sweep_dir}", flush=True)
         if "SlurmLauncher" in str(config.hydra.launcher.get("_target_", "")):
@@ -109,13 +110,17 @@ class SweepCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
         if not sweep_dir.exists():
-            return
+            print(f"error: {sweep_dir} was removed while the sweep ran; no row is left", file=sys.stderr, flush=True)
+            sys.exit(1)
         try:
-            csv_path, all_rows = rows.rebuild_csv(sweep_dir)  # type: ignore[misc]  (waits: always builds)
-        except OSError as exc:  # a full disk: the row files are intact, the CSV is built from them later
-            print(f"results: {row_store.write_failure(exc)}; the row files are intact: "
+            # the room set aside at the start (rows.reserve_room) is given up if the disk filled meanwhile
+            csv_path, all_rows = rows.rebuild_final(sweep_dir)
+        except OSError as exc:  # even that did not fit: the row files are intact, the CSV is built from them later
+            print(f"error: results: {row_store.write_failure(exc)}; the row files are intact: "
                   f"`python -m runners.rows {sweep_dir}` builds it once there is room", file=sys.stderr, flush=True)
-            return
+            sys.exit(1)
+        for path in row_store.take_corrupt():  # left out of results.csv; its point has no row
+            print(f"warning: {path} holds no whole row; left out of results.csv", file=sys.stderr, flush=True)
         columns = list(dict.fromkeys([*COLUMNS, *(k for r in all_rows for k in r)]))
         wandb_conf = OmegaConf.to_container(config.wandb, resolve=True) if "wandb" in config else {}
         group = sweep_id(config, sweep_dir)
@@ -132,9 +137,59 @@ class SweepCallback(Callback):
         if report_md is not None and (run := SINK.log_report(wandb_conf, report_md, [csv_path], group=group,
                                                              out_dir=sweep_dir)):
             print(f"wandb: group {group}, report run -> {run}", flush=True)
-        if why := nothing_measured(all_rows):
+        # this sweep's points (a folder may hold other sweeps' rows); all rows when its jobs ran elsewhere (joblib, SLURM)
+        points = ledger.LEDGER.points
+        mine = [r for r in all_rows if str(r.get("point_id")) in points] if points else all_rows
+        problems = [ledger.LEDGER.missing_line(str(r.get("point_id")) for r in all_rows), failed_points(mine),
+                    nothing_measured(mine)]
+        for why in filter(None, problems):
             print(f"error: {why}", file=sys.stderr, flush=True)
+        if any(problems):  # the exit statuses of docs/usage.md: 1 when a script must look
             sys.exit(1)
+
+
+def take_folder(config: DictConfig, sweep_dir: Path, total: int | None, sharing: int) -> None:
+    """Before any point: check the name and the folder, take the folder's lock (runners/folder_lock.py), set
+    aside room for the last results.csv, write sweep.json and the index. A problem is one line, exit 2."""
+    problem = claim(config, sweep_dir, "hydra.sweep.dir")
+    if not problem:
+        try:
+            rows.reserve_room(sweep_dir, total)
+            meta = {"total": total, "started_unix": time.time(), "jobs_sharing_device": sharing}
+            row_store.atomic_write_text(sweep_dir / rows.SWEEP_META, json.dumps(meta))
+            rows.ensure_index(sweep_dir)  # once here: a resumed folder's rows are read once, not by every job
+        except OSError as exc:  # a read-only or full file system
+            problem = f"hydra.sweep.dir: {row_store.write_failure(exc)}; nothing was measured"
+    if problem:
+        print(f"error: {problem}", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
+def claim(config: Any, folder: Path, key: str, shared: bool = False) -> str:
+    """'' once the name and the folder pass runners/paths.py's rules and the folder's lock is held (shared:
+    a single run's), else the one-line problem."""
+    problem = paths.name_problem(config.get("name", "sweep")) or paths.folder_problem(key, folder)
+    if problem:
+        return problem
+    try:
+        if note := folder_lock.own(folder, shlex.join(["python", "-m", "runners.sweep", *sys.argv[1:]]),
+                                   shared=shared, key=key):
+            print(note, file=sys.stderr, flush=True)
+    except folder_lock.FolderBusy as exc:
+        return str(exc)
+    except OSError as exc:  # a read-only or full file system, a file in the way
+        return f"{key}: {row_store.write_failure(exc)}; nothing was measured"
+    return ""
+
+
+def failed_points(all_rows: list[dict[str, Any]]) -> str:
+    """'' when no row failed (selfattn.results.FAILURE_STATUSES), else one line: how many, of which status."""
+    failed = Counter(str(r.get("status")) for r in all_rows if r.get("status") in FAILURE_STATUSES)
+    if not failed:
+        return ""
+    n = sum(failed.values())
+    statuses = ", ".join(f"{k} {s}" for s, k in failed.most_common())
+    return f"{n} point{'s' if n > 1 else ''} failed ({statuses}): their `error` column says why"
 
 
 def nothing_measured(all_rows: list[dict[str, Any]]) -> str:

@@ -23,8 +23,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from runners import cli_syntax
 from selfattn.fields import nearest, unknown_key
 
+LINE_MAX_CHARS = 400  # of a refusal; values inside are cut first (selfattn.fields.shown)
 GROUPS = ("backend", "precision", "experiment")  # config groups of conf/ whose options the command line names
 
 
@@ -262,15 +264,20 @@ def problems(overrides: Sequence[str], config_dir: str | None = None) -> list[st
 
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
-    except Exception:  # a syntax error: Hydra says where, in its own words
-        return []
+    except Exception:  # a syntax error: one line per override the grammar cannot read, naming its key
+        return cli_syntax.problems(overrides)  # (none found alone: Hydra says where, in its own words)
     extra = search_dirs(parsed, config_dir)
     ours = [o for o in parsed if not o.is_hydra_override() and "/" not in o.key_or_group and o.package is None]
     named: dict[str, list[Any]] = {g: [] for g in GROUPS}
     for o in ours:
         if o.key_or_group in GROUPS and not o.is_delete():
             named[o.key_or_group] += [v for v in _values(o) if v is not None]
-    found: list[str] = []
+    found: list[str] = cli_syntax.path_problems(parsed)
+    top = {k.split(".", 1)[0] for k in _plain_keys()} | set(GROUPS) | {"hydra"}
+    for o in ours:
+        for value in _values(o):
+            if problem := cli_syntax.interpolation_problem(o.key_or_group, value, top):
+                found.append(problem)
     for group in GROUPS:
         for value in dict.fromkeys(str(v) for v in named[group]):
             if problem := check_name(group, value, extra):
@@ -295,8 +302,26 @@ def problems(overrides: Sequence[str], config_dir: str | None = None) -> list[st
             found.append(problem)
     for experiment in dict.fromkeys(str(v) for v in named["experiment"]):
         if extra is not None and experiment in options_in("experiment", extra):
-            found += grid_problems(experiment_grids(experiment, extra), extra)
+            grids = experiment_grids(experiment, extra)
+            found += grid_problems(grids, extra)
+            found += overridden_by_grids(experiment, grids, ours)
     return list(dict.fromkeys(found))
+
+
+def overridden_by_grids(experiment: str, grids: Sequence[Mapping[str, Any]], ours: Sequence[Any]) -> list[str]:
+    """The command line's keys an experiment's grids set: refused, since each grid point's own value wins.
+
+    The one rule for `experiment=X key=value`: a key reaches every point of X (Hydra puts the command line over
+    X's file and its sweeper params), or, where X's grids set it per point, is refused here; never ignored."""
+    setters = {str(key) for grid in grids if isinstance(grid, Mapping) for key in grid}
+    found = []
+    for o in ours:
+        if o.is_delete() or o.key_or_group not in setters:
+            continue
+        key = o.key_or_group
+        found.append(f"{key}: experiment={experiment}'s grids set it for each of their points, so {key}= on the "
+                     f"command line would change nothing; leave it out, or sweep {key} without experiment={experiment}")
+    return found
 
 
 def grid_problems(grids: Sequence[Mapping[str, Any]], extra: Sequence[Path] = ()) -> list[str]:
@@ -353,8 +378,9 @@ def refuse_typos(argv: Sequence[str]) -> None:
     found = problems(overrides, config_dir_of(argv)) if overrides else []
     if not found:
         return
-    for problem in found:
-        print(f"error: {problem}", file=sys.stderr)
+    for problem in found:  # each one line, however long the value it quotes
+        problem = " ".join(problem.split())
+        print(f"error: {problem if len(problem) <= LINE_MAX_CHARS else problem[:LINE_MAX_CHARS] + '...'}", file=sys.stderr)
     if len(found) > 1:
         print(f"nothing was measured: {len(found)} bad values on the command line", file=sys.stderr)
     sys.exit(2)

@@ -101,7 +101,7 @@ def _rebuild_csv() -> None:
     from runners import rows
 
     try:
-        rows.rebuild_csv(STATE.sweep_dir)
+        rows.rebuild_final(STATE.sweep_dir)  # in the room set aside at the start, should the disk be full
     except OSError as exc:  # the rows are intact; `python -m runners.rows DIR` builds it later
         print(f"results: not rebuilt ({exc.strerror or exc})", file=sys.stderr)
 

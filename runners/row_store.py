@@ -48,6 +48,18 @@ def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
     loses nothing either way (its written pages are the kernel's).
     """
     path = Path(path)
+    tmp = _written_aside(path, text, durable)
+    try:
+        os.replace(tmp, path)
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _naming(exc, path) from exc
+        raise
+
+
+def _written_aside(path: Path, text: str, durable: bool) -> str:
+    """`text` in a temporary file beside `path` (same folder, so a rename moves it into place); its name."""
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:  # a read-only or full folder: name the file we meant, not a temporary name
@@ -61,7 +73,6 @@ def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
             f.flush()
             if durable:
                 os.fsync(f.fileno())
-        os.replace(tmp, path)
     except BaseException as exc:
         # A full disk (ENOSPC at write, flush or fsync) or a lost permission: no partial file stays
         # behind, and the file already there (an earlier row, results.csv) is untouched.
@@ -69,6 +80,7 @@ def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
         if isinstance(exc, OSError):
             raise _naming(exc, path) from exc
         raise
+    return tmp
 
 
 def _naming(exc: OSError, path: Path) -> OSError:
@@ -92,27 +104,70 @@ def load_json(path: Path) -> dict[str, Any] | None:
         return None  # missing, or not a row: never produced by write_row, so skip it
 
 
+# Row files found that are not whole rows (cut short by a copy, edited by hand): write_row never leaves one,
+# so each is said once, by the job that meets it (runners/job.py) or the sweep's end (runners/callbacks.py).
+CORRUPT: dict[Path, None] = {}
+
+
+def _load_row(path: Path) -> dict[str, Any] | None:
+    """The row in `path`, or None; a file that exists but holds no whole row joins CORRUPT."""
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+    except OSError:
+        return None
+    try:
+        row = json.loads(blob)
+    except ValueError:
+        row = None
+    if isinstance(row, dict):
+        return row
+    CORRUPT[Path(path)] = None
+    return None
+
+
+def take_corrupt() -> list[Path]:
+    """The row files found not whole since the last call (each said once)."""
+    found = list(CORRUPT)
+    CORRUPT.clear()
+    return found
+
+
 def write_row(job_dir: Path, row: Mapping[str, Any]) -> Path:
     """Write one row into its job folder as row.json (atomically) and return the path.
 
     If row.json already holds another point (a resumed sweep whose grid changed, so job
     numbers map to other points), that row is kept and this one goes to row-<point_id>.json.
+    Never replaces another point's row, even when two processes write one job folder at once (two
+    sweeps' job 0): row.json is created with a hard link, which fails when the name exists, where a
+    check followed by a rename would let the later writer replace the earlier one's row.
     """
-    path = row_path(job_dir, row)
-    atomic_write_text(path, json.dumps(dict(row), default=str, indent=1))
-    return path
-
-
-def row_path(job_dir: Path, row: Mapping[str, Any]) -> Path:
-    """Where write_row puts `row` (creating the job folder): row.json, or row-<point_id>.json
-    when row.json already holds another point."""
     job_dir = Path(job_dir)
     job_dir.mkdir(parents=True, exist_ok=True)
     path = job_dir / "row.json"
-    existing = load_json(path)
-    if existing is not None and existing.get("point_id") != row.get("point_id"):
-        path = job_dir / f"row-{row.get('point_id')}.json"
-    return path
+    tmp = _written_aside(path, json.dumps(dict(row), default=str, indent=1), durable=True)
+    try:
+        try:
+            os.link(tmp, path)  # only if no row.json exists: then it is ours, whole
+            return path
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            if exc.errno not in _NO_LINKS:
+                raise
+        existing = load_json(path)
+        if existing is not None and existing.get("point_id") != row.get("point_id"):
+            path = job_dir / f"row-{row.get('point_id')}.json"  # a name no other point writes
+        os.replace(tmp, path)  # this point's own earlier row (a retry), or a file that is no row
+        return path
+    except OSError as exc:
+        raise _naming(exc, path) from exc
+    finally:
+        Path(tmp).unlink(missing_ok=True)  # a link leaves the temporary name behind; a rename leaves nothing
+
+
+# A file system without hard links (some FUSE and cluster mounts): the check, then the rename
+_NO_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK)
 
 
 def _is_row_file(name: str) -> bool:
@@ -173,9 +228,11 @@ def load_rows(paths: Sequence[Path]) -> list[tuple[Path, dict[str, Any]]]:
             try:
                 row = json.loads(blob) if blob is not None else None
             except ValueError:
-                continue
+                row = False  # there, but not JSON
             if isinstance(row, dict):
                 found.append((path, row))
+            elif blob is not None:  # read, but no whole row: said once (take_corrupt), left out
+                CORRUPT[Path(path)] = None
     finally:
         if len(paths) >= 256:
             pool.shutdown()
@@ -336,7 +393,7 @@ def _indexed_row(sweep_dir: Path, point_id: str) -> tuple[Path, dict[str, Any]] 
     if entry is None or not isinstance(entry.get("row"), str):
         return None
     path = Path(sweep_dir) / entry["row"]  # an absolute path stays absolute
-    row = load_json(path)
+    row = _load_row(path)
     if row is None or str(row.get("point_id")) != point_id:
         return None  # the row was deleted (to measure the point again) or replaced
     return path, row
@@ -358,7 +415,7 @@ def point_row(sweep_dir: Path, point_id: str, job_dir: Path | None = None) -> di
     found = _indexed_row(sweep_dir, point_id)
     if found is None and job_dir is not None:
         for path in (Path(job_dir) / "row.json", Path(job_dir) / f"row-{point_id}.json"):
-            row = load_json(path)
+            row = _load_row(path)
             if row is not None and str(row.get("point_id")) == point_id:
                 _write_entry(ensure_index(sweep_dir), point_id, _relative(sweep_dir, path), row)
                 return row

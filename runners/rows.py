@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import errno
 import io
 import json
 import os
@@ -140,6 +141,57 @@ def rebuild_csv(sweep_dir: Path, wait: bool = True) -> tuple[Path, list[dict[str
     return sweep_dir / CSV_NAME, kept
 
 
+# Room set aside at a sweep's start for its last results.csv: a disk that fills while the sweep runs loses the
+# rows it cannot write (their jobs say so, the sweep's end counts them), but results.csv is still rebuilt from
+# the rows that were written, in this room. About what a row's line takes (1-3 KiB with its columns), per job.
+RESERVE_NAME = ".results.reserve"
+RESERVE_PER_JOB_BYTES = 3 * 1024
+RESERVE_MIN_BYTES, RESERVE_MAX_BYTES = 256 * 1024, 64 * 2**20
+
+
+def reserve_room(sweep_dir: Path, jobs: int | None) -> None:
+    """Set aside room for the sweep's last results.csv (RESERVE_NAME); OSError when there is none (a full disk
+    at the start: the caller refuses the sweep)."""
+    size = min(RESERVE_MAX_BYTES, max(RESERVE_MIN_BYTES, (jobs or 0) * RESERVE_PER_JOB_BYTES))
+    path = Path(sweep_dir) / RESERVE_NAME
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+            os.pwrite(fd, bytes(size), 0)  # a file system without fallocate: the blocks written instead
+            os.fsync(fd)
+    except OSError as exc:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+    os.close(fd)
+
+
+def release_room(sweep_dir: Path) -> bool:
+    """Give the room set aside back to the file system; whether there was any."""
+    try:
+        (Path(sweep_dir) / RESERVE_NAME).unlink()
+        return True
+    except OSError:
+        return False
+
+
+def rebuild_final(sweep_dir: Path) -> tuple[Path, list[dict[str, Any]]]:
+    """results.csv at a sweep's end (or interruption): built from the rows; on a full disk, again in the room
+    set aside at the start. The room is given back either way; OSError when even that does not fit."""
+    try:
+        return rebuild_csv(sweep_dir)  # type: ignore[return-value]  (waits: always builds)
+    except OSError:
+        if not release_room(sweep_dir):
+            raise
+        return rebuild_csv(sweep_dir)  # type: ignore[return-value]
+    finally:
+        release_room(sweep_dir)
+
+
 def csv_is_stale(sweep_dir: Path) -> bool:
     """Whether results.csv is missing or older than the rows recorded in the index (a few stats)."""
     sweep_dir = Path(sweep_dir)
@@ -210,6 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             start = time.perf_counter()
             path, kept = rebuild_csv(folder)  # type: ignore[misc]  (wait=True always builds)
             print(f"results: {len(kept)} rows -> {path} ({time.perf_counter() - start:.1f} s)")
+    for bad in row_store.take_corrupt():  # a row file cut short: left out, and the sweep's rerun measures its point
+        print(f"warning: {bad} holds no whole row; left out of results.csv", file=sys.stderr)
     if args.table:
         from runners.table import table_text  # pandas, through the analysis package: only when asked
 

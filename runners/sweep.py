@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from runners import interrupts
 
@@ -25,9 +26,10 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
+from omegaconf.errors import OmegaConfBaseException  # noqa: E402
 
 from runners import config, given, job, launcher, quiet  # noqa: E402
-from runners.callbacks import sweep_id, sweep_meta  # noqa: E402
+from runners.callbacks import claim, failed_points, nothing_measured, sweep_id, sweep_meta  # noqa: E402
 
 config.register_resolvers()  # ${by_device:...} and ${grid_range:} in conf/experiment/*.yaml
 
@@ -56,14 +58,26 @@ def context(cfg: DictConfig) -> job.JobContext:
             else "pkg://selfattn_conf")
 def main(cfg: DictConfig) -> None:
     ctx = context(cfg)
+    if not ctx.multirun and (problem := claim(cfg, ctx.sweep_dir, "hydra.run.dir", shared=True)):
+        refuse(problem)  # a sweep's callback claims its folder before its first job
     try:
-        job.run_job(OmegaConf.to_container(cfg, resolve=True), ctx)
+        values = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:  # `seq_len=${oops}` in a file: the key and why, one line
+        refuse(f"{getattr(exc, 'full_key', '') or 'config'}: {str(exc).splitlines()[0]}")
+    try:
+        written = job.run_job(values, ctx)
     except job.InvalidPoint as exc:  # a single run with a bad value: one line, exit status 2
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        refuse(str(exc))
     except job.RowNotWritten as exc:  # a full disk or no permission: one line, exit status 1
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
+    if not ctx.multirun and (failed_points([written]) or nothing_measured([written])):
+        sys.exit(1)  # its line said why: docs/usage.md's exit statuses, as for a sweep
+
+
+def refuse(problem: str) -> NoReturn:
+    print(f"error: {problem}", file=sys.stderr)
+    sys.exit(2)
 
 
 if __name__ == "__main__":

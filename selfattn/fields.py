@@ -81,6 +81,21 @@ def _bounds_text(meta: Mapping[str, Any]) -> str:
     return " and ".join(parts)
 
 
+SHOWN_CHARS = 60  # of a long value quoted in a one-line error
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """repr(value) for a one-line error, cut to `limit` characters with its length said, so a 100,000-character
+    value stays one readable line; an integer too long for Python to print says its size instead."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past sys.get_int_max_str_digits()
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(value) if isinstance(value, str) else len(text)} characters)"
+
+
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -113,7 +128,7 @@ def check_value(key: str, value: Any, f: dataclasses.Field, annotation: Any) -> 
     given = value
 
     def bad() -> ValueError:
-        return ValueError(f"{key}: expected {allowed_text(f, annotation)}, got {_text(given) if given is None else repr(given)}")
+        return ValueError(f"{key}: expected {allowed_text(f, annotation)}, got {_text(given) if given is None else shown(given)}")
 
     if meta.get("parse") is not None:  # a spelling of its own (e.g. scale: auto | none | number)
         try:

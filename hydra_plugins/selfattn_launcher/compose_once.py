@@ -64,9 +64,14 @@ class ComposeOnceLauncher(BasicLauncher):
             with open_dict(sweep_config):
                 sweep_config.hydra.job.id = idx
                 sweep_config.hydra.job.num = idx
-            runs.append(run_job(hydra_context=self.hydra_context, task_function=self.task_function,
-                                config=sweep_config, job_dir_key="hydra.sweep.dir",
-                                job_subdir_key="hydra.sweep.subdir"))
+            try:
+                runs.append(run_job(hydra_context=self.hydra_context, task_function=self.task_function,
+                                    config=sweep_config, job_dir_key="hydra.sweep.dir",
+                                    job_subdir_key="hydra.sweep.subdir"))
+            except OSError as exc:  # Hydra could not make the job's folder (a full or read-only disk): one line
+                from runners.ledger import job_folder_failed
+
+                job_folder_failed(exc, idx, len(job_overrides))  # the sweep goes on, or stops on a read-only one
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return runs
 

@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from selfattn.fields import shown
+
 ENTRY_POINT_GROUP = "selfattn.backends"
 # The built-ins, in the order of tables, legends and colours everywhere.
 BUILTIN_NAMES: tuple[str, ...] = ("naive", "sdpa", "chunked", "flex", "triton")
@@ -121,10 +123,10 @@ def describe_name(name: object) -> str | None:
     module imports is the job's to find out (a failed import gives `unsupported` rows naming it).
     """
     if not isinstance(name, str) or not name:
-        return f"backend: expected a back-end name or a path module:function, got {name!r}"
+        return f"backend: expected a back-end name or a path module:function, got {shown(name)}"
     if is_path(name):
         if not _PATH.match(name):
-            return f"backend: {name!r} is not a path module:function (e.g. my_pkg.attn:fast)"
+            return f"backend: {shown(name)} is not a path module:function (e.g. my_pkg.attn:fast)"
         return collision(name)
     if name in BUILTIN_NAMES:  # an entry point of a built-in's name is refused; the built-in stays itself
         return None
@@ -137,7 +139,7 @@ def describe_name(name: object) -> str | None:
     near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     hint = f"; did you mean {near[0]}?" if near else ""
     return (f"backend: expected one of {', '.join(known)} or a path module:function (a plugin, "
-            f"docs/plugins.md), got {name!r}{hint}")
+            f"docs/plugins.md), got {shown(name)}{hint}")
 
 
 def collision(path: str) -> str | None:

@@ -277,6 +277,25 @@ def input_draw_bytes(point: Point, rows: int = 0) -> int:
     return 0 if draw_bytes == stored_bytes(point) else max(_drawn_tensors(point, rows)) * draw_bytes
 
 
+def mask_bytes(point: Point) -> int:
+    """At least what a point's mask geometry allocates (selfattn/masks.py): each query row's key interval (two
+    int64 per row; per sequence with padding or documents) and the documents' ids (an int64 per key and
+    sequence). FLOPs and mask density are counted from these tensors, before the full guard can run."""
+    if point.window is None and not point.masks_per_sequence:
+        return 0  # causal or none: closed forms, nothing allocated
+    sequences = point.batch if point.masks_per_sequence else 1
+    ids = point.batch * point.seq_len * 8 if point.documents is not None else 0
+    return 2 * 8 * sequences * point.q_len_resolved + ids
+
+
+def before_counting(point: Point) -> int:
+    """Bytes beyond its call's own peak that the point needs at the least, from closed forms alone: its inputs and
+    its mask geometry, alive together while it runs. The guard's first pass, before anything that grows with the
+    point is made (run.py, with the call's predicted peak added); the full guard then adds the accuracy pass and
+    judges the time."""
+    return input_bytes(point) + mask_bytes(point)
+
+
 def nominal_peak_tflops(device: str, precision: str) -> float:
     if device == "cuda":
         return NOMINAL_CUDA_TFLOPS

@@ -35,6 +35,7 @@ from selfattn.measure.permutation import POINT_SHAPE_CALLS, permutation_max_abs_
 from selfattn.measure.predict import (
     accuracy_bytes,
     after_warmup_s,
+    before_counting,
     input_bytes,
     nominal_peak_tflops,
     predict_call_s,
@@ -135,30 +136,38 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
         if compiling and point.scope == "generate":
             raise Unsupported("scope=generate with a compiled back end: every step's cache length is a new shape to "
                               "compile (a loop of new_tokens compilations)")
-        row.flops = point_flops(point)
+        # Nothing that grows with the point is made before the guard: a mask's FLOPs and density are counted
+        # from its key intervals (tensors of q_len rows), and the sampled rows are a permutation of q_len, so
+        # what needs neither (the inputs, the intervals themselves) is guarded first, and rows are drawn after.
+        free = free_bytes(device)
+        n_sampled = min(point.q_len_resolved, budget.accuracy_rows)
+        row.predicted_mem_bytes = predict_mem_bytes(point, options)  # memory models are closed forms
         row.kv_cache_bytes = point.kv_bytes
+        # memory only: the time limit is judged on the full prediction below, which the masks' tensors fit beside
+        least_bytes = before_counting(point)
+        if (reason := over_budget(point, budget, least_bytes + row.predicted_mem_bytes, free, 0.0)) is not None:
+            row.status, row.error = "skipped_budget", reason
+            return
+        row.flops = point_flops(point)
         if "traffic" in metrics:
             row.bytes_moved = bytes_moved(point)
         row.mask_density = mask_density(point)
-        row.predicted_mem_bytes = predict_mem_bytes(point, options)
         peak = device_peak_tflops(device, dtype) if budget.measure_device_peak else nominal_peak_tflops(device, point.precision)
-        sampled_queries = sample_rows(point.q_len_resolved, budget.accuracy_rows, point.seed)
         # the accuracy pass and, for a compiled back end, the permutation check at the point's size come one
         # after the other, each beside the inputs and a call's peak
-        after_bytes = accuracy_bytes(point, len(sampled_queries)) if metrics & {"accuracy", "stability"} else 0
+        after_bytes = accuracy_bytes(point, n_sampled) if metrics & {"accuracy", "stability"} else 0
         need = input_bytes(point) + row.predicted_mem_bytes + (
             max(after_bytes, point_shape_bytes(point)) if compiling else after_bytes)
-        free = free_bytes(device)
         # A first compilation (0 when an earlier point compiled this shape) faces its own limit,
         # budget.max_compile_s, not max_point_s: see selfattn/measure/budget.py for why.
         compile_s = compile_cache.predict_compile_s(point.backend, device, _compile_key(point)) if compiling else 0.0
-        point_s = _predict_s(point, peak, budget, len(sampled_queries), compiling)
+        point_s = _predict_s(point, peak, budget, n_sampled, compiling)
         reason = over_budget(point, budget, need, free, point_s, compile_s)
         only_time = over_budget(point, budget, need, free, 0.0, compile_s) is None  # memory and compile fit
         if reason is not None and only_time and budget.measure_device_peak:
             # Skipping on time rests on the measured peak: make sure it was not measured in a bad moment.
             peak = device_peak_tflops(device, dtype, remeasure=True)
-            point_s = _predict_s(point, peak, budget, len(sampled_queries), compiling)
+            point_s = _predict_s(point, peak, budget, n_sampled, compiling)
             reason = over_budget(point, budget, need, free, point_s, compile_s)
         row.device_peak_tflops = peak if budget.measure_device_peak else None
         row.device_peak_tflops_source = peak_source(device, dtype) if budget.measure_device_peak else "nominal"
@@ -169,6 +178,7 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
         if reason is not None:
             row.status, row.error = "skipped_budget", reason
             return
+        sampled_queries = sample_rows(point.q_len_resolved, budget.accuracy_rows, point.seed)
         if point.scope in RNN_GATES:  # a recurrence on a CPU: its timed calls on one thread too (see below)
             with _single_threaded_on_cpu(device):
                 row.num_threads = torch.get_num_threads()

@@ -70,7 +70,10 @@ def test_hydra_flags_and_other_configs_are_left_to_hydra():
     assert cli_check.overrides_of(["--help"]) is None
     assert cli_check.overrides_of(["--config-name", "other", "seqlen=1"]) is None
     assert cli_check.overrides_of(["-m", "--cfg", "job", "seq_len=1"]) == ["seq_len=1"]
-    assert cli_check.problems(["seq_len=[1,"]) == []  # a syntax error: Hydra's own message says where
+    # a syntax error: one line naming the key and the grammar's forms (runners/cli_syntax.py), not Hydra's lexer
+    assert cli_check.problems(["seq_len=[1,"]) == [
+        "seq_len: '[1,' is not a value the override grammar reads (no viable alternative at input '[1,'); a value "
+        "is a number, a word, a quoted string, a list [a,b], a dict {k:v}, or a sweep a,b | range(a,b) | choice(a,b)"]
 
 
 def test_a_users_experiment_on_hydras_search_path_is_a_name(tmp_path, monkeypatch):
@@ -125,7 +128,11 @@ def option_plugins(tmp_path, monkeypatch):
 @pytest.mark.parametrize("overrides, message", [
     (["backend=cli_plugins:blocked", "backend.block=7"], None),
     (["backend=naive,chunked", "+backend.q_chunk=64"], None),  # `+` adds the key where it is missing
-    (["experiment=quick", "backend=cli_plugins:blocked", "backend.q_chunk=64"], None),  # the grids pick chunked
+    (["experiment=quick", "backend.q_chunk=64"], None),  # the grids pick chunked
+    # a key the experiment's grids set would change nothing: refused (runners/cli_check.overridden_by_grids)
+    (["experiment=quick", "backend=cli_plugins:blocked"], "backend: experiment=quick's grids set it for each of their "
+     "points, so backend= on the command line would change nothing; leave it out, or sweep backend without "
+     "experiment=quick"),
     (["backend=cli_plugins:blocked", "backend.blok=7"], "backend.blok: unknown key; did you mean backend.block?"),
     (["backend=cli_plugins:plain", "backend.block=7"], "backend.block: not an option of cli_plugins:plain, "
                                                        "which has none"),

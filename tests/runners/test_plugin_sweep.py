@@ -48,7 +48,9 @@ def test_path_and_entry_point_plugins_run_beside_a_builtin_and_are_drawn(tmp_pat
     assert "entry point" in lines["fp32acc"] and "selfattn-fp32acc" in lines["fp32acc"], listing.stdout
     assert "path" in lines["quick"] and "cpu: yes" in lines["quick"], listing.stdout
 
-    assert out.returncode == 0, out.stderr[-3000:]
+    # the exploding plugin's points failed: exit 1 and one line (docs/usage.md's exit statuses)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "error: 8 points failed (8 error): their `error` column says why" in out.stderr.splitlines()
     rows = pd.read_csv(sweep / "results.csv")
     assert len(rows) == 32
     by = {name: part for name, part in rows.groupby("backend")}
