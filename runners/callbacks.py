@@ -23,7 +23,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from runners import interrupts, progress, report_process, row_store, rows
+from runners import hydra_private, interrupts, progress, report_process, row_store, rows
 from runners.table import table_text
 from runners.wandb_log import SINK
 from selfattn.results import COLUMNS
@@ -33,13 +33,13 @@ def count_jobs(config: DictConfig) -> int | None:
     """How many jobs the basic sweeper will launch: its own product of params and overrides."""
     if "BasicSweeper" not in str(config.hydra.sweeper.get("_target_", "")):
         return None  # another sweeper (optuna, ...) decides as it goes
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     params = config.hydra.sweeper.get("params") or {}
     arguments = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
     overrides = OverridesParser.create().parse_overrides(arguments)
-    return sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))
+    batches = hydra_private.split_sweep(overrides)  # Hydra's private product (runners/hydra_private.py)
+    return None if batches is None else sum(len(batch) for batch in batches)
 
 
 def jobs_sharing_device(launcher: Any, total: int | None) -> int:
@@ -80,9 +80,7 @@ def skip_prevalidation() -> None:
     CPU. Our jobs turn bad values into rows anyway, and the command line's keys and group options
     were checked before Hydra started (runners/cli_check.py). `prevalidate=true` restores the pass.
     """
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-    BasicSweeper.validate_batch_is_legal = lambda self, batch: None  # type: ignore[method-assign]
+    hydra_private.skip_batch_validation()  # a Hydra other than 1.3: the pass stays (runners/hydra_private.py)
 
 
 class SweepCallback(Callback):
