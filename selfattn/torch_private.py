@@ -10,6 +10,7 @@ and its caller takes the public way or says "unknown": never a number or a label
 | `torch._dynamo.config`'s `cache_size_limit` names, before `torch.compiler.config` had `recompile_limit` | `compile.configure` | 2.4 - 2.6 | dynamo's own limits |
 | `torch.utils._triton.has_triton` (triton usable with this torch) | `flex`'s availability | 2.4 - 2.13 | triton importable |
 | `Tensor._version` (the in-place counter) | `selfattn.masks` | 2.4 - 2.13 | no version: the check is skipped |
+| `torch._scaled_mm` (FP8 products; `torch.nn.functional.scaled_mm` takes scale recipes, not yet ported) | `selfattn.fp8_mm` | 2.4 - 2.13 | fp8_matmul=auto runs dequant; scaled_mm is an `unsupported` row |
 
 `CHECKED` is the newest torch these were checked against: a newer torch takes the fallbacks until someone checks
 again and moves it (tests/test_torch_private.py runs each fallback).
@@ -100,3 +101,14 @@ def tensor_version(t: torch.Tensor) -> int | None:
         return int(t._version)
     except (RuntimeError, AttributeError):
         return None
+
+
+def has_scaled_mm() -> bool:
+    """Whether `torch._scaled_mm` is here as the FP8 products call it (a, b, scale_a, scale_b, out_dtype=)."""
+    return written_for() and callable(getattr(torch, "_scaled_mm", None))
+
+
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
+              out_dtype: torch.dtype) -> torch.Tensor:
+    """`torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=...)`; callers first ask `has_scaled_mm`."""
+    return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype)

@@ -117,3 +117,20 @@ def test_the_version_counter_on_the_checked_torch():
     assert torch_private.tensor_version(t) == before + 1
     with torch.inference_mode():
         assert torch_private.tensor_version(torch.ones(2)) is None
+
+
+def test_fp8_products_without_the_private_scaled_mm(newer_torch):
+    from selfattn import fp8
+    from selfattn.errors import Unsupported
+
+    cpu = torch.device("cpu")
+    assert not torch_private.has_scaled_mm()
+    assert fp8._matmul("auto", cpu) == "dequant"
+    with pytest.raises(Unsupported, match=r"fp8_matmul=scaled_mm: torch._scaled_mm as written for torch 2.4-2.13"):
+        fp8._matmul("scaled_mm", cpu)
+
+
+def test_fp8_products_with_it_on_the_checked_torch():
+    from selfattn import fp8
+
+    assert torch_private.has_scaled_mm() and fp8._matmul("scaled_mm", torch.device("cpu")) == "scaled_mm"
