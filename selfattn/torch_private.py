@@ -10,7 +10,12 @@ and its caller takes the public way or says "unknown": never a number or a label
 | `torch._dynamo.config`'s `cache_size_limit` names, before `torch.compiler.config` had `recompile_limit` | `compile.configure` | 2.4 - 2.6 | dynamo's own limits |
 | `torch.utils._triton.has_triton` (triton usable with this torch) | `flex`'s availability | 2.4 - 2.13 | triton importable |
 | `Tensor._version` (the in-place counter) | `selfattn.masks` | 2.4 - 2.13 | no version: the check is skipped |
+| the profiler's `kineto_results.events()` and its events' `name`, `start_ns`, `nbytes` (undocumented) | `measure.memory.alloc_peak_bytes` | 2.4 - 2.13 | no `peak_alloc_bytes` (None), never a guess |
 | `torch._scaled_mm` (FP8 products; `torch.nn.functional.scaled_mm` takes scale recipes, not yet ported) | `selfattn.fp8_mm` | 2.4 - 2.13 | fp8_matmul=auto runs dequant; scaled_mm is an `unsupported` row |
+
+Not here: `selfattn/layer.py` overrides `nn.Module._apply`, the hook every `.to()` goes through, so that a
+layer's position tables are computed afresh in the new dtype (tests/test_positions.py checks it); an override
+cannot fall back, and a torch without the hook would fail those tests, not measure wrongly.
 
 `CHECKED` is the newest torch these were checked against: a newer torch takes the fallbacks until someone checks
 again and moves it (tests/test_torch_private.py runs each fallback).
@@ -112,3 +117,16 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
               out_dtype: torch.dtype) -> torch.Tensor:
     """`torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=...)`; callers first ask `has_scaled_mm`."""
     return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype)
+
+
+def memory_events(prof: Any) -> list[tuple[int, int]] | None:
+    """(start ns, bytes: + allocated, - freed) of each memory event a finished
+    `torch.autograd.profiler.profile(profile_memory=True)` recorded, in time order; None where its results
+    are not kept as written for."""
+    if not written_for():
+        return None
+    try:
+        events = prof.kineto_results.events()
+        return sorted(((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"), key=lambda d: d[0])
+    except AttributeError:
+        return None

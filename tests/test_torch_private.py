@@ -134,3 +134,14 @@ def test_fp8_products_with_it_on_the_checked_torch():
     from selfattn import fp8
 
     assert torch_private.has_scaled_mm() and fp8._matmul("scaled_mm", torch.device("cpu")) == "scaled_mm"
+
+
+def test_the_cpu_allocation_peak_is_none_rather_than_a_guess_on_an_unchecked_torch(monkeypatch):
+    from selfattn.measure.memory import alloc_peak_bytes
+
+    def call():
+        return torch.empty(1 << 20, dtype=torch.uint8).fill_(1)
+
+    assert alloc_peak_bytes(call) >= 1 << 20
+    monkeypatch.setattr(torch, "__version__", NEWER)
+    assert alloc_peak_bytes(call) is None

@@ -30,6 +30,8 @@ from typing import Callable, Iterator
 
 import torch
 
+from selfattn import torch_private
+
 _STATUS = "/proc/self/status"
 _CLEAR_REFS = "/proc/self/clear_refs"
 
@@ -148,10 +150,8 @@ def alloc_peak_bytes(fn: Callable[[], object]) -> int | None:
     finally:
         with _stderr_silenced():
             prof.__exit__(None, None, None)
-    try:
-        events = prof.kineto_results.events()
-        deltas = sorted(((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"), key=lambda d: d[0])
-    except AttributeError:  # a torch whose profiler keeps its results elsewhere: no number rather than a guess
+    deltas = torch_private.memory_events(prof)
+    if deltas is None:  # a torch whose profiler keeps its results elsewhere: no number rather than a guess
         return None
     live = peak = 0
     for _start, nbytes in deltas:  # allocations are positive, frees negative, in time order
