@@ -27,10 +27,10 @@ from pathlib import Path
 
 import runners
 
-# The limit's default: a fixed part for the child's start (Python, pandas, matplotlib: ~1-2 s on the project's
-# 2-core CPU, more when loaded) and the figures' fixed cost, plus a part per row (the fits and the figures grow
-# with the rows). The default sweep's 219 rows were reported in about 10 s on 2 quiet cores, 40 s loaded; the
-# default gives them 230 s: a limit meant to catch a hang, never a slow machine.
+# The limit's default: a fixed part for the child's start (Python and the analysis's imports: 6 s on the project's
+# 2-core CPU under a load of 25) and the figures' fixed cost, plus a part per row (the fits and the figures grow
+# with the rows). The default sweep's report (219 rows) took 10-28 s there, loaded; the default gives it 230 s:
+# a limit meant to catch a hang, never a slow machine.
 TIMEOUT_BASE_S = 120.0
 TIMEOUT_PER_ROW_S = 0.5
 REPORT_MODULE = "analysis.report"  # the command the child runs, and the one a user reruns
