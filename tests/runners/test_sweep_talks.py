@@ -70,6 +70,8 @@ def test_hydras_deprecation_notes_are_hidden_unless_verbose(monkeypatch):
     note = ("Future Hydra versions will no longer change working directory at job runtime by default.\n"
             "See https://hydra.cc/docs/1.2/upgrades/1.1_to_1.2/changes_to_job_working_dir/ for more information.")
     monkeypatch.delenv(quiet.VERBOSE_ENV, raising=False)
+    monkeypatch.setenv(quiet.CPP_LOG_ENV, "")  # before_hydra sets it: restored (absent) after the test
+    monkeypatch.delenv(quiet.CPP_LOG_ENV)
     for argv, shown in ((["seq_len=16"], 0), (["verbose=true"], 1)):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
