@@ -5,7 +5,8 @@ when a parallel launcher makes timings interfere, take the folder (its name and 
 taken: runners/folder_lock.py; room set aside for the last results.csv), make the sweep's point index (jobs
 look their point up there); a problem there is one line, exit 2, before any point. End: build results.csv
 from every row file (jobs of a large sweep do not; in the room set aside if the disk filled), print the summary
-table (runners/table.py), write the report from it, then send the whole table and the report to wandb (last,
+table (runners/table.py), write the report from it (in a process of its own with a time limit:
+runners/report_process.py), then send the whole table and the report to wandb (last,
 so wandb never delays or changes a file), say where everything is, and exit 1 when a point failed, a point of
 this sweep has no row (runners/ledger.py), or no point could be measured (docs/usage.md's exit statuses).
 Runs in the launching process only; jobs (maybe in other processes) read sweep.json (`sweep_meta`).
@@ -25,7 +26,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from runners import folder_lock, interrupts, ledger, paths, progress, row_store, rows
+from runners import folder_lock, hydra_private, interrupts, ledger, paths, progress, report_process, row_store, rows
 from runners.table import table_text
 from runners.wandb_log import SINK
 from selfattn.results import COLUMNS, FAILURE_STATUSES
@@ -35,13 +36,13 @@ def count_jobs(config: DictConfig) -> int | None:
     """How many jobs the basic sweeper will launch: its own product of params and overrides."""
     if "BasicSweeper" not in str(config.hydra.sweeper.get("_target_", "")):
         return None  # another sweeper (optuna, ...) decides as it goes
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     params = config.hydra.sweeper.get("params") or {}
     arguments = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
     overrides = OverridesParser.create().parse_overrides(arguments)
-    return sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))
+    batches = hydra_private.split_sweep(overrides)  # Hydra's private product (runners/hydra_private.py)
+    return None if batches is None else sum(len(batch) for batch in batches)
 
 
 def jobs_sharing_device(launcher: Any, total: int | None) -> int:
@@ -82,9 +83,7 @@ def skip_prevalidation() -> None:
     CPU. Our jobs turn bad values into rows anyway, and the command line's keys and group options
     were checked before Hydra started (runners/cli_check.py). `prevalidate=true` restores the pass.
     """
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-    BasicSweeper.validate_batch_is_legal = lambda self, batch: None  # type: ignore[method-assign]
+    hydra_private.skip_batch_validation()  # a Hydra other than 1.3: the pass stays (runners/hydra_private.py)
 
 
 class SweepCallback(Callback):
@@ -131,7 +130,10 @@ class SweepCallback(Callback):
         counts = Counter(str(r.get("status")) for r in all_rows)
         statuses = ", ".join(f"{n} {s}" for s, n in counts.most_common())
         print(f"results: {len(all_rows)} rows ({statuses}) -> {csv_path}", flush=True)
-        report_md = write_report(csv_path, sweep_dir / "report") if config.get("report", True) else None
+        report_md = None
+        if config.get("report", True):  # in its own process, within its limit (runners/report_process.py)
+            limit_s = report_process.timeout_s(config.get("report_timeout_s"), len(all_rows))
+            report_md = report_process.write_report(csv_path, sweep_dir / "report", limit_s=limit_s)
         # wandb after every file is written: whatever it does, results.csv and report.md are final.
         SINK.log_table(wandb_conf, all_rows, columns, group=group, out_dir=sweep_dir, own_run=report_md is None)
         if report_md is not None and (run := SINK.log_report(wandb_conf, report_md, [csv_path], group=group,
@@ -203,30 +205,3 @@ def nothing_measured(all_rows: list[dict[str, Any]]) -> str:
     return (f"no point of the sweep could be measured ({len(all_rows)} rows, none ok): "
             f"{first}" + (f" ({n} rows)" if n > 1 else "")
             + (f", and {others} other reason{'s' if others > 1 else ''}" if others else ""))
-
-
-def write_report(csv_path: Path, out_dir: Path) -> Path | None:
-    """The analysis report of results.csv (just built from the rows), in-process; returns report.md.
-
-    The report's own function, not its command line: a missing package, no usable row or a
-    failure is one line, not a crash. PNG, as `python -m analysis.report` writes by default
-    (its `--pdf` adds PDF copies for a paper).
-    """
-    try:
-        from analysis import report
-        from analysis.figures import Made
-        from analysis.load import NoUsableResults
-    except ImportError as exc:
-        print(f"note: no report ({exc}); results.csv is complete", file=sys.stderr)
-        return None
-    try:
-        written = report.write_report([csv_path], out_dir, formats=("png",))
-    except NoUsableResults as exc:
-        print(f"warning: no report ({exc}); results.csv is complete", file=sys.stderr)
-        return None
-    except Exception as exc:  # a plotting bug must not hide the results
-        print(f"warning: report failed ({type(exc).__name__}: {exc}); results.csv is complete", file=sys.stderr)
-        return None
-    made = sum(isinstance(f, Made) for f in written.figures)
-    print(f"report: {written.path} ({made} of {len(written.figures)} figures in {written.path.parent / 'figures'})")
-    return written.path

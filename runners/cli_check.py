@@ -352,10 +352,13 @@ def grid_problems(grids: Sequence[Mapping[str, Any]], extra: Sequence[Path] = ()
 def overrides_of(argv: Sequence[str]) -> list[str] | None:
     """The overrides Hydra will read from `argv`; None when there is nothing to check (--help, another config).
     `--config-dir` is read by `config_dir_of`."""
-    from hydra._internal.utils import get_args_parser
+    from runners import hydra_private
 
+    parser = hydra_private.args_parser()
+    if parser is None:  # a Hydra other than 1.3: its composition and each job's check refuse bad values instead
+        return None
     try:
-        args = get_args_parser().parse_args(list(argv))
+        args = parser.parse_args(list(argv))
     except SystemExit:  # argparse's own error: Hydra prints it
         return None
     if args.help or args.hydra_help or args.shell_completion or args.config_name not in (None, "config"):
@@ -364,10 +367,11 @@ def overrides_of(argv: Sequence[str]) -> list[str] | None:
 
 
 def config_dir_of(argv: Sequence[str]) -> str | None:
-    from hydra._internal.utils import get_args_parser
+    from runners import hydra_private
 
+    parser = hydra_private.args_parser()
     try:
-        return get_args_parser().parse_args(list(argv)).config_dir
+        return None if parser is None else parser.parse_args(list(argv)).config_dir
     except SystemExit:
         return None
 

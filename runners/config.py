@@ -38,6 +38,9 @@ class RunnerConf:
     prevalidate: bool = spec(False, help="Hydra also composes every job's config before the first job "
                                          "(names and keys are checked anyway)")
     report: bool = spec(True, help="at the end of a multirun, write figures + report.md")
+    report_timeout_s: float | None = spec(None, gt=0, help="seconds the multirun's report may take in its own "
+                                                          "process before it is stopped (results.csv stays complete); "
+                                                          "null = 120 + 0.5 per row")
     verbose: bool = spec(False, help="show the known notes of Hydra and torch that a sweep hides (runners/quiet.py)")
     grids: Any = spec(None, help="optional union of small grids; null = plain Hydra product")
     grid_point: int | None = spec(None, ge=0, help="index into the union of `grids`")
@@ -227,7 +230,7 @@ def raw_point_id(values: Mapping[str, Any]) -> str:
     """An id for a config that does not validate: a hash of every value that is not a runner
     setting, so resume skips it too and two different bad configs never share an id."""
     ignored = {"budget", "wandb", "grids", "grid_point", "name", "retry_failed", "prevalidate", "report", "metrics",
-               "verbose"}
+               "verbose", "report_timeout_s"}
     key = {k: v for k, v in values.items() if k not in ignored}
     return "raw-" + hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
 

@@ -8,7 +8,7 @@ folder; pip's default editable install does not: setuptools' import hook maps th
 checkout without adding a folder to the namespace, so the scan never sees it, though it imports.
 So the class is imported and registered with Hydra's public `Plugins.register` when the scan missed
 it. Should it not import at all (its files missing, a package that makes `hydra_plugins` a regular
-package and hides ours, a Hydra whose internals it uses have moved), the command line gets Hydra's
+package and hides ours, a Hydra other than the 1.3 whose internals it uses, its WHY_NOT), the command line gets Hydra's
 own launcher (`hydra/launcher=basic`) and a one-line notice of what is lost, so the sweep still runs.
 The config source that answers `backend=<plugin>` (hydra_plugins/selfattn_backends/, scheme
 `selfattn-backend://` on conf/config.yaml's search path) is found and registered the same way; should it not
@@ -46,7 +46,10 @@ def _register(dotted: str, kind: type) -> str | None:
         return None  # the scan saw it: a regular install, or a checkout on sys.path
     module, _, name = dotted.rpartition(".")
     try:
-        cls = getattr(importlib.import_module(module), name)
+        loaded = importlib.import_module(module)
+        if why_not := getattr(loaded, "WHY_NOT", None):  # it checked the Hydra it was written for (compose_once)
+            return str(why_not)
+        cls = getattr(loaded, name)
     except (ImportError, AttributeError) as exc:  # no such module, or a name it imports from Hydra is gone
         return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
     plugins.register(cls)

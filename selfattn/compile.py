@@ -11,7 +11,8 @@ so the policy is one place:
   its own specialized graph. Dynamo then stops compiling a function after `recompile_limit` graphs
   (8 by default) and silently runs it eagerly, which a sweep over ten sizes would hit half way.
   The limits are raised to `RECOMPILE_LIMIT`, hitting one raises instead of falling back
-  (`fail_on_recompile_limit_hit`), and `make_room` drops every compiled graph once a process has
+  (`fail_on_recompile_limit_hit`; torch.compiler.config's public names, or on torch 2.4-2.6 dynamo's older
+  ones: selfattn/torch_private.py), and `make_room` drops every compiled graph once a process has
   made `RESET_AFTER_GRAPHS` of them, before a point's first call, so a long sweep keeps compiling.
 - Compile time is the first call's; `record_compile_s` keeps what each back end's compilations
   took in this process, and `predict_compile_s` gives the budget guard an estimate before a point
@@ -27,6 +28,8 @@ import functools
 import statistics
 from typing import Any, Callable
 
+from selfattn import torch_private
+
 RECOMPILE_LIMIT = 1024  # per function and accumulated; far above RESET_AFTER_GRAPHS
 RESET_AFTER_GRAPHS = 256  # graphs one process may hold before make_room drops them all
 # Seconds one compilation is assumed to take before any was measured in this process: the first
@@ -34,17 +37,63 @@ RESET_AFTER_GRAPHS = 256  # graphs one process may hold before make_room drops t
 # on-disk cache and the imports are warm by then); GPUs (triton autotuning) are not measured yet.
 COMPILE_S_GUESS = {"cpu": 20.0, "cuda": 60.0}
 
+LIMIT_NAMES = ("recompile_limit", "accumulated_recompile_limit", "fail_on_recompile_limit_hit")
 _compile_s: dict[tuple[str, str], list[float]] = {}  # (backend, device type) -> measured compile seconds
 _compiled_keys: set[Any] = set()  # what this process has compiled (see predict_compile_s)
 _graphs_at_reset = 0
+_signatures: set[tuple] = set()  # the signatures _Counted functions were called with (torch's counter absent)
 
 
-def _configure() -> None:
-    import torch._dynamo.config as config
+def _configure() -> str:
+    """Raise dynamo's limits (RECOMPILE_LIMIT) and make hitting one raise; returns where they were set:
+    "torch.compiler.config" (public, torch >= 2.7), "torch._dynamo.config" (its older names, torch 2.4 - 2.6,
+    selfattn/torch_private.py), or "" where neither is there (dynamo's own limits stay)."""
+    import torch
 
-    config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
-    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, RECOMPILE_LIMIT)
-    config.fail_on_recompile_limit_hit = True  # never a silent eager fallback in a measured row
+    public = getattr(torch.compiler, "config", None)
+    if public is not None and all(hasattr(public, name) for name in LIMIT_NAMES):
+        public.recompile_limit = max(public.recompile_limit, RECOMPILE_LIMIT)
+        public.accumulated_recompile_limit = max(public.accumulated_recompile_limit, RECOMPILE_LIMIT)
+        public.fail_on_recompile_limit_hit = True  # never a silent eager fallback in a measured row
+        return "torch.compiler.config"
+    legacy = torch_private.legacy_dynamo_config()
+    if legacy is None:
+        return ""
+    legacy.cache_size_limit = max(legacy.cache_size_limit, RECOMPILE_LIMIT)
+    if hasattr(legacy, "accumulated_cache_size_limit"):
+        legacy.accumulated_cache_size_limit = max(legacy.accumulated_cache_size_limit, RECOMPILE_LIMIT)
+    if hasattr(legacy, "fail_on_cache_limit_hit"):
+        legacy.fail_on_cache_limit_hit = True
+    return "torch._dynamo.config"
+
+
+class _Counted:
+    """A compiled function that counts the graphs dynamo makes for it, where torch's counter is not available:
+    one per new signature of its arguments (tensors' shapes, dtypes, devices; plain values themselves), which is
+    what makes static-shape dynamo (dynamic=False) compile again."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        named = tuple((name, _signature([value])) for name, value in sorted(kwargs.items()))
+        _signatures.add((id(self), _signature(args), named))
+        return self.fn(*args, **kwargs)
+
+
+def _signature(values: Any) -> tuple:
+    import torch
+
+    out = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            out.append((tuple(value.shape), value.dtype, value.device.type, value.requires_grad))
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            out.append(value)
+        else:
+            out.append(type(value).__name__)
+    return tuple(out)
 
 
 @functools.cache
@@ -53,14 +102,15 @@ def compiled(fn: Callable[..., Any], *, dynamic: bool = False) -> Callable[..., 
     import torch
 
     _configure()
-    return torch.compile(fn, dynamic=dynamic)
+    made = torch.compile(fn, dynamic=dynamic)
+    return made if torch_private.graphs_compiled() is not None else _Counted(made)
 
 
 def graphs_compiled() -> int:
-    """Graphs dynamo has compiled in this process (its `unique_graphs` counter)."""
-    from torch._dynamo.utils import counters
-
-    return int(counters["stats"]["unique_graphs"])
+    """Graphs dynamo has compiled in this process: its `unique_graphs` counter, or where this torch has none
+    (selfattn/torch_private.py) the new signatures the compiled functions were called with (_Counted)."""
+    counted = torch_private.graphs_compiled()
+    return counted if counted is not None else len(_signatures)
 
 
 def make_room() -> bool:
@@ -72,10 +122,11 @@ def make_room() -> bool:
     made = graphs_compiled()
     if made - _graphs_at_reset < RESET_AFTER_GRAPHS:
         return False
-    import torch._dynamo
+    import torch
 
-    torch._dynamo.reset()
-    _graphs_at_reset = made
+    torch.compiler.reset()
+    _signatures.clear()  # every signature compiles again
+    _graphs_at_reset = 0 if torch_private.graphs_compiled() is None else made
     _compiled_keys.clear()
     return True
 

@@ -41,7 +41,7 @@ import torch
 
 from selfattn.errors import Unsupported
 from selfattn.fields import spec
-from selfattn import fp8_mm
+from selfattn import fp8_mm, torch_private
 from selfattn.fp8_formats import FORMAT_MAX, FORMAT_NAMES
 from selfattn.fp8_mm import DTYPES, products_label
 
@@ -99,6 +99,12 @@ def _matmul(asked: str, device: torch.device) -> str:
     """auto -> scaled_mm on CUDA >= 8.9, dequant elsewhere; scaled_mm on an older GPU is Unsupported."""
     if asked not in MATMULS:
         raise ValueError(f"backend.fp8_matmul: expected one of {', '.join(MATMULS)}, got {asked!r}")
+    if not torch_private.has_scaled_mm():  # torch's private FP8 product moved (selfattn/torch_private.py)
+        if asked == "scaled_mm":
+            raise Unsupported(f"backend.fp8_matmul=scaled_mm: torch._scaled_mm as written for torch "
+                              f"{torch_private.FIRST[0]}.{torch_private.FIRST[1]}-{torch_private.CHECKED[0]}."
+                              f"{torch_private.CHECKED[1]} is not in this torch ({torch.__version__}); fp8_matmul=dequant runs without it")
+        return "dequant"
     capable = device.type != "cuda" or torch.cuda.get_device_capability(device) >= SCALED_MM_CAPABILITY
     if asked == "scaled_mm" and not capable:
         major, minor = torch.cuda.get_device_capability(device)

@@ -41,6 +41,8 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
+from selfattn import torch_private
+
 # The torch dtypes of the two formats (selfattn/fp8.py re-exports them): here, below fp8.py, which
 # imports this module for the products' rules, so that neither imports the other back.
 DTYPES: dict[str, torch.dtype] = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
@@ -112,7 +114,7 @@ def qk(q8_XmD: torch.Tensor, sq_Xm1: torch.Tensor, k8_XnD: torch.Tensor, sk_Xn1:
             scale_a, scale_b = sq_Xm1[i, 0, 0], sk_Xn1[i, 0, 0]
         else:
             scale_a, scale_b = sq_Xm1[i].contiguous(), sk_Xn1[i].reshape(1, n).contiguous()
-        out_Xmn[i] = torch._scaled_mm(q8_XmD[i], k8_XnD[i].t(), scale_a, scale_b, out_dtype=torch.float32)
+        out_Xmn[i] = torch_private.scaled_mm(q8_XmD[i], k8_XnD[i].t(), scale_a, scale_b, out_dtype=torch.float32)
     return out_Xmn
 
 
@@ -128,8 +130,8 @@ def pv(p_Xmn: torch.Tensor, options: Mapping[str, Any], v8T_XDn: torch.Tensor, s
     out_XmD = torch.zeros(x, m, v8T_XDn.shape[1], dtype=torch.float32, device=p_Xmn.device)
     for i in range(x):
         for a, b in pieces:  # V's scale is one number inside a piece: a per-tensor product each, summed in fp32
-            out_XmD[i] += torch._scaled_mm(p8_Xmn[i, :, a:b], v8T_XDn[i, :, a:b].t(), inv_p, sv_Xn1[i, a, 0],
-                                           out_dtype=torch.float32)
+            out_XmD[i] += torch_private.scaled_mm(p8_Xmn[i, :, a:b], v8T_XDn[i, :, a:b].t(), inv_p,
+                                                  sv_Xn1[i, a, 0], out_dtype=torch.float32)
     return out_XmD
 
 

@@ -36,6 +36,7 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
+from selfattn import torch_private
 from selfattn.variants import variants_used, window_extents
 
 T = TypeVar("T")
@@ -136,11 +137,9 @@ class Masks:
 
 
 def _version(t: torch.Tensor) -> int | None:
-    """The tensor's version counter (bumped by every in-place change); inference tensors have none."""
-    try:
-        return t._version
-    except RuntimeError:
-        return None
+    """The tensor's version counter (bumped by every in-place change); inference tensors have none, nor does a
+    torch whose private counter moved (selfattn/torch_private.py)."""
+    return torch_private.tensor_version(t)
 
 
 def key_intervals(

@@ -12,7 +12,10 @@ Forking is what makes this cheap (a spawned worker would import pandas and load 
 only on Linux, where it is the one start method with no surprises; elsewhere, with one usable CPU, or with
 `workers=1`, the figures are drawn in the report's process, in order. A worker that dies (killed, out of
 memory) costs nothing but time: every figure it did not hand back is drawn in the report's process, as every
-figure is where no worker can be started.
+figure is where no worker can be started. So does a worker that hangs (a lock it inherited locked, held by a
+thread of the report's process that the fork did not copy): when no figure has come back for WORKER_IDLE_S
+seconds while the report's process waits, the workers are killed by their PIDs, one line says so, and the
+figures they held are drawn in the report's process.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import multiprocessing
 import os
 import sys
 import traceback
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Callable, Sequence
 
 import pandas as pd
@@ -31,6 +34,10 @@ from analysis.figures.made import Context, Made, Skipped
 
 MAX_WORKERS = 4  # a report draws ten-odd figures: more workers would each draw one or two, every one of them
 # first filling its own caches (fonts, text layouts), as the first figure of each worker does
+# Seconds the report's process waits for the next figure from its workers before it takes them for stuck: a
+# figure takes well under 5 s on the project's 2-core CPU (a 24-row report's slowest ~1 s), so this only ever
+# catches a worker that will never answer.
+WORKER_IDLE_S = 60.0
 
 FigureFunction = Callable[[pd.DataFrame, Context], "Made | Skipped"]
 Drawn = tuple["Made | Skipped", str]  # the figure, and what drawing it has to say on stderr ('' when nothing)
@@ -82,6 +89,8 @@ class Drawing:
         self.figures, self.rows, self.ctx, self.warn = list(figures), rows, ctx, warn
         self.pool: ProcessPoolExecutor | None = None
         self.futures: list[Future] = []
+        self.workers: list[multiprocessing.process.BaseProcess] = []  # the pool's processes, to kill if stuck
+        self.idle_s = WORKER_IDLE_S
         workers = min(workers, len(self.figures))
         if workers > 1:
             # matplotlib and seaborn once, here, rather than once per worker: the workers inherit them
@@ -91,9 +100,12 @@ class Drawing:
             # Objects made so far are never collected in a worker: a collection there would write to every one
             # of them (their GC headers) and so copy each memory page the worker shares with this process.
             gc.freeze()
+            others = {p.pid for p in multiprocessing.active_children()}
             try:
                 self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
                 self.futures = [self.pool.submit(_draw_in_worker, i) for i in range(len(self.figures))]
+                # a forking pool starts all its workers at the first submit: the children that are new now
+                self.workers = [p for p in multiprocessing.active_children() if p.pid not in others]
             except OSError:  # no process could be started (a limit on processes or memory): draw them here
                 if self.pool is not None:
                     self.pool.shutdown(cancel_futures=True)
@@ -112,12 +124,14 @@ class Drawing:
             for index in reversed(range(len(self.figures))):
                 if self.futures[index].cancel():  # no worker has it: this process draws it
                     drawn_here[index] = draw_one(self.figures[index], self.rows, self.ctx, self.warn)
+        stopped = self.pool is not None and not self._wait_for_workers(drawn_here)
         made: list[Made | Skipped] = []
         for index, make in enumerate(self.figures):
             drawn = drawn_here.get(index)
-            if drawn is None and self.pool is not None:
+            future = self.futures[index] if self.pool is not None else None
+            if drawn is None and future is not None and future.done() and not future.cancelled():
                 try:
-                    drawn = self.futures[index].result()
+                    drawn = future.result()
                 except Exception:  # a worker died, or its figure could not be sent back: draw it here
                     drawn = None
             if drawn is None:
@@ -127,10 +141,27 @@ class Drawing:
                 print(said, end="", file=sys.stderr)
             made.append(figure)
         if self.pool is not None:
-            self.pool.shutdown()
+            self.pool.shutdown(wait=not stopped, cancel_futures=stopped)
             _JOB = None
             gc.unfreeze()
         return made
+
+    def _wait_for_workers(self, drawn_here: dict[int, Drawn]) -> bool:
+        """Wait until every figure handed to a worker is back; False when none came back for `idle_s` seconds,
+        after killing the workers (by PID): the figures they held are then drawn in this process."""
+        waiting = {f for i, f in enumerate(self.futures) if i not in drawn_here}
+        while waiting:
+            done, waiting = wait(waiting, timeout=self.idle_s, return_when=FIRST_COMPLETED)
+            if not done:
+                for worker in self.workers:
+                    if worker.is_alive():
+                        worker.kill()
+                for worker in self.workers:
+                    worker.join(timeout=5)
+                print(f"analysis: no figure came back from the figure workers for {self.idle_s:g} s; they were "
+                      f"stopped and the {len(waiting)} figures they held are drawn here", file=sys.stderr, flush=True)
+                return False
+        return True
 
 
 def start(figures: Sequence[FigureFunction], rows: pd.DataFrame, ctx: Context, *, warn: bool = True,

@@ -23,14 +23,30 @@ import logging
 from pathlib import Path
 from typing import Sequence
 
-from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
-from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+import hydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 log = logging.getLogger(__name__)
+
+# Hydra's private classes and functions this launcher builds on, as Hydra 1.3 has them (pyproject.toml pins
+# hydra-core to 1.3). Another Hydra, or one that moved them: WHY_NOT says so and the module defines no launcher,
+# so Hydra's plugin scan finds none here and runners/launcher.py runs Hydra's basic launcher with a notice.
+WRITTEN_FOR = "1.3."
+WHY_NOT: str | None = None
+try:
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+except ImportError as exc:
+    WHY_NOT = f"{type(exc).__name__}: {exc}"
+    BasicLauncher = object  # type: ignore[misc,assignment]  (the class below is deleted)
+else:
+    if not str(hydra.__version__).startswith(WRITTEN_FOR):
+        WHY_NOT = f"it was written for Hydra {WRITTEN_FOR}x, this is Hydra {hydra.__version__}"
+    elif not hasattr(ConfigLoaderImpl, "_apply_overrides_to_config"):
+        WHY_NOT = "Hydra's ConfigLoaderImpl._apply_overrides_to_config is gone"
 
 
 class _Composed:
@@ -96,6 +112,10 @@ class ComposeOnceLauncher(BasicLauncher):
         self.composed_in_full += 1
         self._template = _Composed(parsed, copy.deepcopy(config))  # before the launcher sets job id and num
         return config
+
+
+if WHY_NOT is not None:
+    del ComposeOnceLauncher
 
 
 def _plain_changes(template: _Composed, parsed: list[Override]) -> bool:

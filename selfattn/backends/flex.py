@@ -85,9 +85,9 @@ def missing(device: torch.device) -> str | None:
     if device.type == "cpu" and not _cpp_compiler():
         return "flex on a CPU compiles through inductor's C++ backend, and no C++ compiler (g++, c++, clang++) is on PATH"
     if device.type == "cuda":
-        from torch.utils._triton import has_triton
+        from selfattn import torch_private
 
-        if not has_triton():
+        if not torch_private.has_triton():
             return "flex on CUDA compiles through triton, which is not installed or cannot run here"
     return None
 

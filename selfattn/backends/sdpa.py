@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from selfattn import torch_private
 from selfattn.errors import Unsupported
 from selfattn.fields import defaults, spec
 from selfattn.masks import Masks, no_empty_rows
@@ -176,7 +177,9 @@ def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor,
     """The kernel this call runs: a forced one is itself; with `auto`, torch's own choice for these
     inputs (torch._fused_sdp_choice, the function SDPA dispatches on), so two GPUs' "auto" rows say
     whether they compared the same kernel. A lower-right causal mask (q_len != seq_len) goes through
-    torch's CausalBias, whose dispatch is not SDPA's: `_causal_bias_kernel` mirrors it."""
+    torch's CausalBias, whose dispatch is not SDPA's: `_causal_bias_kernel` mirrors it. Both are torch's
+    internals (selfattn/torch_private.py): outside the releases they were written for, or with a name gone,
+    the label is "unknown", never a kernel that may not be the one that ran."""
     if kernel != "auto":
         return kernel
     k_BKND, v_BKND, mask, is_causal, _ = _arguments(q_BHMD, k_BKND, v_BKND, masks, bool_mask)
@@ -185,7 +188,7 @@ def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor,
         if _is_causal_bias(mask):
             return _causal_bias_kernel(q_BHMD, k_BKND, v_BKND, mask, scale, gqa)
         return _fused_choice(q_BHMD, k_BKND, v_BKND, mask, is_causal, scale, gqa)
-    except (AttributeError, RuntimeError, TypeError, ValueError):  # a torch without them, or inputs it refuses
+    except (AttributeError, RuntimeError, TypeError, ValueError):  # a torch that changed them, or inputs it refuses
         return "unknown"
 
 
@@ -197,27 +200,33 @@ def _is_causal_bias(mask: Any) -> bool:
 
 def _fused_choice(q, k, v, mask, is_causal: bool, scale: float, gqa: bool) -> str:
     extra = {"enable_gqa": True} if gqa else {}
-    choice = torch._fused_sdp_choice(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=is_causal, scale=scale, **extra)
-    return _CHOICES.get(int(choice), "unknown")
+    choice = torch_private.fused_sdp_choice(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=is_causal, scale=scale,
+                                            **extra)
+    return "unknown" if choice is None else _CHOICES.get(choice, "unknown")
 
 
 def _causal_bias_kernel(q, k, v, bias, scale: float, gqa: bool) -> str:
-    """The kernel torch.nn.attention.bias.CausalBias._dispatch runs for a lower-right, non-square
-    causal bias, decided as it decides: flash's kernel called directly when
-    `can_use_flash_attention` accepts the inputs asked WITHOUT a mask and with is_causal=False (so
-    flash's refusal of non-square is_causal never applies: flash's own causal is lower-right), else
-    efficient's kernel with a lower-right custom mask when `can_use_efficient_attention` accepts
-    them, else SDPA with the bias materialized as a boolean mask, which SDPA dispatches as any mask.
-    The decision functions are looked up in torch.nn.attention.bias, the names its dispatch calls.
-    A forced kernel (sdpa_kernel) disables the others inside those checks, as in the dispatch."""
+    """The kernel torch.nn.attention.bias.CausalBias's dispatch runs for a lower-right, non-square
+    causal bias, decided as it decides (torch 2.4 - 2.13: selfattn/torch_private.causal_bias_rules): flash's
+    kernel called directly when `can_use_flash_attention` accepts the inputs asked WITHOUT a mask and with
+    is_causal=False (so flash's refusal of non-square is_causal never applies: flash's own causal is
+    lower-right), else efficient's kernel with a lower-right custom mask when `can_use_efficient_attention`
+    accepts them, else SDPA with the bias materialized as a boolean mask, which SDPA dispatches as any mask.
+    The decision functions are looked up in torch.nn.attention.bias, the names its dispatch calls (torch.backends.
+    cuda's public checks, imported there); a forced kernel (sdpa_kernel) disables the others inside those checks,
+    as in the dispatch."""
     from torch.nn.attention import bias as causal_bias
 
+    if not torch_private.causal_bias_rules(causal_bias):
+        return "unknown"
     params = causal_bias.SDPAParams(q, k, v, None, 0.0, False, gqa)
     if causal_bias.can_use_flash_attention(params):
         return "flash"
     if causal_bias.can_use_efficient_attention(params):
         return "efficient"
-    return _fused_choice(q, k, v, bias._materialize(q.device), False, scale, gqa)
+    q_len, seq_len = q.shape[-2], k.shape[-2]  # the bias as a boolean lower-right mask, as it materializes
+    keep_MN = torch.ones(q_len, seq_len, dtype=torch.bool, device=q.device).tril(seq_len - q_len)
+    return _fused_choice(q, k, v, keep_MN, False, scale, gqa)
 
 
 def _forced(kernel: str, q, k, v, mask, is_causal: bool, scale: float, gqa: bool, masks: Masks) -> torch.Tensor:

@@ -30,6 +30,8 @@ from typing import Callable, Iterator
 
 import torch
 
+from selfattn import torch_private
+
 _STATUS = "/proc/self/status"
 _CLEAR_REFS = "/proc/self/clear_refs"
 
@@ -127,46 +129,6 @@ def _stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
-# torch's profiler, asked for memory events, notes each free of a block allocated before it started (on
-# its C++ side, straight to file descriptor 2): a fact of the measurement, not of the point, printed
-# for most back ends' first call. SELFATTN_VERBOSE=1 (the runner's verbose=true) shows it.
-PROFILER_NOTE = b"Memory block of unknown size was allocated before the profiling started"
-
-
-@contextlib.contextmanager
-def _stderr_without(note: bytes) -> Iterator[None]:
-    """Pass everything written to file descriptor 2 on as it comes, except lines holding `note`.
-
-    A pipe and a thread that forwards each line to the real stderr at once: a real warning or an
-    error, even one written just before a crash, still reaches the terminal."""
-    if os.environ.get("SELFATTN_VERBOSE") == "1":
-        yield
-        return
-    import threading
-
-    sys.stderr.flush()
-    saved = os.dup(2)
-    read_fd, write_fd = os.pipe()
-
-    def forward() -> None:
-        with os.fdopen(read_fd, "rb") as pipe:
-            for line in pipe:
-                if note not in line:
-                    os.write(saved, line)
-
-    thread = threading.Thread(target=forward, name="stderr-filter", daemon=True)
-    thread.start()
-    os.dup2(write_fd, 2)
-    os.close(write_fd)
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)  # the pipe's last writer closes: the thread reads to its end
-        thread.join(timeout=10)  # a child process still holding the pipe must not stall the sweep
-        os.close(saved)
-
-
 def alloc_peak_bytes(fn: Callable[[], object]) -> int | None:
     """Peak bytes allocated through torch's CPU allocator while `fn` runs (its result included),
     beyond what was live before; None when this torch's profiler does not expose memory events."""
@@ -179,17 +141,17 @@ def alloc_peak_bytes(fn: Callable[[], object]) -> int | None:
     prof = profile(use_cpu=True, use_device=None, profile_memory=True, use_kineto=True)
     with _stderr_silenced():  # the profiler prints two lines per start and stop; a sweep prints one per point
         prof.__enter__()
+    # While it records, torch's allocator notes on fd 2 the first free (and every 1000th) of a block allocated
+    # before the profiler started ("Memory block of unknown size ..."): a c10 LOG(WARNING), which torch's own
+    # TORCH_CPP_LOG_LEVEL hides; the sweep sets it (runners/quiet.py), a library caller sees the note.
     try:
-        with _stderr_without(PROFILER_NOTE):
-            result = fn()  # its own errors (a CPU OOM is a RuntimeError) propagate
-            del result
+        result = fn()  # its own errors (a CPU OOM is a RuntimeError) propagate
+        del result
     finally:
         with _stderr_silenced():
             prof.__exit__(None, None, None)
-    try:
-        events = prof.kineto_results.events()
-        deltas = sorted(((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"), key=lambda d: d[0])
-    except AttributeError:  # a torch whose profiler keeps its results elsewhere: no number rather than a guess
+    deltas = torch_private.memory_events(prof)
+    if deltas is None:  # a torch whose profiler keeps its results elsewhere: no number rather than a guess
         return None
     live = peak = 0
     for _start, nbytes in deltas:  # allocations are positive, frees negative, in time order

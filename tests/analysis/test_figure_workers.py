@@ -1,8 +1,11 @@
 """Figures drawn in worker processes (analysis.figures.draw): the same files as drawn one after the other, failures
-said by the report's process, and a worker that dies costs no figure."""
+said by the report's process, and a worker that dies or hangs costs no figure."""
 
+import multiprocessing
 import os
 import sys
+import threading
+import time
 
 import matplotlib.image
 import numpy as np
@@ -118,3 +121,39 @@ def test_the_report_process_draws_from_the_back_what_no_worker_started(tmp_path,
     # not started, from the back; they drew only those handed to them before it came (two, plus one queued)
     assert here == sorted(here) and here[-1] and not here[0]
     assert 2 <= here.count(False) <= 4
+
+
+INHERITED = threading.Lock()  # held by the test's thread while the workers fork: locked in them forever
+
+
+def stuck_in_a_worker(rows, ctx):
+    """A worker blocks on the lock it inherited locked (as one would on a lock some thread of the report's
+    process held at the fork); in the report's process the lock is free again by the time it draws."""
+    with INHERITED:
+        return Made("stuck", "stuck", "drawn after its worker hung", [], notes=[str(os.getpid())])
+
+
+def test_a_worker_stuck_on_an_inherited_lock_is_killed_and_its_figure_drawn_here(tmp_path, fabricate, monkeypatch,
+                                                                                 capsys):
+    import analysis.figures.draw as draw
+
+    monkeypatch.setattr(draw, "WORKER_IDLE_S", 2.0)
+    csv = fabricate().quadratic_cost(sizes=(256, 512)).write(tmp_path / "results.csv")
+    real_start = draw.start
+
+    def start_then_free_the_lock(*args, **kwargs):  # the fork happens inside start, with the lock held
+        try:
+            return real_start(*args, **kwargs)
+        finally:
+            INHERITED.release()
+
+    monkeypatch.setattr(draw, "start", start_then_free_the_lock)
+    INHERITED.acquire()
+    began = time.monotonic()
+    report = write_report([csv], tmp_path / "out", figures=[stuck_in_a_worker, pid_figure], warn=False, workers=2)
+    took_s = time.monotonic() - began
+    stuck, _ = report.figures
+    assert isinstance(stuck, Made) and stuck.notes == [str(os.getpid())]  # drawn again, in this process
+    assert took_s < 30
+    assert "analysis: no figure came back from the figure workers for 2 s; they were stopped" in capsys.readouterr().err
+    assert not [p for p in multiprocessing.active_children() if p.is_alive()]  # no worker outlives the report

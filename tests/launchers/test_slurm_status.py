@@ -80,6 +80,27 @@ def test_follow_jobs_without_sacct_swaps_the_watcher_only_where_sacct_fails(bin_
     assert type(slurm.SlurmJob.watcher).__name__ == "SqueueInfoWatcher"
 
 
+@pytest.mark.parametrize("change", ["version", "field"])
+def test_on_a_submitit_the_watcher_does_not_fit_nothing_is_swapped(bin_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   change: str) -> None:
+    import submitit
+    from submitit.slurm import slurm
+
+    monkeypatch.setattr(slurm.SlurmJob, "watcher", slurm.SlurmJob.watcher)  # restored after the test
+    assert slurm_status.watcher_fits() is None  # the installed submitit: the watcher fits
+    if change == "version":
+        monkeypatch.setattr(submitit, "__version__", "2.0.0")
+        why = "written for submitit 1.4-1.5, this is 2.0.0"
+    else:  # a submitit whose watcher keeps its state elsewhere
+        monkeypatch.setattr(slurm_status, "WATCHER_FIELDS", (*slurm_status.WATCHER_FIELDS, "_job_states"))
+        why = "submitit's SlurmInfoWatcher has no _job_states"
+    assert slurm_status.watcher_fits() == why
+    _fake(bin_dir, "sacct", "", "Slurm accounting storage is disabled\n", status=1)
+    note = slurm_status.follow_jobs_without_sacct()
+    assert note and why in note and "submitit polls sacct" in note
+    assert type(slurm.SlurmJob.watcher) is slurm.SlurmInfoWatcher  # submitit's own, untouched
+
+
 def _install_submitit_handler(behaviour) -> object:
     """submitit's SignalHandler on USR2 (as in a SLURM job), its decision replaced by `behaviour`."""
     from submitit.core.job_environment import SignalHandler

@@ -150,11 +150,10 @@ def test_a_single_run_writes_its_csv_right_away(tmp_path, monkeypatch):
     assert not (tmp_path / row_store.INDEX_NAME).exists()
 
 
-def test_the_sweep_end_builds_results_csv_then_calls_the_report_function(tmp_path, monkeypatch, capsys):
+def test_the_sweep_end_builds_results_csv_then_starts_the_report(tmp_path, monkeypatch, capsys):
     from omegaconf import OmegaConf
 
-    from analysis import report
-    from analysis.load import NoUsableResults
+    from runners import report_process
     from runners.callbacks import SweepCallback
 
     sweep = tmp_path / "sweep"
@@ -165,17 +164,15 @@ def test_the_sweep_end_builds_results_csv_then_calls_the_report_function(tmp_pat
     assert not (sweep / "results.csv").exists()
     seen = []
 
-    def write_report(paths, out, **kwargs):  # the report itself is tested in tests/analysis
-        seen.append((paths, out, kwargs, len(read_csv(sweep / "results.csv"))))
-        raise NoUsableResults("stop here")
+    def write_report(csv_path, out_dir, *, limit_s):  # its process is tested in tests/runners/test_report_process.py
+        seen.append((csv_path, out_dir, limit_s, len(read_csv(sweep / "results.csv"))))
+        return None
 
-    monkeypatch.setattr(report, "write_report", write_report)
-    monkeypatch.setattr(report, "main", lambda *_: pytest.fail("the runner calls the report's function, not its CLI"))
+    monkeypatch.setattr(report_process, "write_report", write_report)
     cfg = OmegaConf.create({"name": "t", "report": True, "wandb": {"mode": "disabled"},
                             "hydra": {"sweep": {"dir": str(sweep)}}})
     SweepCallback().on_multirun_end(cfg)
-    assert seen == [([sweep / "results.csv"], sweep / "report", {"formats": ("png",)}, 3)]
-    assert "warning: no report (stop here); results.csv is complete" in capsys.readouterr().err
+    assert seen == [(sweep / "results.csv", sweep / "report", report_process.default_timeout_s(3), 3)]
 
 
 def test_rows_import_without_torch():
