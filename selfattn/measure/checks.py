@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import torch
 
-from selfattn.measure.verdict import EPS, Judgement, judge, within
+from selfattn.measure.verdict import EPS, K, K_WIDE, Judgement, judge, within
 
 SECOND_SEED_OFFSET = 3_000_017  # the second input's values: a seed no other draw of the point uses
 
@@ -76,31 +76,31 @@ class Checked:
         return self.out.reason or (self.grads.reason if self.grads is not None else "")
 
 
-def _rule(point: Any, dtype: torch.dtype) -> tuple[float, float, str]:
-    """(eps, plain_scale, the plain reference's name) of the point's dtype (verdict.py's rules)."""
+def _rule(point: Any, dtype: torch.dtype) -> tuple[float, float, str, float]:
+    """(eps, plain_scale, the plain reference's name, k) of the point's dtype (verdict.py's rules)."""
     from selfattn.fp8_formats import fp8_format
 
     if fp8_format(point.precision):
-        return EPS[torch.float32], 1.0, f"plain {point.precision}"
+        return EPS[torch.float32], 1.0, f"plain {point.precision}", K
     if dtype == torch.float64:  # the fp64 rule: the fp32 plain reference's error, scaled to fp64's roundoff
-        return EPS[torch.float64], EPS[torch.float64] / EPS[torch.float32], "plain fp32 (scaled to fp64)"
-    return EPS[dtype], 1.0, f"plain {point.precision}"
+        return EPS[torch.float64], EPS[torch.float64] / EPS[torch.float32], "plain fp32 (scaled to fp64)", K_WIDE
+    return EPS[dtype], 1.0, f"plain {point.precision}", (K_WIDE if dtype == torch.float32 else K)
 
 
 def judge_result(point: Any, workload: Any, result: Any, dtype: torch.dtype, *, what: str = "output") -> Checked:
     """`result` (a workload.Result of `workload`'s inputs) against the workload's references."""
-    eps, plain_scale, plain_name = _rule(point, dtype)
+    eps, plain_scale, plain_name, k = _rule(point, dtype)
     reference, plain = workload.reference(), workload.plain()
     magnitude = workload.magnitude() if workload.magnitude is not None else None
     finite_ref = reference.out_rows[torch.isfinite(reference.out_rows)]
     if magnitude is not None and finite_ref.numel():
         magnitude = max(magnitude, float(finite_ref.abs().max()))
     out = judge(result.out_rows, reference.out_rows, plain.out_rows, eps=eps, magnitude=magnitude,
-                plain_scale=plain_scale, what=what, plain_name=plain_name)
+                plain_scale=plain_scale, what=what, plain_name=plain_name, k=k)
     grads = None
     if result.grads is not None and reference.grads is not None and plain.grads is not None:
         grads = judge(result.grads, reference.grads, plain.grads, eps=eps, plain_scale=plain_scale,
-                      what=f"{what}'s gradients" if what != "output" else "gradients", plain_name=plain_name)
+                      what=f"{what}'s gradients" if what != "output" else "gradients", plain_name=plain_name, k=k)
     return Checked(reference, plain, out, grads)
 
 
