@@ -4,13 +4,16 @@ Order matters: validate -> resolve dtype and options -> predict and guard (nothi
 yet) -> build inputs -> the back end's one-time set-up (flex's block mask, timed apart) ->
 warm-up (its output feeds the accuracy check; for a compiled back end it compiles, timed apart
 as compile_s, and a second call gives the guard the compiled call's time) -> memory call -> timed
-calls -> accuracy and stability on the sampled queries -> the permutation check (a compiled back
+calls -> the verdict (selfattn/measure/checks.py: inputs unchanged, the warm-up's output and gradients
+within the tolerance of selfattn/measure/verdict.py, the last timed call's output, one untimed call on a
+second input; `incorrect` when one misses, the row's time and errors kept) -> accuracy and stability on
+the sampled queries -> the permutation check (a compiled back
 end's at the point's own shape, so it runs the code compiled for the point). Failures become the row's status through
 selfattn.measure.failures (oom, unsupported, invalid, error; memory released either way).
 
 `metrics` (selfattn/metrics.py) chooses which of the memory call, the accuracy and stability passes,
 the permutation check and the traffic columns run; the time is always measured, and a metric left
-out costs nothing and leaves its columns empty.
+out costs nothing and leaves its columns empty. The verdict is not a metric: it runs whatever `metrics` says.
 """
 
 from __future__ import annotations
