@@ -14,6 +14,12 @@ selfattn/measure/run.py runs them, all outside the timed region:
    and wrong once timed is caught. The bound, not bit equality: the timed calls may run on another number of
    threads than the warm-up (selfattn/measure/threads.py), which changes the summation order.
 
+Cost (benchmarks/harness_overhead.py's tiny point: sdpa, heads 2, n 64, d 16, timing_s 0.05, 2-core VM
+under load 7-13, the base and this tree alternated): point_wall_s +6 to +8 ms (68 -> 74 ms time only, 80 ->
+88 ms every metric), the marginal point (job_wall_s) 120 -> 131 ms time only; two float64 and two plain
+references of the sampled rows, one more build of the inputs and one more call. At large n the one more
+call dominates (a call of the point's size, untimed).
+
 Which scopes are judged: core, layer and generate (a workload with a `plain` reference); lstm and gru
 run torch's own recurrent modules (no back end to judge; their plain reference would be the measured
 computation itself), and scope=train is a training run, judged by its recall, not a call's output.
