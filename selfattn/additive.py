@@ -78,12 +78,14 @@ def additive_attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch
 
 
 def additive_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor,
-                       w_v: torch.Tensor, *, masks: Masks, rows: torch.Tensor | None = None) -> torch.Tensor:
-    """The same attention in float64, on the query `rows` (all by default): einsum over K/V repeated per head."""
+                       w_v: torch.Tensor, *, masks: Masks, rows: torch.Tensor | None = None,
+                       dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The same attention in float64 (or `dtype`, the verdict's plain reference), on the query `rows` (all by
+    default): einsum over K/V repeated per head."""
     q_len, seq_len = q.shape[2], k.shape[2]
     group = q.shape[1] // k.shape[1]
-    q64, w_q64, w_k64, w_v64 = (t.to(torch.float64) for t in (q, w_q, w_k, w_v))
-    k64, v64 = (t.to(torch.float64).repeat_interleave(group, dim=1) for t in (k, v))
+    q64, w_q64, w_k64, w_v64 = (t.to(dtype) for t in (q, w_q, w_k, w_v))
+    k64, v64 = (t.to(dtype).repeat_interleave(group, dim=1) for t in (k, v))
     rows = torch.arange(q_len, device=q.device) if rows is None else rows
     # rows in blocks: the float64 (B, H, rows, N, D) tensor of all sampled rows would be gigabytes at large n
     block = max(1, REFERENCE_BLOCK_ELEMENTS // max(1, q64.shape[0] * q64.shape[1] * seq_len * q64.shape[3]))
@@ -125,6 +127,6 @@ def additive_call(point: Point, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         return additive_attention(q, k, v, w_q, w_k, w_v, masks=masks)
 
     def reference(q64: torch.Tensor, k64: torch.Tensor, v64: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        return additive_reference(q64, k64, v64, w_q, w_k, w_v, masks=masks, rows=rows)
+        return additive_reference(q64, k64, v64, w_q, w_k, w_v, masks=masks, rows=rows, dtype=q64.dtype)
 
     return forward, reference

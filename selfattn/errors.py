@@ -12,5 +12,5 @@ class Unsupported(RuntimeError):
 
 
 class BackendContractError(RuntimeError):
-    """A back end broke the contract it was called under: wrong output shape, dtype or device, non-finite
-    output where the float64 reference is finite. A row with status `error` names what it returned."""
+    """A back end broke the contract it was called under: wrong output shape, dtype or device. A row with
+    status `error` names what it returned (a wrong or non-finite value is the verdict's `incorrect` row)."""

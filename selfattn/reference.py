@@ -6,6 +6,8 @@ multiply. `rows` computes only some query rows, so accuracy at large n stays che
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from selfattn.masks import no_empty_rows
@@ -27,8 +29,14 @@ def attention_reference(
     softcap: float | None = None,
     alibi: bool = False,
     sink: float | None = None,
+    dtype: torch.dtype = torch.float64,
+    cast_weights: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """softmax(scale * Q K^T + mask) V in float64, shape (B, H, Lq or len(rows), D), dtype float64.
+
+    `dtype` computes the same steps in another dtype, with no upcast (the plain same-dtype reference
+    of the correctness verdict, selfattn/measure/verdict.py); `cast_weights` rounds the softmax's
+    weights before they multiply V (an FP8 point's P cast).
 
     The masks are selfattn.attention's (selfattn/masks.py), and so are the score transforms
     (selfattn/variants.py: soft-cap, then ALiBi, then the mask; the sink's logit joins the softmax);
@@ -43,16 +51,19 @@ def attention_reference(
     masks = check_masks(causal, window, key_lengths, document_ids, batch=batch, q_len=q_len, seq_len=seq_len,
                         device=q.device, softcap=softcap, alibi=alibi, sink=sink)
     scale_value = resolve_scale(scale, head_dim)
-    q_BHLD = q.to(torch.float64)
+    q_BHLD = q.to(dtype)
     if rows is not None:
         rows = torch.as_tensor(rows, dtype=torch.long, device=q.device).reshape(-1)
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= q_len):
             raise ValueError(f"rows: expected query indices in [0, {q_len}), got min {int(rows.min())} max {int(rows.max())}")
         q_BHLD = q_BHLD[:, :, rows]
     group = heads // k.shape[1]  # GQA: each K/V head serves `group` consecutive query heads
-    k_BHLD = k.to(torch.float64).repeat_interleave(group, dim=1)
-    v_BHLD = v.to(torch.float64).repeat_interleave(group, dim=1)
+    k_BHLD = k.to(dtype).repeat_interleave(group, dim=1)
+    v_BHLD = v.to(dtype).repeat_interleave(group, dim=1)
     scores_BHLL = transform_scores((q_BHLD @ k_BHLD.transpose(-1, -2)) * scale_value, masks, q_len, seq_len, rows=rows)
     keep, sees = no_empty_rows(masks.keep(q_len, seq_len, rows=rows, device=q.device)[:, None])
     scores_BHLL = scores_BHLL.masked_fill(~keep, float("-inf"))
-    return (softmax_with_sink(scores_BHLL, masks.sink) @ v_BHLD) * sees
+    weights_BHLL = softmax_with_sink(scores_BHLL, masks.sink)
+    if cast_weights is not None:
+        weights_BHLL = cast_weights(weights_BHLL)
+    return (weights_BHLL @ v_BHLD) * sees

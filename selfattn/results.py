@@ -128,6 +128,10 @@ class Row:
     nonfinite_frac: float | None = None
     grad_max_abs_err: float | None = None
     grad_rel_rms_err: float | None = None
+    # the correctness verdict's bounds (selfattn/measure/verdict.py): the largest max_abs_err (grad_max_abs_err)
+    # the row may have, K x the plain same-dtype reference's error + atol; empty where the scope is not judged
+    err_bound: float | None = None
+    grad_err_bound: float | None = None
     # numerical stability, same rows, the point's own precision
     logit_std: float | None = None
     softmax_entropy: float | None = None

@@ -201,6 +201,8 @@ class PluginBackend:
             self._check_output(out, expected, q)
             return out.transpose(1, 2) if bshd else out
 
+        if bshd:  # what the function is handed, for the verdict's check that it left them unchanged
+            call.handed = {"q": q, "k": k, "v": v}  # type: ignore[attr-defined]
         return call
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, masks: Any, scale: float,

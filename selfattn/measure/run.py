@@ -4,13 +4,16 @@ Order matters: validate -> resolve dtype and options -> predict and guard (nothi
 yet) -> build inputs -> the back end's one-time set-up (flex's block mask, timed apart) ->
 warm-up (its output feeds the accuracy check; for a compiled back end it compiles, timed apart
 as compile_s, and a second call gives the guard the compiled call's time) -> memory call -> timed
-calls -> accuracy and stability on the sampled queries -> the permutation check (a compiled back
+calls -> the verdict (selfattn/measure/checks.py: inputs unchanged, the warm-up's output and gradients
+within the tolerance of selfattn/measure/verdict.py, the last timed call's output, one untimed call on a
+second input; `incorrect` when one misses, the row's time and errors kept) -> accuracy and stability on
+the sampled queries -> the permutation check (a compiled back
 end's at the point's own shape, so it runs the code compiled for the point). Failures become the row's status through
 selfattn.measure.failures (oom, unsupported, invalid, error; memory released either way).
 
 `metrics` (selfattn/metrics.py) chooses which of the memory call, the accuracy and stability passes,
 the permutation check and the traffic columns run; the time is always measured, and a metric left
-out costs nothing and leaves its columns empty.
+out costs nothing and leaves its columns empty. The verdict is not a metric: it runs whatever `metrics` says.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import torch
 
 from selfattn.errors import Unsupported
 from selfattn import compile as compile_cache
-from selfattn.measure import failures
+from selfattn.measure import checks, failures
 from selfattn.measure.accuracy import compare, sample_rows
 from selfattn.measure.budget import Budget, over_budget
 from selfattn.measure.device import device_peak_gbps, device_peak_tflops, environment, peak_source, resolve_device
@@ -212,21 +215,6 @@ def _check_declared(point: Point, device: str, row: Row) -> None:
         raise Unsupported(reason)
 
 
-def _check_finite(point: Point, workload: Any, checked: Any) -> None:
-    """A call that returns inf or NaN in fp32/tf32/fp64 where the float64 reference of the same rows is
-    finite broke the contract (no overflow explains it there; in fp16, bf16 and fp8 it is the measured
-    overflow, `nonfinite_frac`). Read on the host once, after the warm-up: never inside a timed call."""
-    if point.precision not in ("fp64", "fp32", "tf32"):
-        return
-    bad = int((~torch.isfinite(checked.out_rows)).sum())
-    if bad and bool(torch.isfinite(workload.reference().out_rows).all()):
-        from selfattn.errors import BackendContractError
-
-        raise BackendContractError(
-            f"backend {point.columns()['backend']} returned {bad} non-finite of {checked.out_rows.numel()} sampled "
-            f"outputs in {point.precision}, where the float64 reference is finite")
-
-
 def _predict_s(point: Point, peak: float, budget: Budget, rows: int, compiling: bool) -> float:
     """The point's predicted seconds, its compilation left out; a compiled back end's permutation
     check runs at the point's size (measure/permutation.py), so its calls count too."""
@@ -268,13 +256,15 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
          build, compiling: bool = False, metrics: frozenset[str] = frozenset(ALL_METRICS)) -> None:
     with _single_threaded_on_cpu(device):
         workload = build(point, dtype, torch.device(device), sampled_queries)
+    judged = workload.plain is not None  # core, layer, generate (selfattn/measure/checks.py says why)
+    guard = checks.InputGuard(workload.inputs or {}) if judged else None
     for column, seconds in workload.prepare().items():  # flex: block_mask_s, built before the first call
         setattr(row, column, seconds)
     if compiling and compile_cache.make_room():
         row.note = "dropped this process's compiled code first (too many graphs for dynamo's limits)"
     graphs_before = compile_cache.graphs_compiled() if compiling else 0
     checked, warmup_s = wall_call(workload.check_call, device)  # warm-up (and compilation); never timed
-    _check_finite(point, workload, checked)
+    tampered = guard.changed("the warm-up call") if guard else ""
     call_s = warmup_s  # one call's time, for the guard and the timer's plan
     if compiling:  # the first call compiled (or found code compiled for an earlier point): apart from time_ms
         row.compile_s, row.recompiled = warmup_s, compile_cache.graphs_compiled() > graphs_before
@@ -318,7 +308,8 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
             # CUDA's number above already is the allocator's peak; a CPU needs one profiled call for it.
             row.peak_alloc_bytes = row.peak_mem_bytes if device == "cuda" else alloc_peak_bytes(workload.call)
             plan_call_s = min(call_s, memory_call_s)
-        timing = time_call(workload.call, device, budget.timing_s, plan_call_s)
+        timed = checks.LastOutput(workload.call)  # keeps the last timed call's output for the verdict
+        timing = time_call(timed.call, device, budget.timing_s, plan_call_s)
     # Seconds inside calls of the point (warm-up and compilation, the threads' check, memory call, the timer's
     # run); everything else in a job's wall time (inputs, accuracy, stability, bookkeeping) is harness overhead.
     row.measure_s = (row.compile_s or 0.0) + warmup_s + (time.perf_counter() - started)
@@ -337,9 +328,23 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
     _precision_notes(point, workload, checked, row)
 
     with _single_threaded_on_cpu(device):
+        if guard and not tampered:
+            tampered = guard.changed("the timed calls")
+        verdict = checks.judge_result(point, workload, checked, dtype) if judged else None
+        last = timed.take()
+        if verdict is not None:
+            row.err_bound = verdict.out.bound
+            row.grad_err_bound = verdict.grads.bound if verdict.grads is not None else None
         if "accuracy" in metrics:
-            _accuracy(workload, checked, sampled_queries, row)
+            _accuracy(workload, checked, sampled_queries, row, verdict.reference if verdict else None)
         del checked
+        reason = tampered or (verdict.reason if verdict else "")
+        if verdict is not None and not reason:
+            reason = checks.judge_last(workload, last, verdict)
+        del last
+        if verdict is not None and not reason:
+            reason = checks.judge_second(point, build, dtype, device, sampled_queries)
+        del verdict
         if "stability" in metrics:
             _stability(point, workload, row)
         if not compiling and point.scope not in RNN_GATES and point.score == "dot" and "permutation" in metrics:  # <= PERM_TOKENS tokens
@@ -354,7 +359,15 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
             _fp8_columns(point, workload, row)
     if compiling and "permutation" in metrics:  # at the point's own size and shape (every thread): the code compiled above
         _compiled_permutation_check(point, dtype, device, row)
-    row.status, row.error, row.metrics = "ok", "", metrics_label(metrics)
+    # an incorrect row keeps its time and errors for inspection; only an ok row is a result
+    row.status, row.error, row.metrics = ("incorrect" if reason else "ok"), _incorrect(point, reason), metrics_label(metrics)
+
+
+def _incorrect(point: Point, reason: str) -> str:
+    """The one-line `error` of an incorrect row: the back end, then what missed (verdict.py words it)."""
+    if not reason:
+        return ""
+    return f"backend {point.columns()['backend']} {reason}" if reason.startswith("modified") else reason
 
 
 def _noise_columns(timing: Timing, device: str, row: Row, budget: Budget) -> None:
@@ -429,9 +442,10 @@ def _precision_notes(point: Point, workload: Any, checked: Any, row: Row) -> Non
     row.note = "; ".join(notes)
 
 
-def _accuracy(workload: Any, checked: Any, sampled_queries: torch.Tensor, row: Row) -> None:
-    """The warm-up's sampled rows (and gradients) against the float64 reference of the same rows."""
-    reference = workload.reference()
+def _accuracy(workload: Any, checked: Any, sampled_queries: torch.Tensor, row: Row, reference: Any = None) -> None:
+    """The warm-up's sampled rows (and gradients) against the float64 reference of the same rows
+    (the verdict's, when it computed one)."""
+    reference = workload.reference() if reference is None else reference
     errors = compare(checked.out_rows, reference.out_rows)
     row.accuracy_rows = len(sampled_queries)
     row.max_abs_err, row.rel_rms_err, row.nonfinite_frac = errors.max_abs_err, errors.rel_rms_err, errors.nonfinite_frac

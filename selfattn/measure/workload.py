@@ -7,6 +7,12 @@ torch.autograd.grad with a fixed upstream gradient, so nothing accumulates in .g
 calls. The upstream of the timed calls is dense random; the warm-up call uses one that is
 random on the sampled rows and zero elsewhere (same kernels, same cost), so its gradients can
 be checked against a float64 reference computed on those rows only.
+
+For the correctness verdict (selfattn/measure/verdict.py) a workload also gives its plain same-dtype
+reference (`plain`: the float64 reference's steps in the point's dtype, or its FP8 recipe), the inputs
+the back end is handed (checked unchanged after the calls), how to read the sampled rows out of a timed
+call's output, and `build(..., values_seed=...)` builds the same point on independently seeded values
+(the same masks, weights and shapes: only Q, K, V, X or the prompt are drawn again).
 """
 
 from __future__ import annotations
@@ -51,6 +57,11 @@ class Workload:
     kernel_ran: Callable[[], str | None] = lambda: None  # the kernel the call runs, where the back end can tell
     # one-time set-up the calls reuse, timed apart: {row column: seconds} (flex: block_mask_s)
     prepare: Callable[[], dict[str, float]] = lambda: {}
+    # the verdict's plain same-dtype reference of the sampled rows (None: the scope is not judged)
+    plain: Callable[[], Result] | None = None
+    inputs: dict[str, torch.Tensor] | None = None  # what the back end is handed, checked unchanged after its calls
+    timed_rows: Callable[[Any], torch.Tensor] | None = None  # a timed call's output -> its sampled output rows
+    magnitude: Callable[[], float] | None = None  # the largest magnitude an output is made of (the atol's scale)
 
 
 def _randn(shape: tuple[int, ...], seed: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -67,22 +78,30 @@ def _on_rows(upstream: torch.Tensor, rows: torch.Tensor, row_dim: int) -> torch.
     return sparse
 
 
-def build(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor) -> Workload:
+def build(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor,
+          values_seed: int | None = None) -> Workload:
+    """The point's workload; `values_seed` draws its inputs' values from another seed (the verdict's second input)."""
+    seed = point.seed if values_seed is None else values_seed
     if point.scope == "layer":
-        return _build_layer(point, dtype, device, rows)
+        return _build_layer(point, dtype, device, rows, seed)
     if point.scope == "generate":
-        return _build_generate(point, dtype, device, rows)
+        return _build_generate(point, dtype, device, rows, seed)
     if point.scope in RNN_GATES:
         return _build_recurrent(point, dtype, device, rows)
-    return _build_core(point, dtype, device, rows)
+    return _build_core(point, dtype, device, rows, seed)
 
 
-def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor) -> Workload:
+def _plain_dtype(point: Point, dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the plain reference: the point's own, but fp32 for fp64 (verdict.py's fp64 rule)."""
+    return torch.float32 if dtype == torch.float64 else dtype
+
+
+def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor, seed: int) -> Workload:
     b, h, q_len, seq_len, d = point.batch, point.heads, point.q_len_resolved, point.seq_len, point.head_dim
     scale = parse_scale(point.scale)
     options = point.call_options
     grad = point.mode == "fwd_bwd"
-    q, k, v = make_qkv(b, h, q_len, seq_len, d, dtype=dtype, device=device, std=point.input_std, seed=point.seed,
+    q, k, v = make_qkv(b, h, q_len, seq_len, d, dtype=dtype, device=device, std=point.input_std, seed=seed,
                        requires_grad=grad, kv_heads=point.kv_heads_resolved,
                        outliers=point.input_outliers, outlier_std=point.outlier_std)
     masks = point_masks(point, device)
@@ -103,10 +122,18 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
         forward, masks = _checked_attention(point.backend, q, k, v, scale=scale, options=options,
                                             rotate_qk=rotate_qk, **mask_args)
 
-        def reference_rows(q64: torch.Tensor, k64: torch.Tensor, v64: torch.Tensor, rows_: torch.Tensor):
+        def reference_rows(q64: torch.Tensor, k64: torch.Tensor, v64: torch.Tensor, rows_: torch.Tensor,
+                           fp8_options: dict[str, Any] | None = None):
             if rotate_qk:
                 q64, k64 = rope(q64, query_positions(q_len, seq_len)), rope(k64, torch.arange(seq_len))
-            return attention_reference(q64, k64, v64, scale=scale, rows=rows_, **mask_args)
+            cast = None
+            if fp8_options is not None:  # the point's FP8 recipe on the (rotated) inputs, P cast before P V
+                from selfattn import fp8
+
+                q64, k64, v64 = fp8.inputs(q64, k64, v64, fp8_options)
+                cast = fp8.p_cast(fp8_options)
+            return attention_reference(q64, k64, v64, scale=scale, rows=rows_, dtype=q64.dtype, cast_weights=cast,
+                                       **mask_args)
 
     if grad:
         sparse_upstream = _on_rows(upstream, rows_dev, 2)
@@ -128,15 +155,24 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
         def check_call() -> Result:
             return Result(call()[:, :, rows_dev], None)
 
-    def reference() -> Result:
-        q64, k64, v64 = (t.detach().to(torch.float64).requires_grad_(grad) for t in (q, k, v))
+    def reference(ref_dtype: torch.dtype = torch.float64) -> Result:
+        q64, k64, v64 = (t.detach().to(ref_dtype).requires_grad_(grad) for t in (q, k, v))
         with torch.enable_grad() if grad else torch.no_grad():
-            ref = reference_rows(q64, k64, v64, rows_dev)
+            fp8_options = None
+            if ref_dtype != torch.float64 and point.score == "dot" and "fp8" in options:
+                from selfattn.backends import resolve_options
+
+                fp8_options = resolve_options(point.backend, options, q.device, dtype)
+            ref = (reference_rows(q64, k64, v64, rows_dev, fp8_options) if fp8_options is not None
+                   else reference_rows(q64, k64, v64, rows_dev))
             if not grad:
                 return Result(ref, None)
-            loss = (ref * upstream[:, :, rows_dev].to(torch.float64)).sum()
+            loss = (ref * upstream[:, :, rows_dev].to(ref_dtype)).sum()
             dq, dk, dv = torch.autograd.grad(loss, (q64, k64, v64))
         return Result(ref.detach(), [dq[:, :, rows_dev], dk, dv])
+
+    def timed_rows(output: Any) -> torch.Tensor:
+        return (output[0] if grad else output).detach()[:, :, rows_dev]
 
     def stability_inputs():  # what the back end multiplies: q and k rotated with rope
         q_, k_ = rotate_qk(q.detach(), k.detach()) if rotate_qk else (q.detach(), k.detach())
@@ -148,9 +184,12 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
     def prepare() -> dict[str, float]:
         return _backend_hook("prepare", point, q, k, v, masks, dtype, {})
 
+    handed = getattr(forward, "handed", None) or {"q": q, "k": k, "v": v}  # a BSHD plugin's converted copies
     # additive scores: no stability metrics (they read the dot product's logits)
     return Workload(call, check_call, reference, stability_inputs if point.score == "dot" else None,
-                    _stability_upstream(point, len(rows), dtype, device), rows, masks, kernel_ran, prepare)
+                    _stability_upstream(point, len(rows), dtype, device), rows, masks, kernel_ran, prepare,
+                    plain=lambda: reference(_plain_dtype(point, dtype)), inputs=handed, timed_rows=timed_rows,
+                    magnitude=lambda: float(v.detach().abs().max()) if v.numel() else 0.0)
 
 
 def _checked_attention(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None,
@@ -214,13 +253,13 @@ def _seeded_layer(point: Point, dtype: torch.dtype, device: torch.device) -> Mul
     return layer.to(device=device, dtype=dtype)
 
 
-def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor) -> Workload:
+def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor, seed: int) -> Workload:
     b, seq_len, d_model = point.batch, point.seq_len, point.d_model
     scale = parse_scale(point.scale)
     grad = point.mode == "fwd_bwd"
     layer = _seeded_layer(point, dtype, device)
     layer.requires_grad_(grad)
-    x = make_x(b, seq_len, d_model, dtype=dtype, device=device, std=point.input_std, seed=point.seed, requires_grad=grad)
+    x = make_x(b, seq_len, d_model, dtype=dtype, device=device, std=point.input_std, seed=seed, requires_grad=grad)
     upstream = _randn((b, seq_len, d_model), point.seed + UPSTREAM_SEED_OFFSET, dtype, device) if grad else None
     rows_dev = rows.to(device)
     params = list(layer.parameters())
@@ -245,22 +284,26 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
         def check_call() -> Result:
             return Result(call()[:, rows_dev], None)
 
-    def reference() -> Result:
-        # A float64 copy of the same layer and X; Q projected for the sampled rows only.
-        layer64 = copy.deepcopy(layer).to(torch.float64).requires_grad_(grad)
-        x64 = x.detach().to(torch.float64).requires_grad_(grad)
+    def reference(ref_dtype: torch.dtype = torch.float64) -> Result:
+        # A float64 copy (or the plain reference's dtype) of the same layer and X; Q projected for the sampled rows only.
+        layer64 = copy.deepcopy(layer).to(ref_dtype).requires_grad_(grad)
+        x64 = x.detach().to(ref_dtype).requires_grad_(grad)
         with torch.enable_grad() if grad else torch.no_grad():
             q64_rows, k64, v64 = _project_rows(layer64, x64, rows_dev)
             # The reference reads only the sampled rows of Q; the rest is a zero placeholder that
             # keeps the full q_len, which the bottom-right causal mask is aligned to.
             q64 = q64_rows.new_zeros(b, point.heads, seq_len, point.head_dim).index_copy(2, rows_dev, q64_rows)
-            core_BHrD = attention_reference(q64, k64, v64, causal=point.causal, scale=scale, rows=rows_dev)
+            core_BHrD = attention_reference(q64, k64, v64, causal=point.causal, scale=scale, rows=rows_dev,
+                                            dtype=ref_dtype)
             out = layer64.w_o(layer64.merge_heads(core_BHrD))
             if not grad:
                 return Result(out, None)
-            loss = (out * upstream[:, rows_dev].to(torch.float64)).sum()
+            loss = (out * upstream[:, rows_dev].to(ref_dtype)).sum()
             grads = torch.autograd.grad(loss, [x64, *layer64.parameters()])
         return Result(out.detach(), list(grads))
+
+    def timed_rows(output: Any) -> torch.Tensor:
+        return (output[0] if grad else output).detach()[:, rows_dev]
 
     def stability_inputs():
         with torch.no_grad():
@@ -277,8 +320,11 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
             q, k, v = layer.project_qkv(x.detach())
         return _backend_hook("prepare", point, q, k, v, Masks(causal=point.causal), dtype, {})
 
+    judged = "fp8" not in point.call_options  # an FP8 layer's plain reference is not built: scope=core judges FP8
     return Workload(call, check_call, reference, stability_inputs, _stability_upstream(point, len(rows), dtype, device),
-                    rows, Masks(causal=point.causal), kernel_ran, prepare)
+                    rows, Masks(causal=point.causal), kernel_ran, prepare,
+                    plain=(lambda: reference(_plain_dtype(point, dtype))) if judged else None, inputs={"x": x},
+                    timed_rows=timed_rows)
 
 
 def _project_rows(layer: MultiHeadSelfAttention, x_BLD: torch.Tensor, rows: torch.Tensor):
@@ -289,7 +335,7 @@ def _project_rows(layer: MultiHeadSelfAttention, x_BLD: torch.Tensor, rows: torc
     return q_rows, k, split(layer.w_v(x_BLD))
 
 
-def _build_generate(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor) -> Workload:
+def _build_generate(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor, seed: int) -> Workload:
     """One generation: `call` runs the T steps; accuracy compares all T new tokens with a float64
     run of the cached loop on the reference attention (tests/test_decode.py checks that the cached
     and uncached loops agree). Stability metrics are the core's business: `stability_inputs` is
@@ -297,22 +343,26 @@ def _build_generate(point: Point, dtype: torch.dtype, device: torch.device, rows
     scale = parse_scale(point.scale)
     layer = _seeded_layer(point, dtype, device).requires_grad_(False)
     prompt = make_x(point.batch, point.seq_len, point.d_model, dtype=dtype, device=device,
-                    std=point.input_std, seed=point.seed)
+                    std=point.input_std, seed=seed)
     run = Generation(layer, prompt, point.new_tokens, kv_cache=point.kv_cache)
 
     def check_call() -> Result:
         return Result(run.run().clone(), None)
 
-    def reference() -> Result:
+    def reference(ref_dtype: torch.dtype = torch.float64) -> Result:
         def attend64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return attention_reference(q, k, v, causal=True, scale=scale)
+            return attention_reference(q, k, v, causal=True, scale=scale, dtype=ref_dtype)
 
-        layer64 = copy.deepcopy(layer).to(torch.float64)
-        out = generate(layer64, prompt.to(torch.float64), point.new_tokens, kv_cache=True, attend=attend64)
+        layer64 = copy.deepcopy(layer).to(ref_dtype)
+        with torch.no_grad():
+            out = generate(layer64, prompt.to(ref_dtype), point.new_tokens, kv_cache=True, attend=attend64)
         return Result(out, None)
 
     upstream = torch.zeros(point.batch, point.heads, 1, point.head_dim, dtype=dtype, device=device)
-    return Workload(run.run, check_call, reference, None, upstream, rows, Masks(causal=True))
+    judged = "fp8" not in point.call_options
+    return Workload(run.run, check_call, reference, None, upstream, rows, Masks(causal=True),
+                    plain=(lambda: reference(_plain_dtype(point, dtype))) if judged else None,
+                    inputs={"prompt": prompt}, timed_rows=lambda output: output.detach())
 
 
 def _build_recurrent(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor) -> Workload:
