@@ -251,7 +251,8 @@ def test_a_plugin_row_has_every_column_a_builtin_row_has(plugins):
     plugin, builtin = rows[f"{plugins}:plain"], rows["naive"]
     assert plugin.status == "ok", plugin.error
     filled = lambda row: {k for k, v in vars(row).items() if v not in (None, "")}  # noqa: E731
-    assert filled(builtin) - filled(plugin) <= {"note"}, filled(builtin) - filled(plugin)
+    # `note` and `noise` say what was unusual about one row's run (a busy machine): either row may have them
+    assert filled(builtin) - filled(plugin) <= {"note", "noise"}, filled(builtin) - filled(plugin)
     assert plugin.max_abs_err < 1e-5 and plugin.peak_mem_bytes > 0 and plugin.flops == builtin.flops
     assert (plugin.kernel, plugin.mem_model, plugin.backend_defaulted) == ("t1", "assumed", "mem_model,efficiency")
     assert (builtin.mem_model, builtin.backend_source) == ("declared", "builtin")
