@@ -244,7 +244,9 @@ PYTEST=("$PY" -m pytest -q -p no:cacheprovider --continue-on-collection-errors)
 XDIST_WORKERS=6
 # The attention variants' CUDA tests (tests/gpu/test_sdpa_variants.py, test_flex_variants.py's) do not fit the 480 s
 # plan beside these: run them apart, `python -m pytest -m gpu -k variants` (docs/gpu.md).
-TESTS_GPU=(-m gpu -k "not compiled and not flex and not variants" tests/gpu tests/measure "${OTHER_TESTS[@]}")
+# Nor does the isolated worker's CUDA test (tests/gpu/test_isolate_gpu.py: two interpreters start and import torch and
+# CUDA, far from a small test's 0.6 s): run it apart, `python -m pytest -m gpu -k isolate`.
+TESTS_GPU=(-m gpu -k "not compiled and not flex and not variants and not isolate" tests/gpu tests/measure "${OTHER_TESTS[@]}")
 TESTS_COMPILED=(-m gpu -k "(compiled or flex) and not fp16 and not fp32 and not variants" tests)
 if ((DRY)) || "$PY" -c 'import xdist' 2>/dev/null; then
   TESTS_COMPILED=(-n "$XDIST_WORKERS" "${TESTS_COMPILED[@]}")

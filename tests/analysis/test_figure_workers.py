@@ -118,9 +118,10 @@ def test_the_report_process_draws_from_the_back_what_no_worker_started(tmp_path,
     here = [f.notes == [str(os.getpid())] for f in report.figures]
     assert len(report.figures) == 12 and all(isinstance(f, Made) for f in report.figures)
     # the workers hold their first figures until this process has drawn one, so it took every figure they had
-    # not started, from the back; they drew only those handed to them before it came (two, plus one queued)
+    # not started, from the back; they drew only those handed to them before it came: one each, plus at most
+    # what the pool had already moved to its call queue (workers + 1 items: concurrent.futures' EXTRA_QUEUED_CALLS)
     assert here == sorted(here) and here[-1] and not here[0]
-    assert 2 <= here.count(False) <= 4
+    assert 2 <= here.count(False) <= 2 + (2 + 1)
 
 
 INHERITED = threading.Lock()  # held by the test's thread while the workers fork: locked in them forever
