@@ -21,10 +21,7 @@ class Figure:
 
     def __call__(self, rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         function = getattr(importlib.import_module(self.module), self.__name__)
-        from analysis.figures import layout_memo  # matplotlib: the figure module above has imported it
-
-        with layout_memo.text_layouts():  # each text laid out once per figure, not at every layout pass
-            return function(rows, ctx)
+        return function(rows, ctx)
 
     def __repr__(self) -> str:
         return f"Figure({self.module}.{self.__name__})"
