@@ -159,7 +159,6 @@ def write_report(csv_path: Path, out_dir: Path) -> Path | None:
     """
     try:
         from analysis import report
-        from analysis.figures import Made
         from analysis.load import NoUsableResults
     except ImportError as exc:
         print(f"note: no report ({exc}); results.csv is complete", file=sys.stderr)
@@ -172,6 +171,9 @@ def write_report(csv_path: Path, out_dir: Path) -> Path | None:
     except Exception as exc:  # a plotting bug must not hide the results
         print(f"warning: report failed ({type(exc).__name__}: {exc}); results.csv is complete", file=sys.stderr)
         return None
-    made = sum(isinstance(f, Made) for f in written.figures)
-    print(f"report: {written.path} ({made} of {len(written.figures)} figures in {written.path.parent / 'figures'})")
+    lines, none_drawn = report.figure_summary(written)
+    print("\n".join(lines))
+    if none_drawn:
+        print("warning: the report drew none of the figures its rows call for (see above); results.csv is complete",
+              file=sys.stderr)
     return written.path
