@@ -29,7 +29,8 @@ def fp8_error(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     part = part.assign(outliers=part["input_outliers"].map(lambda p: f"outliers {number_text(float(p))}"),
                        P=part["p_scale"].map(lambda p: f"p_scale {number_text(float(p))}"))
     precisions = sorted(part["precision"].unique())
-    g = grid.facets(part, col="outliers", row="P", panel_width=3.2 * 1.3, panel_height=3.2, share_y=True)
+    g = grid.facets(part, col="outliers", row="P", panel_width=3.2 * 1.3, panel_height=3.2, share_x=True,
+                    share_y=True)
     for ax, cell in g.panels:  # per format, the median over d_k and n with a bar over their range
         grid.points(ax, cell, x="variant", order=variants, y="rel_rms_err", hue="precision", hue_order=precisions,
                     palette={p: precision_color(p) for p in precisions}, estimator="median",

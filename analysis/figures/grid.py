@@ -189,9 +189,10 @@ def points(ax: Axes, data: pd.DataFrame, *, x: str, order: Sequence, y: str, hue
         stats.columns = ["estimate", "low", "high"]
         stats = stats.loc[[c for c in order if c in stats.index]]
         at = np.array([position[c] for c in stats.index], dtype=float) + offset
-        color = palette[level]
-        ax.vlines(at, stats["low"], stats["high"], color=color, linewidth=plt.rcParams["lines.linewidth"] * 1.8)
-        ax.plot(at, stats["estimate"], color=color, marker="o", markeredgewidth=0.75, markeredgecolor="w")
+        color, width = palette[level], plt.rcParams["lines.linewidth"] * 1.8  # seaborn's pointplot sizes
+        ax.vlines(at, stats["low"], stats["high"], color=color, linewidth=width)
+        ax.plot(at, stats["estimate"], color=color, marker="o", linewidth=width, markeredgewidth=width * 0.75,
+                markersize=width * np.sqrt(2 * np.pi))
     ax.set_xticks(range(len(order)), [str(c) for c in order])
     ax.xaxis.grid(False)  # a category axis: no grid between categories
     ax.set_xlim(-0.5, len(order) - 0.5)
