@@ -122,7 +122,7 @@ def save(fig, ctx: Context, name: str) -> list[Path]:
     constrained layout solved again starts from the last one's positions)."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     # Per-panel legends sit outside their axes: constrained layout makes room for them, which
-    # the tight layout seaborn's grids use does not.
+    # a tight layout does not.
     fig.set_layout_engine("constrained")
     placed = [axis for ax in fig.axes for axis in (ax.xaxis, ax.yaxis) if _has_fixed_ticks(axis)]
     if fig.axes:  # as a draw would first (a figure without axes has no layout to solve)
