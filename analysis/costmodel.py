@@ -3,7 +3,7 @@
 Why a model and not a local slope: a real call costs a fixed part (Python, dispatch, kernel
 launches), a part per row or per block (linear in n) and the n² work. Its log-log slope,
 (linear·n + 2·quadratic·n²) / y, reaches 2 only where the n² term dominates, so a back end with
-large per-row costs (chunked on a 2-core CPU) shows a slope of 1.6-1.7 at n ≤ 3K while its
+large per-row costs (chunked on a CPU) shows a slope well under 2 at a few thousand tokens while its
 n² term already carries most of its time. A local slope judged against a band around 2 flips
 from run to run there; the model's n² share does not.
 

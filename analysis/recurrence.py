@@ -149,12 +149,11 @@ def flops_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     return pairs.assign(ratio=pairs["rnn_tflops"] / pairs["layer_tflops"])
 
 
-# Why the largest d_model decides (measured on the 2-core VM, n = 1024, forward, one thread each): at
-# d_model 128 an LSTM's step weights (4 x 128 x 128 fp32, 256 KB) stay in a core's cache, and its serial
-# (1 x d_model) products ran at 0.51-0.54 x the layer's FLOP/s, quiet and beside two busy processes; the
-# verdict then rested on the layer's second thread, which a busy machine takes away (RNN/layer 1.30 in such
-# a run). At d_model 512 each step reads its 4 MB of weights again, nothing reused across steps (the
-# serial steps cannot be batched into one product), and the ratio was 0.12-0.16 quiet, 0.18-0.22 busy.
+# Why the largest d_model decides: at d_model 128 an LSTM's step weights (4 x 128 x 128 fp32, 256 KB) stay
+# in a core's cache, and its serial (1 x d_model) products come near the layer's FLOP/s, so the verdict
+# would rest on the layer's second thread, which a busy machine takes away. At d_model 512 each step reads
+# its 4 MB of weights again, nothing reused across steps (the serial steps cannot be batched into one
+# product), and the recurrence stays far below the layer, quiet or busy (docs/studies.md has the figures).
 @claim("rnn_flops_below", "An RNN's achieved FLOP/s stays far below attention's at the same d_model and n: its n "
        "steps run one after the other",
        rule=f"per LSTM/GRU and mode, against the layer (sdpa) at the same device, precision, batch, d_model and n, "

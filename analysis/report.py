@@ -2,8 +2,9 @@
 
 Each PATH is a results.csv or a folder searched for them; rows from several sweeps and
 devices merge (one row per point and device: an ok row beats a failed one, then the newest). Writes DIR/report.md,
-DIR/figures/*.png (+ .pdf with --pdf) and the tables as CSV. Exit status 0 when a report was
-written, 1 when no input held a usable row.
+DIR/figures/*.png (+ .pdf with --pdf) and the tables as CSV. Each figure that failed is named with its reason
+on one line. Exit status 0 when a report was written, 1 when no input held a usable row or the rows call for
+figures and none of them could be drawn (with --all-figures: when any of them could not).
 """
 
 from __future__ import annotations
@@ -196,6 +197,24 @@ def _figures_left_out(rows: pd.DataFrame) -> list[str]:
     return [f"*No figure draws a row that is not a result:* {text}.", ""] if text else []
 
 
+def failed_figures(figures: Sequence[Made | Skipped]) -> list[Skipped]:
+    """The figures whose rows were there but whose drawing raised (draw.draw_one turns that into a Skipped whose
+    reason starts with "failed"); a Skipped for want of rows is not a failure."""
+    return [f for f in figures if isinstance(f, Skipped) and f.reason.startswith("failed")]
+
+
+def figure_summary(report: Report) -> tuple[list[str], bool]:
+    """The lines that say what the report drew (its path and counts, then one line per figure that failed, which
+    and why), and whether it failed: figures its rows call for (drawn or failed) and none of them drawn."""
+    made = sum(isinstance(f, Made) for f in report.figures)
+    failed = failed_figures(report.figures)
+    figures_dir = report.path.parent / "figures"
+    lines = [f"report: {report.path} ({made} of {len(report.figures)} figures in {figures_dir}"
+             + (f"; {len(failed)} of the {made + len(failed)} its rows call for failed" if failed else "") + ")"]
+    lines += [f"report: figure {f.name} not drawn: {f.reason.removeprefix('failed: ')}" for f in failed]
+    return lines, bool(failed) and made == 0
+
+
 def _figure_lines(figures: Sequence[Made | Skipped], out_dir: Path) -> list[str]:
     """The figures' section: each drawn figure with how to read it, then one line naming those not drawn."""
     lines: list[str] = []
@@ -380,6 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None, metavar="N",
                         help="processes drawing the figures (default: one per usable CPU, at most "
                         f"{draw.MAX_WORKERS}, where the platform forks; 1: in this process)")
+    parser.add_argument("--all-figures", action="store_true",
+                        help="exit 1 when any figure its rows call for failed (default: only when none was drawn)")
     wandb_report.add_arguments(parser)
     args = parser.parse_args(argv)
     formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
@@ -399,9 +420,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NoUsableResults as exc:
         print(f"analysis: {exc}", file=sys.stderr)
         return 1
-    made = sum(isinstance(f, Made) for f in report.figures)
-    print(f"report: {report.path} ({made} of {len(report.figures)} figures in {report.path.parent / 'figures'})")
+    lines, none_drawn = figure_summary(report)
+    print(lines[0])
+    for line in lines[1:]:  # the failures: on stderr, where a script looks for what went wrong
+        print(line, file=sys.stderr)
     wandb_report.log_from_cli(args, report.path, args.paths)  # after the files: wandb never changes them
+    if none_drawn:
+        print("analysis: no figure its rows call for could be drawn (see the lines above)", file=sys.stderr)
+        return 1
+    if args.all_figures and len(lines) > 1:
+        print(f"analysis: --all-figures: {len(lines) - 1} figure(s) its rows call for failed", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -262,7 +262,7 @@ def format_bytes(value: float) -> str:
 
 
 def _axis_value(value: object) -> str:
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):  # pandas before 3 hands a bool column's cells over as numpy's bool
         return "true" if value else "false"
     if isinstance(value, float):
         if math.isnan(value):

@@ -108,4 +108,7 @@ def write_report(csv_path: Path, out_dir: Path, *, limit_s: float) -> Path | Non
         print(f"warning: no report (`python -m {REPORT_MODULE}` exited with status {code}); results.csv is "
               f"complete: `{rerun}` writes it once the cause is fixed", file=sys.stderr, flush=True)
         return None
+    if code != 0:  # report.md written, but the report says it failed: no figure its rows call for was drawn
+        print(f"warning: the report drew none of the figures its rows call for (its lines above say which and why); "
+              f"results.csv is complete: `{rerun}` writes them once the cause is fixed", file=sys.stderr, flush=True)
     return report_md

@@ -48,8 +48,7 @@ POINT_TIMING_FACTOR = 1.25  # the timer's calls: budget.timing_s, plus do_bench'
 COMPILE_S = {"fwd": 20.0, "fwd_bwd": 40.0}  # a cold compile (flex, compile=true): 10-20 s forward,
                                             # 20-40 s forward+backward; the high end, a cut row is the loss
 TRITON_COMPILE_S = 3.0   # backend=triton: triton compiles its kernel once per variant (dtype, mask flags, block
-                         # sizes): 3.2-3.5 s in bf16 for sm_90 on a loaded 2-core CPU (measured; fp32 with
-                         # head_dim 128 took 13 s), less on the GPU host's 16 cores; timed apart as compile_s,
+                         # sizes), seconds each (fp32 with head_dim 128 longer); timed apart as compile_s,
                          # later points reuse it from triton's cache
 TEST_S = 0.6             # a CUDA test at small sizes, on average: most take 0.1-0.5 s (a host-sync count,
                          # a forced kernel, a memory peak), a few 2-10 s (do_bench agreement, the OOM

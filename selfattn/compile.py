@@ -32,9 +32,9 @@ from selfattn import torch_private
 
 RECOMPILE_LIMIT = 1024  # per function and accumulated; far above RESET_AFTER_GRAPHS
 RESET_AFTER_GRAPHS = 256  # graphs one process may hold before make_room drops them all
-# Seconds one compilation is assumed to take before any was measured in this process: the first
-# flex_attention compile on the project's 2-core CPU took 16-20 s, later ones 4-6 s (inductor's
-# on-disk cache and the imports are warm by then); GPUs (triton autotuning) are not measured yet.
+# Seconds one compilation is assumed to take before any was measured in this process: the high end of a
+# first (cold) flex_attention compile on a small CPU; later ones are faster, inductor's on-disk cache and
+# the imports warm by then. The measured compile times replace it (GPUs' triton autotuning included).
 COMPILE_S_GUESS = {"cpu": 20.0, "cuda": 60.0}
 
 LIMIT_NAMES = ("recompile_limit", "accumulated_recompile_limit", "fail_on_recompile_limit_hit")

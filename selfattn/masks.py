@@ -170,8 +170,8 @@ def key_intervals(
         ids = document_ids.to(device=device)
         # First and last key of each query's document: ids never decrease, so a document starts where
         # the id changes; a running max of the start positions (and a running min of the end positions
-        # from the right) gives each token its document's. (torch.searchsorted did the same at 20 ms a
-        # call on a loaded 2-core CPU even for 256 tokens: it ran inside every chunked call.)
+        # from the right) gives each token its document's. (Not torch.searchsorted: this runs inside every
+        # chunked call, and a few elementwise ops cost far less there than a search per token.)
         key_idx = torch.arange(seq_len, device=device).expand_as(ids)
         change = ids[:, 1:] != ids[:, :-1]  # (B, seq_len - 1): token j + 1 starts a document
         edge = torch.ones_like(ids[:, :1], dtype=torch.bool)

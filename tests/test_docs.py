@@ -74,6 +74,14 @@ def test_readme_is_a_front_page():
     assert len((ROOT / "README.md").read_bytes()) <= 10 * 1024
 
 
+def test_performance_page_is_a_reference():
+    # each target, its command, its latest figures; how they were reached lives in git history
+    page = (ROOT / "docs" / "performance.md").read_text()
+    assert len(page.encode()) <= 15 * 1024
+    for target in range(1, 9):
+        assert f"| {target} |" in page, target  # every target has its latest figure in the table
+
+
 def point_fields_missing(page_text: str) -> list[str]:
     """The fields of `selfattn.Point` that docs/usage.md never names as `field` (in its text or its
     generated config reference): every field a user can set is documented on that page."""

@@ -1,7 +1,7 @@
 """The report's figures, in order: each takes the merged rows and a Context and returns Made or Skipped.
 
 Each entry imports its module on its first call: importing the report (or this package) loads no figure
-module, and with them neither matplotlib nor seaborn (seconds on a small machine).
+module, and with it no matplotlib (its import is most of a small report's serial time).
 """
 
 from __future__ import annotations
@@ -21,10 +21,7 @@ class Figure:
 
     def __call__(self, rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         function = getattr(importlib.import_module(self.module), self.__name__)
-        from analysis.figures import layout_memo  # matplotlib: the figure module above has imported it
-
-        with layout_memo.text_layouts():  # each text laid out once per figure, not at every layout pass
-            return function(rows, ctx)
+        return function(rows, ctx)
 
     def __repr__(self) -> str:
         return f"Figure({self.module}.{self.__name__})"

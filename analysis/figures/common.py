@@ -1,15 +1,13 @@
-"""What every figure shares: the Agg back end, the theme, seaborn grids, axis helpers, saving.
+"""What every figure shares: the Agg back end, the theme, grids of line panels, axis helpers, saving.
 
 Colours live in analysis.figures.style."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-import sys
 import textwrap
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 from analysis.figures.made import Context, Made, Skipped  # noqa: F401  (re-exported: every figure module reads them here)
 
@@ -21,35 +19,11 @@ matplotlib.use("Agg")  # files only, no display: works headless and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-
-
-# What seaborn imports from scipy for plots no figure here draws: scipy.stats for its KDE, scipy.cluster for
-# its clustermap's dendrograms. Together they are half of the figures' imports.
-SEABORN_SKIPS = ("scipy.stats", "scipy.cluster")
-
-
-def _seaborn():
-    """seaborn, without SEABORN_SKIPS. An import of a module mapped to None fails, and seaborn then takes its
-    bundled KDE and leaves clustering out, as it does where scipy is not installed; the modules stay importable
-    for whoever needs them later."""
-    skipped = [name for name in SEABORN_SKIPS if name not in sys.modules]
-    for name in skipped:
-        sys.modules[name] = None  # type: ignore[assignment]
-    try:
-        import seaborn
-    finally:
-        for name in skipped:
-            if sys.modules.get(name, False) is None:
-                del sys.modules[name]
-    return seaborn
-
-
-sns = _seaborn()
 from matplotlib import ticker  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
-from analysis.figures import layout_memo  # noqa: E402
+from analysis.figures import grid  # noqa: E402
 
 DPI = 130
 # zlib's level for the PNGs: the same pixels at any level; 3 deflates the report's figures to the size the
@@ -61,7 +35,19 @@ RC = {
     "ytick.labelsize": 8.5, "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.6,
     "axes.spines.top": False, "axes.spines.right": False, "svg.fonttype": "none", "pdf.fonttype": 42,
 }
-sns.set_theme(style="ticks", rc=RC)
+# seaborn's "ticks" style in its "notebook" context with its "deep" palette, the look the figures were drawn in
+# with seaborn, as plain rcParams (RC above sets the sizes): dark grey text and spines, outward ticks, light grid.
+_DEEP = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]
+THEME = {
+    "axes.axisbelow": True, "axes.edgecolor": ".15", "axes.labelcolor": ".15", "axes.linewidth": 1.25,
+    "axes.prop_cycle": matplotlib.cycler(color=_DEEP), "text.color": ".15", "xtick.color": ".15",
+    "ytick.color": ".15", "grid.color": ".8", "legend.title_fontsize": 12.0, "lines.solid_capstyle": "round",
+    "patch.edgecolor": "w", "patch.force_edgecolor": True,
+    "font.sans-serif": ["Arial", "DejaVu Sans", "Liberation Sans", "Bitstream Vera Sans", "sans-serif"],
+    "xtick.major.size": 6.0, "xtick.major.width": 1.25, "xtick.minor.size": 4.0, "xtick.minor.width": 1.0,
+    "ytick.major.size": 6.0, "ytick.major.width": 1.25, "ytick.minor.size": 4.0, "ytick.minor.width": 1.0,
+}
+matplotlib.rcParams.update({**THEME, **RC})
 
 # The mask is a line's style in every figure: solid circles without, dashed squares with a causal mask.
 MASKS = ("no mask", "causal")
@@ -81,75 +67,45 @@ def suptitle(fig, text: str) -> None:
 def line_grid(data: pd.DataFrame, *, x: str, y: str, panel_width: float, panel_height: float,
               hue: str | None = None, palette: dict[str, str] | None = None, style: str | None = None,
               row: str | None = None, col: str | None = None, col_wrap: int | None = None,
-              errorbar=SEED_INTERVAL, share_y: bool = False, **kw) -> sns.FacetGrid:
-    """`sns.relplot(kind="line")`: per panel, the median over seeds at each x with its interval.
+              errorbar=SEED_INTERVAL, share_y: bool = False, row_order: Sequence | None = None,
+              col_order: Sequence | None = None, hue_order: Sequence | None = None,
+              style_order: Sequence | None = None, estimator: grid.Estimator = ESTIMATOR, **kw) -> grid.Grid:
+    """Per panel, the median over seeds at each x with its interval: one line per hue x style level
+    (analysis.figures.grid; the picture seaborn's `relplot(kind="line")` drew).
 
     Panels keep their own axes (sizes, ranges and slices differ between them; `share_y` shares y), titles and legends
     are left to the figure, and an empty row x col cell is hidden. `style="mask"` draws the mask
-    the same way in every figure; any other `style` gets seaborn's markers and dashes.
+    the same way in every figure; any other `style` gets seaborn's default markers and dashes unless given.
+    `kw` goes to each line (matplotlib's Line2D properties), `markers` and `dashes` aside.
     """
+    markers, dashes = kw.pop("markers", None), kw.pop("dashes", None)
     if style == "mask":
-        masks = [m for m in MASKS if m in set(data["mask"])]
-        kw.update(style="mask", style_order=masks, markers=MASK_MARKERS, dashes=MASK_DASHES)
+        style_order = [m for m in MASKS if m in set(data["mask"])]
+        markers, dashes = MASK_MARKERS, MASK_DASHES
     elif style is not None:
-        kw.update(style=style)
-        kw.setdefault("markers", True)
-        kw.setdefault("dashes", True)
+        markers = True if markers is None else markers
+        dashes = True if dashes is None else dashes
     else:
         kw.setdefault("marker", "o")
-    if col_wrap and col and len(kw.get("col_order") or data[col].unique()) <= col_wrap:
+    if col_wrap and col and len(col_order if col_order is not None else data[col].unique()) <= col_wrap:
         col_wrap = None  # one row: wrapping would only add empty cells to the right
     kw.setdefault("linewidth", 1.6)
     kw.setdefault("markersize", 4.5)
-    with _empty_grid_not_laid_out():
-        g = sns.relplot(data=data, kind="line", x=x, y=y, hue=hue, palette=palette, row=row, col=col,
-                        col_wrap=col_wrap, estimator=kw.pop("estimator", ESTIMATOR), errorbar=errorbar,
-                        legend=False, height=panel_height, aspect=panel_width / panel_height,
-                        facet_kws={"sharex": False, "sharey": share_y}, **kw)
+    g = grid.facets(data, panel_width=panel_width, panel_height=panel_height, row=row, col=col,
+                            row_order=row_order, col_order=col_order, col_wrap=col_wrap, share_y=share_y)
+    for ax, part in g.panels:
+        grid.lines(ax, part, x=x, y=y, hue=hue, hue_order=hue_order, palette=palette, style=style,
+                   style_order=style_order, markers=markers, dashes=dashes, estimator=estimator, errorbar=errorbar,
+                   **kw)
+    grid.label_outer(g, x, y)
     for ax in g.axes.flat:
-        ax.set_title("")
         if not ax.lines:
             ax.set_axis_off()
     return g
 
 
-@contextlib.contextmanager
-def _empty_grid_not_laid_out() -> Iterator[None]:
-    """While seaborn makes a FacetGrid: no tight layout of its axes while they are still empty, and its final one
-    (once its lines are drawn) with each axes' tight box computed once (layout_memo.tight_boxes).
-
-    seaborn lays the grid out again once its lines are drawn (the axes' widths set_log2_ticks reads), and save()
-    solves a constrained layout after that; the first layout only moved where those start from, which changes a
-    few pixels' anti-aliasing by 1-2 of 255 (no line, label or tick moves), and took a sixth of a figure's time."""
-    init = sns.FacetGrid.__init__
-    layout = sns.FacetGrid.tight_layout
-    own_layout = "tight_layout" in vars(sns.FacetGrid)  # seaborn defines it on Grid, its base
-
-    def init_without_layout(grid, *args, **kwargs):
-        grid.tight_layout = lambda *_args, **_kwargs: grid  # the instance's, shadowing Grid.tight_layout
-        try:
-            init(grid, *args, **kwargs)
-        finally:
-            del grid.tight_layout
-
-    def layout_with_boxes_once(grid, *args, **kwargs):
-        with layout_memo.tight_boxes():
-            return layout(grid, *args, **kwargs)
-
-    sns.FacetGrid.__init__ = init_without_layout
-    sns.FacetGrid.tight_layout = layout_with_boxes_once
-    try:
-        yield
-    finally:
-        sns.FacetGrid.__init__ = init
-        if own_layout:
-            sns.FacetGrid.tight_layout = layout
-        else:
-            del sns.FacetGrid.tight_layout
-
-
 def linestyle_of(dashes) -> str | tuple:
-    """seaborn's dashes ('' solid, or an on/off tuple) as a matplotlib linestyle, for legend entries."""
+    """A line's dashes ('' solid, or an on/off tuple) as a matplotlib linestyle, for legend entries."""
     return (0, dashes) if dashes else "-"
 
 
@@ -166,7 +122,7 @@ def save(fig, ctx: Context, name: str) -> list[Path]:
     constrained layout solved again starts from the last one's positions)."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     # Per-panel legends sit outside their axes: constrained layout makes room for them, which
-    # the tight layout seaborn's grids use does not.
+    # a tight layout does not.
     fig.set_layout_engine("constrained")
     placed = [axis for ax in fig.axes for axis in (ax.xaxis, ax.yaxis) if _has_fixed_ticks(axis)]
     if fig.axes:  # as a draw would first (a figure without axes has no layout to solve)
@@ -196,6 +152,10 @@ def _has_fixed_ticks(axis) -> bool:
             and isinstance(axis.get_major_formatter(), ticker.FixedFormatter))
 
 
+# The label matplotlib gives the axes a figure's colorbar() makes (and attention_maps draws colorbars only so).
+COLORBAR_LABEL = "<colorbar>"
+
+
 def _freeze_ticks(fig) -> None:
     """Replace each axis's locators and formatters by the ticks and labels they give now, once the figure's
     layout is solved and its limits are final (the ticks depend on both: an automatic locator picks as many as
@@ -205,22 +165,26 @@ def _freeze_ticks(fig) -> None:
     the picture is the same. Axes whose limits a draw may still move (an aspect kept by changing the limits)
     keep their locators, as do colorbars, which set their own."""
     for ax in fig.axes:
-        if ax.name != "rectilinear" or hasattr(ax, "_colorbar") or (
+        if ax.name != "rectilinear" or ax.get_label() == COLORBAR_LABEL or (
                 ax.get_aspect() != "auto" and ax.get_adjustable() == "datalim"):
             continue
         for axis in (ax.xaxis, ax.yaxis):
-            for ticks, get_locs in ((axis.major, axis.get_majorticklocs), (axis.minor, axis.get_minorticklocs)):
-                if isinstance(ticks.locator, (ticker.NullLocator, ticker.FixedLocator)) and isinstance(
-                        ticks.formatter, (ticker.NullFormatter, ticker.FixedFormatter)):
+            for get_locator, get_formatter, get_locs, set_locator, set_formatter in (
+                    (axis.get_major_locator, axis.get_major_formatter, axis.get_majorticklocs,
+                     axis.set_major_locator, axis.set_major_formatter),
+                    (axis.get_minor_locator, axis.get_minor_formatter, axis.get_minorticklocs,
+                     axis.set_minor_locator, axis.set_minor_formatter)):
+                formatter = get_formatter()
+                if isinstance(get_locator(), (ticker.NullLocator, ticker.FixedLocator)) and isinstance(
+                        formatter, (ticker.NullFormatter, ticker.FixedFormatter)):
                     continue  # nothing left to compute
-                locs = get_locs()  # as Axis._update_ticks asks: the locator's values (minor: less the major)
-                labels = ticks.formatter.format_ticks(locs)
-                offset = ticks.formatter.get_offset()
-                ticks.locator = ticker.FixedLocator(locs)
-                ticks.locator.set_axis(axis)
-                ticks.formatter = ticker.FixedFormatter(labels)
-                ticks.formatter.set_offset_string(offset)
-                ticks.formatter.set_axis(axis)
+                locs = get_locs()  # the locator's values, as a draw asks for them (minor: less the major)
+                labels = formatter.format_ticks(locs)
+                offset = formatter.get_offset()
+                fixed = ticker.FixedFormatter(labels)
+                fixed.set_offset_string(offset)
+                set_locator(ticker.FixedLocator(locs))
+                set_formatter(fixed)
 
 
 def _drop_touching_tick_labels(fig, placed, pad_px: float = 3.0) -> bool:

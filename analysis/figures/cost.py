@@ -9,9 +9,10 @@ from matplotlib.lines import Line2D
 
 from analysis.cost import Facet, cost_facets, memory_metric
 from analysis.costmodel import MIN_MODEL_SIZES
+from analysis.figures import grid
 from analysis.figures.common import (
     MASKS, SEED_INTERVAL, Context, Made, Skipped, bytes_formatter, guide_lines, legend_right, line_grid, log_if_spans,
-    mark_failed, mask_handle, save, set_log2_ticks, sns, suptitle, tidy_log_axis,
+    mark_failed, mask_handle, save, set_log2_ticks, suptitle, tidy_log_axis,
 )
 from analysis.figures.style import backend_palette, precision_order
 from analysis.judged import facet_notes
@@ -139,9 +140,9 @@ def time_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                 save(g.figure, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets] + facet_notes(facets))
 
 
-def _predicted(data: pd.DataFrame, **kw) -> None:
+def _predicted(ax, data: pd.DataFrame, **kw) -> None:
     """The analytic memory prediction of each line, where the row carries one."""
-    sns.lineplot(data=data[data["predicted_mem_bytes"] > 0], x="seq_len", y="predicted_mem_bytes", **kw)
+    grid.lines(ax, data[data["predicted_mem_bytes"] > 0], x="seq_len", y="predicted_mem_bytes", **kw)
 
 
 def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
@@ -153,8 +154,9 @@ def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                        EXPERIMENT)
     g, palette, placed = _grid(facets, metric)
     # The analytic prediction, thin and dotted, so a reader sees where measurement and model part.
-    g.map_dataframe(_predicted, hue="label", palette=palette, style="mask", dashes={m: (1, 1.5) for m in MASKS},
-                    estimator="median", errorbar=None, linewidth=0.9, alpha=0.8, legend=False)
+    for ax, part in g.panels:
+        _predicted(ax, part, hue="label", palette=palette, style="mask", style_order=MASKS,
+                   dashes={m: (1, 1.5) for m in MASKS}, estimator="median", errorbar=None, linewidth=0.9, alpha=0.8)
     g.set(yscale="log")
     notes = []
     for facet in facets:

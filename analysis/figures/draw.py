@@ -1,7 +1,7 @@
 """Drawing the report's figures: in worker processes where the platform forks, else one after the other.
 
 Each figure is drawn from the rows alone and written to its own files, so figures can be drawn at the same time;
-most of a report's time is spent drawing them (a seaborn grid, a constrained layout and a render each, all Python
+most of a report's time is spent drawing them (a grid of panels, a constrained layout and a render each, all Python
 and all holding one core). The workers are forked from the report's process after its rows are loaded: they
 inherit the rows and matplotlib and seaborn, imported just before (nothing is pickled but a figure's index and
 its Made or Skipped), and draw while the report's process checks the claims. A figure is the same picture in a

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.figures.common import Context, Made, Skipped, save, set_log2_ticks, sns, suptitle
+from analysis.figures import grid
+from analysis.figures.common import Context, Made, Skipped, save, set_log2_ticks, suptitle
 from analysis.figures.style import precision_color, scale_color
 from analysis.fp8 import BASELINES, _scaled_errors, fp8_points, overflow_points, predicted_nonfinite_frac, \
     predicted_saturated_frac
@@ -28,11 +29,12 @@ def fp8_error(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     part = part.assign(outliers=part["input_outliers"].map(lambda p: f"outliers {number_text(float(p))}"),
                        P=part["p_scale"].map(lambda p: f"p_scale {number_text(float(p))}"))
     precisions = sorted(part["precision"].unique())
-    g = sns.catplot(data=part, kind="point", x="variant", order=variants, y="rel_rms_err", hue="precision",
-                    hue_order=precisions, palette={p: precision_color(p) for p in precisions}, col="outliers",
-                    row="P", estimator="median", errorbar=("pi", 100), dodge=0.3 if len(precisions) > 1 else False,
-                    height=3.2, aspect=1.3,
-                    sharey=True, legend=False)
+    g = grid.facets(part, col="outliers", row="P", panel_width=3.2 * 1.3, panel_height=3.2, share_x=True,
+                    share_y=True)
+    for ax, cell in g.panels:  # per format, the median over d_k and n with a bar over their range
+        grid.points(ax, cell, x="variant", order=variants, y="rel_rms_err", hue="precision", hue_order=precisions,
+                    palette={p: precision_color(p) for p in precisions}, estimator="median",
+                    dodge=0.3 if len(precisions) > 1 else 0.0)
     base = rows[(rows["status"] == "ok") & rows["precision"].isin(BASELINES) & (rows["backend"] == "naive")
                 & (rows["input_std"] == 1) & rows["seq_len"].isin(part["seq_len"].unique())
                 & rows["head_dim"].isin(part["head_dim"].unique())]

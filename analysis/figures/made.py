@@ -1,5 +1,5 @@
 """What a figure function takes and returns: its Context, and Made or Skipped. Pure Python, so the report
-imports them without matplotlib and seaborn, which come with the first figure module it calls."""
+imports them without matplotlib, which comes with the first figure module it calls."""
 
 from __future__ import annotations
 

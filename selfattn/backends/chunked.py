@@ -94,8 +94,8 @@ class Options(fp8_path.Fp8Options):
                              "fp32, as FlashAttention) | auto (input on CUDA, fp32 on a CPU)")
     compile: bool = spec(False, help="run each block's work through torch.compile (compile time is measured apart, as compile_s)")
 
-# (q_chunk, kv_chunk), chosen from measured sweeps (docs/performance.md, "512 x 512 blocks without a
-# mask"): CPU fp32, B1 H8 D64, 2 threads. Before lazy rescaling 256x512 was at the bottom everywhere
+# (q_chunk, kv_chunk), chosen from measured sweeps (benchmarks/chunk_sizes.py; its figures are in the
+# history of docs/performance.md): CPU fp32, B1 H8 D64, 2 threads. Before lazy rescaling 256x512 was at the bottom everywhere
 # (every pair from 128x256 to 1024x1024 within 1.24-1.34x of sdpa). The lazy step makes every key
 # block after a query block's first one cheaper, so the exact first step weighs more, and taller
 # query blocks take fewer of them: without a mask, 512x512 took 0.93x (quartiles 0.91-0.97, 21

@@ -8,8 +8,8 @@ A compiled back end's first compilation of a shape is guarded apart, by `max_com
 added to the point's time: it is a one-time cost of the process (the next point of that shape
 reuses the code), an estimate until the first one is measured (selfattn.compile's guess is
 60 s on CUDA), and adding it to `max_point_s` (60 s, 30 s in some studies) skipped every
-compiled point on CUDA before one compile was ever measured. A cold compile (10-40 s on a GPU,
-5-20 s on a 2-core CPU) fits the default 120 s; the calls after it still face `max_point_s`.
+compiled point on CUDA before one compile was ever measured. The default 120 s leaves room for a cold
+compile (tens of seconds); the calls after it still face `max_point_s`.
 """
 
 from __future__ import annotations

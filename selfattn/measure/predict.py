@@ -235,8 +235,8 @@ def _full_size_pass_bytes(point: Point, keys: int) -> int:
 
 # Drawing the inputs (selfattn/inputs.py): a CPU point draws in float64 on one host thread (the
 # harness runs its own ops single-threaded), a GPU point on the device in float32. Optimistic rates
-# (the guard's habit): measured 1.3e7 values/s on the busy 2-core VM; an idle core does ~4e7. A
-# device draw writes 4 bytes per value at a few TB/s. The layer's weights are drawn on the host.
+# (the guard's habit: it skips a point only when even the fast case is over budget): an idle core's
+# float64 draw, and a device draw writing 4 bytes per value at a few TB/s. The layer's weights are drawn on the host.
 HOST_DRAW_VALUES_PER_S = 4e7
 DEVICE_DRAW_VALUES_PER_S = 2e10
 

@@ -230,9 +230,8 @@ def _compile_key(point: Point) -> tuple:
 
 # scope=lstm/gru on a CPU runs its timed calls on one thread as well (the row's num_threads says 1): its n
 # serial steps are each a small (batch x d_model) product that intra-op threads cannot share without a
-# barrier per step, each waiting for a scheduler slice on a shared machine. Measured on the loaded 2-core
-# VM (n = 512, d_model = 128, forward): LSTM 9-17 ms on one thread, 1.8-2.4 s on two; GRU 44-47 ms and
-# 0.46-0.58 s. So one thread is the recurrence's best here, as every thread is attention's: the achieved
+# barrier per step, each waiting for a scheduler slice on a shared machine, so on a CPU one thread is the
+# recurrence's best, as every thread is attention's: the achieved
 # FLOP/s of the two compare what each gets out of the machine (the chapter's "hard to parallelise").
 
 
@@ -241,9 +240,8 @@ def _single_threaded_on_cpu(device: str) -> Iterator[None]:
     """Run the harness's own small ops (inputs, reference, accuracy, stability) on one thread.
 
     They are ~100 ops on sampled rows each; with OpenMP every op ends in a barrier across the
-    cores, and on a shared machine each barrier waits for a scheduler slice. Measured on the
-    2-core VM at load 5: 0.49 s -> 0.12 s of overhead per point (benchmarks/harness_overhead.py).
-    The timed calls keep every thread (unless they collapsed: measure/threads.py).
+    cores, and on a shared machine each barrier waits for a scheduler slice: on one thread they cost
+    a point a fraction of that (benchmarks/harness_overhead.py measures it). The timed calls keep every thread (unless they collapsed: measure/threads.py).
     """
     if device != "cpu":
         yield

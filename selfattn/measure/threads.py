@@ -1,10 +1,9 @@
 """Whether a CPU point's timed calls run on every thread or on one: one, only where every thread collapsed.
 
 On a shared machine, a call on every intra-op thread ends each of its parallel ops in a barrier, and a
-barrier waits until each thread has had its scheduler slice. Beside one busy process per core (the
-2-core VM), naive attention at n = 256 took 32.0 ms a call on two
-threads, every sample alike (p20 31.96, p80 31.98 ms: about eight ops x one 4 ms slice), against 0.39 ms
-quiet; on one thread it kept to about twice its quiet time. Back ends with fewer parallel ops (sdpa's
+barrier waits until each thread has had its scheduler slice. Beside one busy process per core, a short
+call on every thread then takes about one slice per parallel op, every sample alike, many times its quiet
+time, while on one thread it keeps near its quiet time. Back ends with fewer parallel ops (sdpa's
 one fused kernel) were spared, so a comparison of back ends turned on how many ops each has, not on
 their work: "dot-product attention beats additive" did not hold in such a run.
 

@@ -16,8 +16,8 @@ from the point's seed (infinite data), and the held-out batch is evaluated at EV
 Determinism: data and weights come from private generators of the seed; on a CPU the run uses
 deterministic algorithms and one thread, so the same point gives the same loss curve bit for bit
 (tests/train/test_loop.py). One thread also because the ops are tiny: with OpenMP every op ends in a
-barrier across the cores, and on the shared 2-core VM a step took 1052 ms on 2 threads against 72 ms
-on one (d_model 256, batch 32, 2026-12-01, load ~10). A GPU run is seeded the same way but not
+barrier across the cores, and where another process holds a core each barrier waits for a scheduler
+slice, so a step on every thread can take many times its one-thread time. A GPU run is seeded the same way but not
 promised bit for bit (cuBLAS and atomics).
 
 Time: each step is timed with perf_counter from the forward to the optimizer step, the loss read
