@@ -41,6 +41,7 @@ def compare(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive  # its verdicts read timings: no other test beside it (tests/conftest.py)
 def test_two_runs_of_the_same_command_are_the_same(tmp_path):
     runs = {name: (lambda name=name: run_sweep("-m", "backend=sdpa", "seq_len=384,768,1536", *SMALL,
                                                f"hydra.sweep.dir={tmp_path / name}", timeout=600))
@@ -61,6 +62,7 @@ def test_two_runs_of_the_same_command_are_the_same(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive  # its verdicts read timings: no other test beside it (tests/conftest.py)
 def test_a_back_end_doing_twice_the_work_is_slower_everywhere(tmp_path):
     plugins = tmp_path / "plugins"
     plugins.mkdir()
