@@ -34,7 +34,8 @@ class Budget:
     accuracy_rows: int = spec(128, ge=1, help="query rows sampled for accuracy and stability (all when fewer)")
     measure_device_peak: bool = spec(True, help="measure the GEMM peak once per process (false: nominal, no tflops fraction)")
     # what flags a row `noisy` (selfattn/measure/noise.py's limits are the defaults): NVBench's --max-noise in spirit
-    noise_spread: float = spec(noise.SPREAD_LIMIT, gt=0, help="a row is noisy when (p80 - p20) / median of its samples passes this")
+    noise_spread: float | None = spec(None, gt=0, help="a row is noisy when (p80 - p20) / median of its samples passes this; "
+                                      f"null: {noise.SPREAD_LIMIT:g} on CUDA, {noise.CPU_SPREAD_LIMIT:g} on a CPU")
     noise_cpu: float = spec(noise.OTHER_CPU_LIMIT, gt=0, le=1, help="a CPU row is noisy when other processes took more than this share "
                             "of the machine's CPU time during its timed calls")
 

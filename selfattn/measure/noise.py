@@ -10,8 +10,8 @@ Two measurements per timed window (docs/usage.md#noisy-rows):
   not judged by it. Elsewhere (no /proc) it is None and only the spread judges.
 - `time_spread`: (p80 - p20) / median of the samples, the row's own scatter.
 
-A row is `noisy` when its spread passes SPREAD_LIMIT, or, on a CPU point, when others took more
-than OTHER_CPU_LIMIT of the machine (the config's `budget.noise_spread` and `budget.noise_cpu`): they then shared the cores the timed threads ran on. A CUDA
+A row is `noisy` when its spread passes its device's limit (SPREAD_LIMIT on CUDA, CPU_SPREAD_LIMIT on a
+CPU), or, on a CPU point, when others took more than OTHER_CPU_LIMIT of the machine (the config's `budget.noise_spread` and `budget.noise_cpu`): they then shared the cores the timed threads ran on. A CUDA
 point is judged by its spread only (a busy host delays launches, which the spread shows).
 Read outside the timed calls (before and after the timer), so they cost the timing nothing.
 """
@@ -25,6 +25,11 @@ from typing import Callable, TypeVar
 # (p80 - p20) / median above this: the samples disagree among themselves by more than the smallest change
 # a comparison calls (analysis/ab.py's MIN_RATIO, 1.1), so their median may move by that much in a rerun.
 SPREAD_LIMIT = 0.10
+# A CPU's own scatter is far wider, quiet or not, so on a CPU the spread flags only a wild row and others' CPU
+# share is what tells a busy machine: the default sweep on the project's 2-core CPU VM with nothing else running
+# had spreads of median 0.08, 95th percentile 0.33, at most 0.70 (a 10% limit flagged 89 of its 219 quiet points),
+# while others' share stayed at most 0.05 (and was 0.79-0.95 beside one busy process per core).
+CPU_SPREAD_LIMIT = 1.0
 # Other processes' share of the machine's CPU time above this: at least one core in four was busy
 # with something else while the point's threads (every core) ran.
 OTHER_CPU_LIMIT = 0.25
@@ -90,9 +95,15 @@ def spread(p20_ms: float, median_ms: float, p80_ms: float) -> float:
     return (p80_ms - p20_ms) / median_ms if median_ms > 0 else 0.0
 
 
-def judge(time_spread: float, others: float | None, device: str, spread_limit: float = SPREAD_LIMIT,
+def default_spread_limit(device: str) -> float:
+    """The spread limit when `budget.noise_spread` is null: SPREAD_LIMIT on CUDA, CPU_SPREAD_LIMIT elsewhere."""
+    return SPREAD_LIMIT if device == "cuda" else CPU_SPREAD_LIMIT
+
+
+def judge(time_spread: float, others: float | None, device: str, spread_limit: float | None = None,
           cpu_limit: float = OTHER_CPU_LIMIT) -> Noise:
     """Whether a row's timing is noisy, by the limits (the module's, or the budget's `noise_*`), and why."""
+    spread_limit = default_spread_limit(device) if spread_limit is None else spread_limit
     reasons = []
     if time_spread > spread_limit:
         reasons.append(f"spread {100 * time_spread:.0f}% > {100 * spread_limit:.0f}%")
