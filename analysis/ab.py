@@ -13,7 +13,8 @@ all but `backend` and its options. Per matched point (the rule, in the spirit of
 - ratio = B's median time / A's (time_ms); its 95% interval: a bootstrap (BOOTSTRAP draws, seeded) of the
   ratio of medians from the two rows' samples (`time_samples_ms`);
 - p_value: a two-sided Mann-Whitney U test of the two rows' samples (analysis/ranktest.py);
-- verdict: `slower` when p < ALPHA and ratio >= MIN_RATIO, `faster` when p < ALPHA and ratio <= 1/MIN_RATIO,
+- verdict (MIN_RATIO here is the device's factor: 1.1 on CUDA, CPU_MIN_RATIO 1.3 on a CPU, see below):
+  `slower` when p < ALPHA and ratio >= MIN_RATIO, `faster` when p < ALPHA and ratio <= 1/MIN_RATIO,
   `same` when the ratio is within MIN_RATIO either way (significant or not: asv's "insignificant" change),
   `not significant` when it is beyond MIN_RATIO but p >= ALPHA (a change the samples cannot tell from chance,
   never called the same); `too few samples` when the two sample sizes cannot reach p < ALPHA at all (or a row kept
@@ -49,7 +50,18 @@ from analysis.repro import repro_command
 from selfattn.point import FIELD_NAMES
 
 ALPHA = 0.002  # asv's significance level
-MIN_RATIO = 1.1  # asv's default factor: smaller changes are `same` however significant
+MIN_RATIO = 1.1  # asv's default factor: smaller changes are `same` however significant (CUDA rows)
+# A CPU row's factor. Its samples come from one process in one window, so the rank test sees the window's scatter,
+# not how a second run of the same command lands: two quiet runs of one sdpa sweep on the project's 2-core CPU VM,
+# one after the other, differed by 0.88x, 1.12x and 1.22x at n = 384, 768, 1536, every one "significant". So on a
+# CPU a change must pass 1.3x to be called, and a smaller one is `same` (asv measures in several processes for the
+# same reason).
+CPU_MIN_RATIO = 1.3
+
+
+def min_ratio_for(device: object) -> float:
+    """The factor a change must pass on `device` (a row's `device` cell): MIN_RATIO on CUDA, CPU_MIN_RATIO else."""
+    return MIN_RATIO if str(device) == "cuda" else CPU_MIN_RATIO
 BOOTSTRAP = 2000  # bootstrap draws of the ratio of medians
 SEED = 0  # the bootstrap's: the same rows give the same interval
 ACCURACY_FACTOR = 2.0
@@ -58,7 +70,7 @@ FP8_EPSILON = 0.125  # e4m3's; e5m2's is 0.25
 VERDICTS = ("faster", "slower", "same", "not significant", "noisy", "too few samples")
 FAIL_ON = ("slower", "faster", "not_significant", "noisy", "less_exact")
 COLUMNS = ("point", "seq_len", "time_ms_a", "time_ms_b", "ratio", "ratio_lo", "ratio_hi", "p_value", "samples_a",
-           "samples_b", "verdict", "rel_rms_err_a", "rel_rms_err_b", "accuracy", "noise_a", "noise_b",
+           "samples_b", "min_ratio", "verdict", "rel_rms_err_a", "rel_rms_err_b", "accuracy", "noise_a", "noise_b",
            "point_id_a", "point_id_b", "repro_a", "repro_b")
 
 
@@ -90,17 +102,18 @@ def ratio_interval(a: np.ndarray, b: np.ndarray, draws: int = BOOTSTRAP, seed: i
     return float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))
 
 
-def verdict(ratio: float, lo: float, hi: float, p_value: float, reachable: bool, noisy: bool) -> str:
-    """The rule of the module docstring."""
+def verdict(ratio: float, lo: float, hi: float, p_value: float, reachable: bool, noisy: bool,
+            min_ratio: float = MIN_RATIO) -> str:
+    """The rule of the module docstring, with `min_ratio` the device's factor (min_ratio_for)."""
     if not reachable:
         return "too few samples"
     if noisy:
         return "noisy"
-    if p_value < ALPHA and ratio >= MIN_RATIO:
+    if p_value < ALPHA and ratio >= min_ratio:
         return "slower"
-    if p_value < ALPHA and ratio <= 1 / MIN_RATIO:
+    if p_value < ALPHA and ratio <= 1 / min_ratio:
         return "faster"
-    return "same" if 1 / MIN_RATIO < ratio < MIN_RATIO else "not significant"
+    return "same" if 1 / min_ratio < ratio < min_ratio else "not significant"
 
 
 def accuracy_verdict(err_a: float, err_b: float, precision: str) -> str:
@@ -182,7 +195,8 @@ def _compare_pair(a: pd.Series, b: pd.Series, shown: Sequence[str]) -> dict:
         "time_ms_a": float(a["time_ms"]), "time_ms_b": float(b["time_ms"]), "ratio": ratio,
         "ratio_lo": lo, "ratio_hi": hi, "p_value": p_value,
         "samples_a": int(samples_a.size), "samples_b": int(samples_b.size),
-        "verdict": verdict(ratio, lo, hi, p_value, reachable, noisy),
+        "min_ratio": min_ratio_for(a.get("device")),
+        "verdict": verdict(ratio, lo, hi, p_value, reachable, noisy, min_ratio_for(a.get("device"))),
         "rel_rms_err_a": a.get("rel_rms_err"), "rel_rms_err_b": b.get("rel_rms_err"),
         "accuracy": accuracy_verdict(float(a.get("rel_rms_err", math.nan)), float(b.get("rel_rms_err", math.nan)),
                                      str(a.get("precision"))),
@@ -266,7 +280,8 @@ def table_text(cmp: Comparison) -> str:
                   for row in cells]
         counts = m["verdict"].value_counts()
         lines += ["", f"{len(m)} points matched: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v in counts)
-                  + f" (slower/faster: p < {ALPHA} in a Mann-Whitney U test and B/A beyond {MIN_RATIO}x)"]
+                  + f" (slower/faster: p < {ALPHA} in a Mann-Whitney U test and B/A beyond {MIN_RATIO}x on CUDA, "
+                  f"{CPU_MIN_RATIO}x on a CPU)"]
         less = m[m["accuracy"] == "less exact"]
         if len(less):
             lines.append(f"less exact: {cmp.label_b} at {len(less)} of {len(m)} points (rel_rms_err above "
@@ -306,7 +321,8 @@ def ratio_figure(cmp: Comparison, path: Path) -> Path | None:
         ax.scatter(noisy["seq_len"], noisy["ratio"], s=60, facecolors="white", edgecolors=bars.lines[0].get_color(),
                    zorder=3, label="noisy: not decided" if len(noisy) and point == m["point"].min() else None)
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.axhspan(1 / MIN_RATIO, MIN_RATIO, color="grey", alpha=0.15, label=f"within {MIN_RATIO}x: same")
+    band = float(m["min_ratio"].max())
+    ax.axhspan(1 / band, band, color="grey", alpha=0.15, label=f"within {band}x: same")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     sizes = sorted(m["seq_len"].unique())
@@ -331,7 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "(A --backends X Y), point by point: ratio B/A of median times with a bootstrap 95%% interval, "
                     "a Mann-Whitney U test, a verdict (faster/slower/same, not significant, noisy, too few samples) and "
                     "the accuracy.",
-        epilog=f"Rule: slower when p < {ALPHA} and B/A >= {MIN_RATIO}, faster when p < {ALPHA} and B/A <= 1/{MIN_RATIO}, "
+        epilog=f"Rule: slower when p < {ALPHA} and B/A >= R, faster when p < {ALPHA} and B/A <= 1/R (R = {MIN_RATIO} on "
+               f"CUDA, {CPU_MIN_RATIO} on a CPU), "
                "same within that ratio, else not significant; a pair with a noisy row is `noisy`, never decided. "
                "docs/usage.md#comparing")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="A and B (sweep folders or results.csv files), or one with --backends")

@@ -54,6 +54,14 @@ def test_verdict_rule(ratio, lo, hi, p, reachable, noisy, want):
     assert ab.verdict(ratio, lo, hi, p, reachable, noisy) == want
 
 
+def test_a_cpu_change_must_pass_the_cpu_factor_and_a_cuda_change_asvs():
+    assert ab.min_ratio_for("cuda") == ab.MIN_RATIO == 1.1 and ab.min_ratio_for("cpu") == ab.CPU_MIN_RATIO == 1.3
+    # two quiet runs of one command on a CPU differed by 1.22x, "significant": the same there, slower on CUDA
+    assert ab.verdict(1.22, 1.19, 1.23, 1e-20, True, False, ab.min_ratio_for("cpu")) == "same"
+    assert ab.verdict(1.22, 1.19, 1.23, 1e-20, True, False, ab.min_ratio_for("cuda")) == "slower"
+    assert ab.verdict(1.35, 1.3, 1.4, 1e-20, True, False, ab.min_ratio_for("cpu")) == "slower"
+
+
 def test_accuracy_names_the_less_exact_side():
     assert ab.accuracy_verdict(1e-7, 1e-7, "fp32") == "same"
     assert ab.accuracy_verdict(1e-7, 5e-6, "fp32") == "less exact"
@@ -77,7 +85,7 @@ def run_compare(*args: str) -> subprocess.CompletedProcess:
 def test_two_files_same_and_slower_through_the_command_line(tmp_path):
     base = rows_csv(tmp_path / "a" / "results.csv", "sdpa", 1.0, seed=1)
     again = rows_csv(tmp_path / "b" / "results.csv", "sdpa", 1.0, seed=2, device_name="cpu-b")
-    slow = rows_csv(tmp_path / "c" / "results.csv", "sdpa", 1.25, seed=3, seq_lens=(64, 128, 512), err=1e-5)
+    slow = rows_csv(tmp_path / "c" / "results.csv", "sdpa", 1.4, seed=3, seq_lens=(64, 128, 512), err=1e-5)
     out = run_compare(str(base), str(again), "--out", str(tmp_path / "same"), "--fail-on", "slower")
     assert out.returncode == 0, out.stderr
     same = pd.read_csv(tmp_path / "same" / "comparison.csv")
