@@ -61,17 +61,23 @@ def test_rows_that_call_for_no_figure_are_not_a_failure(tmp_path, fabricate):
     assert report.main([str(rows), "--out", str(tmp_path / "out"), "--workers", "1", "--all-figures"]) == 0
 
 
-@pytest.mark.slow
-def test_the_command_line_exits_1_when_matplotlib_cannot_draw(tmp_path, fabricate):
-    """Through `python -m analysis.report` in a subprocess: every figure's save raises (a sitecustomize breaks
-    matplotlib's canvas draw), so the report exits 1 and names each figure."""
-    rows = _cost_rows(fabricate, tmp_path)
+def _broken_canvas(tmp_path: Path) -> Path:
+    """A folder whose sitecustomize breaks matplotlib's canvas draw in any interpreter that has it on its path."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
         "import matplotlib.backends.backend_agg as agg\n"
         "def draw(self, *a, **k):\n    raise RuntimeError('no canvas')\n"
         "agg.FigureCanvasAgg.draw = draw\n")
+    return site
+
+
+@pytest.mark.slow
+def test_the_command_line_exits_1_when_matplotlib_cannot_draw(tmp_path, fabricate):
+    """Through `python -m analysis.report` in a subprocess: every figure's save raises (a sitecustomize breaks
+    matplotlib's canvas draw), so the report exits 1 and names each figure."""
+    rows = _cost_rows(fabricate, tmp_path)
+    site = _broken_canvas(tmp_path)
     done = subprocess.run([sys.executable, "-m", "analysis.report", str(rows), "--out", str(tmp_path / "out")],
                           cwd=REPO, env={"PYTHONPATH": f"{site}:{REPO}", "PATH": "/usr/bin:/bin"},
                           capture_output=True, text=True, timeout=300)
@@ -86,12 +92,7 @@ def test_the_sweeps_end_says_when_no_figure_was_drawn(tmp_path, fabricate, monke
     from runners import report_process
 
     rows = _cost_rows(fabricate, tmp_path)
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(
-        "import matplotlib.backends.backend_agg as agg\n"
-        "def draw(self, *a, **k):\n    raise RuntimeError('no canvas')\n"
-        "agg.FigureCanvasAgg.draw = draw\n")
+    site = _broken_canvas(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(site))  # the child's: the checkout first, then this
     assert report_process.write_report(rows, tmp_path / "report", limit_s=300) is not None
     err = capfd.readouterr().err

@@ -16,6 +16,20 @@ import sys
 import pandas as pd
 import pytest
 
+# Two sweeps of the same command on this project's shared 2-core CPU VM, one after the other and with no other test
+# beside them, differed by 0.54x to 1.54x per point, every difference "significant" within each row's own samples:
+# between-run drift that one process's samples cannot show. No factor calls that `same` and still calls a kernel
+# doing 1.2-1.9x the work `slower`, so on a CPU these two tests say so and skip; on CUDA they assert.
+CPU_DRIFT = ("on a CPU two runs of one command differ by up to 1.5x between sweeps (measured), more than the verdict's "
+             "factor: see the comment above")
+
+
+def _needs_cuda_timings() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip(CPU_DRIFT)
+
 from runner_helpers import ROOT, run_sweep
 
 # 0.5 s of timed calls: even the largest same-code point (a 2-core CPU's sdpa at n=1536 takes tens of ms a call)
@@ -43,6 +57,7 @@ def compare(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 @pytest.mark.exclusive  # its verdicts read timings: no other test beside it (tests/conftest.py)
 def test_two_runs_of_the_same_command_are_the_same(tmp_path):
+    _needs_cuda_timings()
     runs = {name: (lambda name=name: run_sweep("-m", "backend=sdpa", "seq_len=384,768,1536", *SMALL,
                                                f"hydra.sweep.dir={tmp_path / name}", timeout=600))
             for name in ("first", "second")}
@@ -64,6 +79,7 @@ def test_two_runs_of_the_same_command_are_the_same(tmp_path):
 @pytest.mark.slow
 @pytest.mark.exclusive  # its verdicts read timings: no other test beside it (tests/conftest.py)
 def test_a_back_end_doing_twice_the_work_is_slower_everywhere(tmp_path):
+    _needs_cuda_timings()
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "twice_attn.py").write_text(TWICE_PLUGIN)
