@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,8 +46,9 @@ POINT_FIXED_S = 0.4      # a plain point beyond its timed calls: warm-up, memory
                          # on the sampled rows, stability, the row's files (0.05-0.2 s measured on CPU
                          # at n = 256 per step; a GPU does each in well under 0.1 s)
 POINT_TIMING_FACTOR = 1.25  # the timer's calls: budget.timing_s, plus do_bench's estimate calls
-COMPILE_S = {"fwd": 20.0, "fwd_bwd": 40.0}  # a cold compile (flex, compile=true): 10-20 s forward,
-                                            # 20-40 s forward+backward; the high end, a cut row is the loss
+COMPILE_S = {"fwd": 15.0, "fwd_bwd": 30.0}  # a cold compile (flex, compile=true): 5.5-8.3 s each on an H200
+                                            # (torch 2.11, n = 4096, bf16), forward or forward+backward; about
+                                            # twice that and more for a slower host, a cut row is the loss
 TRITON_COMPILE_S = 3.0   # backend=triton: triton compiles its kernel once per variant (dtype, mask flags, block
                          # sizes), seconds each (fp32 with head_dim 128 longer); timed apart as compile_s,
                          # later points reuse it from triton's cache
@@ -60,11 +62,13 @@ UNCOLLECTED_TESTS_S = 60.0  # a test stage whose collection did not finish in ti
 XDIST_START_S = 10.0     # pytest-xdist's workers (`-n N`): each starts torch and collects again, at once
 PARALLEL_COMPILES = 4    # cold compiles at once before they slow each other (16 cores: inductor's
                          # compile workers share them): N workers make each compile N/4 times as long
-MIN_COMPILED_STAGE_S = 80.0  # a stage with a compiled point: cold compiles spread 2x, never less
+MIN_COMPILED_STAGE_S = 60.0  # a stage with a compiled point: cold compiles spread 2x, never less (28-32 s
+                             # measured for flex's and compile_option's two points on an H200)
 FIXED_S = {              # steps whose work does not depend on a grid
     "env": (10.0, "nvidia-smi, Python/torch/triton versions (torch import, CUDA start)"),
     "deps": (10.0, "pip install --no-index of the hydra-core, omegaconf, antlr4 wheels (3-5 s)"),
-    "plan": (15.0, "this plan: Hydra composes each sweep, pytest collects each test stage (at once)"),
+    "plan": (35.0, "this plan: Hydra composes each sweep, pytest collects each test stage (at once; one collection "
+                   "alone took 14 s on an H200 machine)"),
     "results": (6.0, "runners.rows rebuilds each sweep's results.csv from its row files, then the merge"),
     "report": (25.0, "python -m analysis.report: claims and PNG figures from ~100 merged rows"),
 }
@@ -213,12 +217,21 @@ def _workers(args: list[str]) -> int:
     return 1
 
 
-def plan_tests(name: str, args: list[str], collecting: subprocess.Popen) -> StagePlan:
-    """A pytest stage's floor: start-up + its collected tests (a compiled one at COMPILED_TEST_S)."""
+def collect_deadline() -> float:
+    """When every collection must have listed its tests (time.monotonic()): GPU_CHECK_COLLECT_S from now, one
+    deadline for all the collections, which run at once (gpu_check.sh sets it a little under the plan's limit;
+    a wait per stage let two stages wait twice as long as the plan had)."""
+    return time.monotonic() + float(os.environ.get("GPU_CHECK_COLLECT_S", "300"))
+
+
+def plan_tests(name: str, args: list[str], collecting: subprocess.Popen, deadline: float | None = None) -> StagePlan:
+    """A pytest stage's floor: start-up + its collected tests (a compiled one at COMPILED_TEST_S); the
+    collection is waited for until `deadline` (collect_deadline(), by default from now)."""
     stage = StagePlan(name, "tests")
-    wait_s = float(os.environ.get("GPU_CHECK_COLLECT_S", "300"))  # gpu_check.sh: a little under the plan's limit
+    deadline = collect_deadline() if deadline is None else deadline
+    wait_s = float(os.environ.get("GPU_CHECK_COLLECT_S", "300"))
     try:
-        out, _ = collecting.communicate(timeout=wait_s)
+        out, _ = collecting.communicate(timeout=max(0.1, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         collecting.kill()
         collecting.communicate()
@@ -256,6 +269,7 @@ def plan_tests(name: str, args: list[str], collecting: subprocess.Popen) -> Stag
 
 def plan(total_s: int, reserve_s: int, specs: list[list[str]]) -> list[StagePlan]:
     """Each stage's estimate and floor, in order (specs: [KIND, NAME, ARGS...] each)."""
+    deadline = collect_deadline()
     collecting = {spec[1]: _collect(spec[2:]) for spec in specs if spec[0] == "tests"}  # at once, meanwhile compose
     stages = []
     for kind, name, *args in specs:
@@ -263,7 +277,7 @@ def plan(total_s: int, reserve_s: int, specs: list[list[str]]) -> list[StagePlan
             seconds, why = FIXED_S[name]
             stages.append(StagePlan(name, kind, seconds, math.ceil(seconds), why=why))
         elif kind == "tests":
-            stages.append(plan_tests(name, args, collecting[name]))
+            stages.append(plan_tests(name, args, collecting[name], deadline))
         elif kind == "sweep":
             stages.append(plan_sweep(name, args))
         else:

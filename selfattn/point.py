@@ -27,6 +27,11 @@ ELEMENT_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf
 PRECISIONS: tuple[str, ...] = tuple(ELEMENT_BYTES)
 FP32_BYTES = 4
 FP64_BYTES = 8
+# Score-sized (q_len x seq_len) matrices the softmax's backward keeps alive on CUDA beyond a CPU's three (the saved
+# weights, their gradient, the scores' gradient), for the back ends that materialize (naive, sdpa's math kernel):
+# on an H200 (torch 2.11, B2 H8 n4096 d64, fp32/bf16/fp16, causal and not) the allocator's snapshot at the peak
+# held four where a CPU (torch 2.13, the profiler's allocation events) holds three.
+CUDA_SOFTMAX_BACKWARD = 1
 DEVICES = ("auto", "cpu", "cuda")
 # The recurrent baselines (selfattn/recurrent.py): scope -> gates of its cell (torch.nn.LSTM, nn.GRU).
 RNN_GATES: dict[str, int] = {"lstm": 4, "gru": 3}

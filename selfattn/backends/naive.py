@@ -32,7 +32,7 @@ from selfattn import fp8_mm
 from selfattn.compile import compiled
 from selfattn.fields import defaults, spec
 from selfattn.fp8_formats import fp8_format
-from selfattn.point import FP32_BYTES, Point
+from selfattn.point import CUDA_SOFTMAX_BACKWARD, FP32_BYTES, Point
 from selfattn.masks import Masks, keep_from_intervals, no_empty_rows
 from selfattn.score_mods import alibi_bias, softmax_with_sink
 
@@ -237,8 +237,10 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     forward = scores * per + mask + out + _variant_bytes(point, s, mask)
     if point.mode == "fwd":
         return forward
-    # backward: the saved weights, their gradient, the scores' gradient; a soft-cap also saves tanh's output
+    # backward: the saved weights, their gradient, the scores' gradient; a soft-cap also saves tanh's output.
+    # On CUDA the softmax's backward holds one more (q_len x seq_len) matrix in its dtype (CUDA_SOFTMAX_BACKWARD).
     per = 3 * s + (2 * FP32_BYTES if upcast else 0) + (s if point.softcap is not None else 0)
+    per += (FP32_BYTES if upcast else s) * CUDA_SOFTMAX_BACKWARD if device == "cuda" else 0
     return max(forward, scores * per + mask + out + grads)
 
 

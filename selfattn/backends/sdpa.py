@@ -35,7 +35,7 @@ from selfattn import torch_private
 from selfattn.errors import Unsupported
 from selfattn.fields import defaults, spec
 from selfattn.masks import Masks, no_empty_rows
-from selfattn.point import FP32_BYTES, Point
+from selfattn.point import CUDA_SOFTMAX_BACKWARD, FP32_BYTES, Point
 from selfattn.score_mods import query_positions
 from selfattn.variants import alibi_slopes
 
@@ -334,7 +334,9 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
             square_causal = point.causal and q_len == seq_len and not mask
             return scores * (2 * c + 1) + upcast + repeat + (q_len * seq_len * c if square_causal else mask)
         grads_all_heads = grads + 2 * b * (h - kv) * seq_len * d * s
-        return scores * 3 * c + out + grads_all_heads * (2 if s < c else 1) + mask
+        # on CUDA the softmax's backward holds one more score matrix (selfattn.point.CUDA_SOFTMAX_BACKWARD)
+        per = 3 + (CUDA_SOFTMAX_BACKWARD if device == "cuda" else 0)
+        return scores * per * c + out + grads_all_heads * (2 if s < c else 1) + mask
     lse = b * h * q_len * FP32_BYTES
     if device == "cuda":
         scratch = 0  # flash/efficient keep their tiles in shared memory

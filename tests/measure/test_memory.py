@@ -85,3 +85,21 @@ def test_budget_guard_skips_without_allocating():
     assert "memory" in row.error and row.time_ms is None and row.peak_mem_bytes is None
     assert row.predicted_mem_bytes > 200 * 2**30
     assert grown < 16 * 2**20, grown  # not even Q, K, V (3 * 8 * 65536 * 64 * 4 = 384 MiB)
+
+
+@pytest.mark.parametrize("backend, options, element_bytes", [("naive", {}, 2), ("sdpa", {"kernel": "math"}, 4)])
+def test_cuda_backward_predicts_one_more_score_matrix_than_a_cpu(backend, options, element_bytes):
+    """The softmax's backward keeps four score-sized matrices on CUDA (measured on an H200) and three on a CPU:
+    the CUDA model of a materializing back end's fwd_bwd is exactly one (q_len x seq_len) matrix per head above
+    the CPU's (bf16: naive's in bf16, the math kernel's upcast to fp32); the forward models are the same."""
+    from selfattn.backends import get_backend
+
+    module = get_backend(backend)
+    point = Point(backend=backend, backend_options=options, precision="bf16", batch=2, heads=8, seq_len=1024,
+                  head_dim=64, causal=True, mode="fwd_bwd")
+    resolved = {"kernel": "math"} if options else {}
+    cuda, cpu = (module.predict_mem_bytes(point, resolved, device) for device in ("cuda", "cpu"))
+    assert cuda - cpu == 2 * 8 * 1024 * 1024 * element_bytes
+    point_fwd = Point(backend=backend, backend_options=options, precision="bf16", batch=2, heads=8, seq_len=1024,
+                      head_dim=64, causal=True, mode="fwd")
+    assert module.predict_mem_bytes(point_fwd, resolved, "cuda") == module.predict_mem_bytes(point_fwd, resolved, "cpu")
