@@ -55,7 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def child(backend: str, mode: str, seq_len: int, args: argparse.Namespace) -> dict:
     """Runs in the fresh subprocess: the peak of one call of the point, as a sweep measures it."""
     from selfattn import Point
-    from selfattn.backends import resolve_options
+    from selfattn.backends.resolved import resolve_point
     from selfattn.measure import predict_mem_bytes
     from selfattn.measure.accuracy import sample_rows
     from selfattn.measure.memory import measure_peak
@@ -70,7 +70,7 @@ def child(backend: str, mode: str, seq_len: int, args: argparse.Namespace) -> di
     del warm
     point, work = workload(seq_len)
     peak, call_s = measure_peak(work.call, "cpu")
-    predicted = predict_mem_bytes(point, resolve_options(backend, {}, "cpu", torch.float32))
+    predicted = predict_mem_bytes(point, resolve_point(point, "cpu"))
     return {"peak_mem_bytes": peak, "predicted_mem_bytes": predicted, "call_s": call_s}
 
 

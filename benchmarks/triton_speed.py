@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from selfattn.backends import triton as backend
 
-    if not backend.available("cuda"):
+    if backend.missing("cuda"):
         print(f"triton back end unavailable: {backend.missing('cuda')}. Nothing measured.")
         return 0
     print(f"   {torch.cuda.get_device_name()} | batch 1, {args.heads} heads, head_dim {args.head_dim} | "

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from runners import cli_syntax
-from selfattn.fields import nearest, unknown_key
+from selfattn.fields import config_fields, nearest, unknown_key
 
 LINE_MAX_CHARS = 400  # of a refusal; values inside are cut first (selfattn.fields.shown)
 GROUPS = ("backend", "precision", "experiment")  # config groups of conf/ whose options the command line names
@@ -127,7 +127,7 @@ def builtin_options(name: str) -> tuple[str, ...]:
         return tuple(k for k in keys if k != "name")
     from selfattn.backends import get_backend
 
-    return tuple(f.name for f in fields(get_backend(name).Options))
+    return tuple(f.name for f in config_fields(get_backend(name).options_type))
 
 
 @lru_cache(maxsize=None)
@@ -148,14 +148,12 @@ def backend_options(name: str) -> tuple[frozenset[str], str]:
 
     if name in BACKEND_NAMES:
         return frozenset(f"backend.{key}" for key in builtin_options(name)), ""
-    from selfattn.backends.registry import BrokenBackend
-
     try:
         entry = get_backend(name)
     except ValueError:  # not a back end: its name's own problem is reported
         return frozenset(), ""
-    why = entry.unsupported_reason(None, "cpu") if isinstance(entry, BrokenBackend) else ""
-    return frozenset(f"backend.{f.name}" for f in fields(entry.Options)), why or ""
+    why = f"backend {entry.name} ({entry.origin}) cannot be used: {entry.error}" if entry.broken else ""
+    return frozenset(f"backend.{f.name}" for f in config_fields(entry.options_type)), why
 
 
 def check_option(key: str, backends: Sequence[str], every: bool) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from runners.isolate import parse_isolate
 from selfattn.backends import BACKEND_NAMES, check_options, describe_name, get_backend
-from selfattn.fields import check_fields, defaults, field_types, spec, unknown_key
+from selfattn.fields import check_fields, config_fields, default_of, defaults, field_types, spec, unknown_key
 from selfattn.measure.budget import Budget
 from selfattn.metrics import ALL as ALL_METRICS, parse_metrics
 from selfattn.point import AXES, DEVICES, Point, axis_default, scope_defaults
@@ -73,7 +73,7 @@ NODES = ("backend", "precision")  # config groups: {name: ..., options}
 def known_keys(options_of: Callable[[str], Iterable[str]] | None = None) -> list[str]:
     """Every key a config may hold, as a user types it (for 'did you mean'). `options_of(name)`: a built-in
     back end's option names; by default its `Options`' fields (which imports its module, and so torch)."""
-    options_of = options_of or (lambda name: [f.name for f in fields(get_backend(name).Options)])
+    options_of = options_of or (lambda name: [f.name for f in config_fields(get_backend(name).options_type)])
     options = {f"backend.{key}" for name in BACKEND_NAMES for key in options_of(name)}
     sections = [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in fields(cls)]
     return [*AXES, *(f.name for f in fields(RunnerConf)), *sections, "backend.name", *sorted(options), "precision.name"]
@@ -123,7 +123,7 @@ def parse_job(cfg: Mapping[str, Any], given: Collection[str] | None = None) -> P
         job.runner = check_fields(RunnerConf, {k: values[k] for k in values if k in _RUNNER_KEYS})
         job.point = _point(values, job.runner["d_model"])
         job.budget = Budget(**check_fields(Budget, values.get("budget"), prefix="budget."))
-        job.point_id = job.point.point_id(defaults(get_backend(job.point.backend).Options))
+        job.point_id = job.point.point_id(defaults(get_backend(job.point.backend).options_type))
     except ValueError as exc:
         job.point, job.problem = None, str(exc)
         job.point_id = raw_point_id(values)
@@ -162,9 +162,9 @@ def _point(values: Mapping[str, Any], d_model: int | None) -> Point:
     # Options at their defaults are spelled out (as conf/backend/NAME.yaml does), so a grid's
     # back end and a command line's hash to the same point; null means "tuned per device".
     given = check_options(name, options, prefix="backend.")
-    # `fp8` comes from the precision (selfattn/fp8.py), never from the config: not spelled out with the rest
-    options = {k: v for k, v in {**defaults(get_backend(name).Options), **given}.items() if v is not None
-               and not (k == "fp8" and v == "none")}
+    # a value the harness derives (FP8's format, from the precision: config=False) is not spelled out
+    spelled = {f.name: default_of(f) for f in config_fields(get_backend(name).options_type)}
+    options = {k: v for k, v in {**spelled, **given}.items() if v is not None}
     precision, _ = _node(values.get("precision"))
     axes = {key: values[key] for key in AXES if key in values and key not in NODES}
     if "device" in axes:

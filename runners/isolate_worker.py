@@ -72,10 +72,10 @@ def predicted(point: Any, budget: Any) -> tuple[float | None, bool, dict[str, An
     try:
         import torch
 
-        from selfattn.backends import compiles, kernel_label, resolve_options
+        from selfattn.backends.resolved import resolve_point
         from selfattn.measure.device import device_peak_tflops, environment, resolve_device
         from selfattn.measure.predict import nominal_peak_tflops, predict_point_s
-        from selfattn.precision import precision_context, storage_dtype
+        from selfattn.precision import precision_context
 
         point = point.with_device(resolve_device(point.device))
         if point.device == "cpu" or torch.cuda.is_available():
@@ -83,15 +83,15 @@ def predicted(point: Any, budget: Any) -> tuple[float | None, bool, dict[str, An
         point.validate()
         if point.scope == "train":
             return None, False, columns
-        with precision_context(point.precision, point.device) as dtype:
-            options = resolve_options(point.backend, dict(point.backend_options), point.device, dtype)
-            columns["kernel"] = kernel_label(point.backend, dict(point.backend_options), device=point.device,
-                                             dtype=dtype)
-            compiling = compiles(point.backend, options)
-            peak = (device_peak_tflops(point.device, storage_dtype(dtype)) if budget.measure_device_peak
+        resolved = resolve_point(point, point.device)
+        columns["kernel"] = resolved.label
+        if resolved.why_not:  # measure_point says it in the row, before anything runs
+            return None, False, columns
+        with precision_context(point.precision, point.device):
+            peak = (device_peak_tflops(point.device, resolved.storage_dtype) if budget.measure_device_peak
                     else nominal_peak_tflops(point.device, point.precision))
         rows = min(budget.accuracy_rows, point.q_len_resolved)
-        return float(predict_point_s(point, peak, budget.timing_s, rows)), bool(compiling), columns
+        return float(predict_point_s(point, peak, budget.timing_s, rows, resolved)), resolved.compiles, columns
     except Exception:  # measure_point says what is wrong with the point; the limit falls back to max_point_s
         return None, False, columns
 

@@ -296,7 +296,7 @@ def _option_defaults(row: Mapping[str, Any]) -> Mapping[str, Any] | None:
         from selfattn.backends import get_backend
         from selfattn.fields import defaults
 
-        return defaults(get_backend(str(row.get("backend_path") or row.get("backend"))).Options)
+        return defaults(get_backend(str(row.get("backend_path") or row.get("backend"))).options_type)
     except Exception:  # any failure to load a plugin: fall back to every option
         return None
 

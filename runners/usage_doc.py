@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 from runners.config import NODES, SECTIONS, RunnerConf, WandbConf
 from selfattn.backends import BACKEND_NAMES, get_backend
-from selfattn.fields import allowed_text, default_of, field_types
+from selfattn.fields import allowed_text, config_fields, default_of, field_types
 from selfattn.measure.budget import Budget
 from selfattn.point import SCOPE_DEFAULTS, Point
 
@@ -58,7 +58,7 @@ def _allowed(f: dataclasses.Field, annotation: Any) -> str:
 def _rows(cls: type, prefix: str = "", skip: Iterable[str] = (), notes: dict[str, str] | None = None) -> list[str]:
     hints = field_types(cls)
     rows = []
-    for f in dataclasses.fields(cls):
+    for f in config_fields(cls):
         if f.name in skip:
             continue
         meaning = f.metadata["help"] + (notes or {}).get(f.name, "")
@@ -97,9 +97,9 @@ def _table(header: str, rows: list[str]) -> list[str]:
 def reference() -> str:
     """The generated tables (without the marker lines)."""
     groups = {node: f"; a config group: `{node}=NAME` picks conf/{node}/NAME.yaml" for node in NODES}
-    backends_without = [name for name in BACKEND_NAMES if not dataclasses.fields(get_backend(name).Options)]
+    backends_without = [name for name in BACKEND_NAMES if not config_fields(get_backend(name).options_type)]
     option_rows = [row.replace("| `backend.", f"| `{name}` | `backend.", 1)
-                   for name in BACKEND_NAMES for row in _rows(get_backend(name).Options, "backend.")]
+                   for name in BACKEND_NAMES for row in _rows(get_backend(name).options_type, "backend.")]
     sections = {cls: name for name, cls in SECTIONS.items()}
     lines = [
         NOTE,

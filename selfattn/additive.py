@@ -7,8 +7,9 @@ path: the (batch, heads, q_len, seq_len, d_k) tensor W_q q_i + W_k k_j is materi
 and reduced against v; then the masks, softmax and A·V as naive does. No scale (the score has none).
 
 It lives outside `selfattn.attention`, whose contract is the scaled dot product: the workload
-(selfattn/measure/workload.py) times `additive_call`'s forward for a point with score=additive, and
-any back end but plain naive is `unsupported` (`unsupported_reason`). W_q, W_k (d_k x d_k, shared
+(selfattn/measure/workload.py) times `additive_call`'s forward for a point with score=additive; naive
+declares the score (`scores`), so any other back end, or naive with a dot-product option changed, is an
+`unsupported` point (selfattn/backends/capability.py). W_q, W_k (d_k x d_k, shared
 by the heads) and v (d_k) are seeded (`weights`), N(0, 1/d_k): W_q q keeps q's scale, and the
 score's std stays near 1 at any d_k. `additive_reference` is the float64 reference, written apart
 (einsum over the heads repeated per K/V head), which every row's accuracy is computed against.
@@ -26,21 +27,6 @@ from selfattn.point import Point
 
 SEED_OFFSET = 6_000_029  # the score's weights: their own stream, the inputs stay as they are
 REFERENCE_BLOCK_ELEMENTS = 1 << 24  # the float64 reference's (B, H, rows, N, D) tensor per block of rows: 128 MiB
-
-
-def unsupported_reason(point: Point) -> str | None:
-    """Why `point` cannot run additive scores, or None (only naive, with its default options)."""
-    if point.score != "additive":
-        return None
-    if point.backend != "naive":
-        return (f"score=additive: only naive materialises additive scores; {point.backend} computes scaled dot "
-                "products (selfattn/additive.py)")
-    from selfattn.backends import default_options
-
-    changed = sorted(k for k, v in point.backend_options.items() if default_options("naive").get(k) != v)
-    if changed:
-        return f"score=additive: naive's option {changed[0]} applies to its dot-product path, not to additive scores"
-    return None
 
 
 def weights(head_dim: int, *, seed: int, dtype: torch.dtype,

@@ -36,14 +36,22 @@ def spec(
     lt: float | None = None,
     parse: Callable[[Any], Any] | None = None,
     default_factory: Callable[[], Any] | Any = _MISSING,
+    config: bool = True,
 ) -> Any:
     """A dataclass field with its rules: allowed `choices`, bounds (`ge`, `gt`, `le`), or a
-    `parse` function that returns the canonical value or raises ValueError naming the key."""
+    `parse` function that returns the canonical value or raises ValueError naming the key.
+    `config=False`: a value the harness derives (FP8's format, from the precision), which a call may be given
+    but a config never holds: conf/ and the config reference leave it out (`config_fields`)."""
     metadata = {"help": help, "choices": tuple(choices) if choices is not None else None,
-                "ge": ge, "gt": gt, "le": le, "lt": lt, "parse": parse}
+                "ge": ge, "gt": gt, "le": le, "lt": lt, "parse": parse, "config": config}
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def config_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields of a `spec` dataclass a config holds (all but those made with config=False)."""
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("config", True)]
 
 
 def field_types(cls: type) -> dict[str, Any]:

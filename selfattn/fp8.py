@@ -23,8 +23,8 @@ output only on capability 9.x with CUDA >= 12.9; a product they refuse runs dequ
 is scaled_mm on CUDA >= 8.9 and dequant elsewhere; forcing scaled_mm on a CPU (torch's CPU
 _scaled_mm) is how the tests check it against the float64 emulation. The kernel label ends in
 "-dequant", "-scaledmm" or, where the products differ, "-qkscaledmm-pvdequant"; a call whose shapes
-send a product back to dequant adds ":dequant-shapes" (kernel_ran). Only the forward exists: with a
-backward asked for, Unsupported.
+send a product back to dequant adds ":dequant-shapes" (kernel_ran). Only the forward exists: a backward asked
+for is an `unsupported` point (selfattn/backends/capability.py).
 
 `diagnostics` gives a point's FP8 columns (selfattn/measure/run.py): saturated and non-finite
 fractions of the quantized Q, K, V, the probability mass the P cast loses, and what a raw cast of
@@ -39,7 +39,6 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from selfattn.errors import Unsupported
 from selfattn.fields import spec
 from selfattn import fp8_mm, torch_private
 from selfattn.fp8_formats import FORMAT_MAX, FORMAT_NAMES
@@ -57,7 +56,7 @@ SCALED_MM_CAPABILITY = (8, 9)  # torch._scaled_mm on CUDA: Ada (8.9) and newer
 class Fp8Options:
     """The options naive and chunked share for precision=fp8_* (their Options inherit them)."""
 
-    fp8: str = spec(OFF, choices=(OFF, *FORMAT_NAMES),
+    fp8: str = spec(OFF, choices=(OFF, *FORMAT_NAMES), config=False,
                     help="set from precision=fp8_e4m3|fp8_e5m2 (not a config key): the FP8 format Q, K, V and P are cast to")
     fp8_scaling: str = spec("tensor", choices=SCALINGS,
                             help="fp8: Q, K, V scale per tensor | per block of fp8_block rows (FA3) | none (a raw cast)")
@@ -82,8 +81,6 @@ def resolve(options: Mapping[str, Any], dtype: torch.dtype, device: torch.device
     resolved = {name: options.get(name, default) if options.get(name) is not None else default
                 for name, default in _DEFAULTS.items()}
     resolved["fp8"] = fp8
-    if fp8 != OFF and options.get("compile"):
-        raise Unsupported(f"precision fp8_{fp8} with backend.compile=true: the FP8 path runs eager only (not built compiled)")
     if fp8 == OFF:
         for name in FP8_OPTION_NAMES:
             if resolved[name] != _DEFAULTS[name]:
@@ -96,23 +93,32 @@ def resolve(options: Mapping[str, Any], dtype: torch.dtype, device: torch.device
 
 
 def _matmul(asked: str, device: torch.device) -> str:
-    """auto -> scaled_mm on CUDA >= 8.9, dequant elsewhere; scaled_mm on an older GPU is Unsupported."""
+    """auto -> scaled_mm where torch._scaled_mm exists and the device can run it (CUDA >= 8.9), dequant else; an
+    asked scaled_mm stays as asked (where it cannot run, `matmul_reason` says why: an unsupported point)."""
     if asked not in MATMULS:
         raise ValueError(f"backend.fp8_matmul: expected one of {', '.join(MATMULS)}, got {asked!r}")
-    if not torch_private.has_scaled_mm():  # torch's private FP8 product moved (selfattn/torch_private.py)
-        if asked == "scaled_mm":
-            raise Unsupported(f"backend.fp8_matmul=scaled_mm: torch._scaled_mm as written for torch "
-                              f"{torch_private.FIRST[0]}.{torch_private.FIRST[1]}-{torch_private.CHECKED[0]}."
-                              f"{torch_private.CHECKED[1]} is not in this torch ({torch.__version__}); fp8_matmul=dequant runs without it")
-        return "dequant"
-    capable = device.type != "cuda" or torch.cuda.get_device_capability(device) >= SCALED_MM_CAPABILITY
-    if asked == "scaled_mm" and not capable:
-        major, minor = torch.cuda.get_device_capability(device)
-        raise Unsupported(f"backend.fp8_matmul=scaled_mm: torch._scaled_mm needs CUDA capability >= 8.9 "
-                          f"(FP8 tensor cores), this device has {major}.{minor}")
     if asked == "auto":
-        return "scaled_mm" if device.type == "cuda" and capable else "dequant"
+        capable = torch_private.has_scaled_mm() and device.type == "cuda" and \
+            torch.cuda.get_device_capability(device) >= SCALED_MM_CAPABILITY
+        return "scaled_mm" if capable else "dequant"
     return asked
+
+
+def matmul_reason(matmul: str, device: torch.device | str) -> str | None:
+    """Why the resolved `fp8_matmul` cannot run on `device`: scaled_mm without torch._scaled_mm in this torch, or
+    on a GPU older than capability 8.9; None when it can (selfattn.backends.capability asks)."""
+    if matmul != "scaled_mm":
+        return None
+    if not torch_private.has_scaled_mm():  # torch's private FP8 product moved (selfattn/torch_private.py)
+        return (f"backend.fp8_matmul=scaled_mm: torch._scaled_mm as written for torch "
+                f"{torch_private.FIRST[0]}.{torch_private.FIRST[1]}-{torch_private.CHECKED[0]}."
+                f"{torch_private.CHECKED[1]} is not in this torch ({torch.__version__}); fp8_matmul=dequant runs without it")
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < SCALED_MM_CAPABILITY:
+        major, minor = torch.cuda.get_device_capability(device)
+        return (f"backend.fp8_matmul=scaled_mm: torch._scaled_mm needs CUDA capability >= 8.9 "
+                f"(FP8 tensor cores), this device has {major}.{minor}")
+    return None
 
 
 def label(options: Mapping[str, Any]) -> str:
@@ -130,9 +136,8 @@ def active(options: Mapping[str, Any]) -> bool:
 
 
 def check_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: Mapping[str, Any]) -> None:
-    """What an FP8 call refuses: a backward, a Hadamard rotation of a d that is no power of two."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise Unsupported(f"precision fp8_{options['fp8']}: only the forward is built (no FP8 backward: mode=fwd)")
+    """What an FP8 call's values refuse: a Hadamard rotation of a d that is no power of two. (Its backward, which
+    is not built, is refused before the call: selfattn.backends.capability.)"""
     d = q.shape[-1]
     if options["hadamard"] and d & (d - 1):
         raise ValueError(f"backend.hadamard: the Hadamard construction needs head_dim a power of two, got {d}")

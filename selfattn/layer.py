@@ -21,9 +21,10 @@ import torch
 from torch import nn
 
 from selfattn import positions
-from selfattn.api import attention
-from selfattn.backends import resolve_options
-from selfattn.validate import check_bool, check_positive_int, check_seed, resolve_scale
+from selfattn.api import resolve_call
+from selfattn.backends import get_backend
+from selfattn.fields import check_fields
+from selfattn.validate import check_bool, check_masks, check_positive_int, check_seed, resolve_scale
 
 
 class MultiHeadSelfAttention(nn.Module):
@@ -33,7 +34,7 @@ class MultiHeadSelfAttention(nn.Module):
         heads: int,
         *,
         kv_heads: int | None = None,
-        backend: str = "naive",
+        backend: Any = "naive",
         causal: bool = False,
         scale: float | None = None,
         bias: bool = False,
@@ -53,9 +54,12 @@ class MultiHeadSelfAttention(nn.Module):
         check_bool("bias", bias)
         self.d_model, self.heads, self.kv_heads, self.head_dim = d_model, heads, kv_heads, d_model // heads
         resolve_scale(scale, self.head_dim)  # fail at construction, not at the first forward
-        resolve_options(backend, backend_options)  # unknown back end or option: fail now too
-        self.backend, self.causal, self.scale = backend, causal, scale
+        # the back end, looked up once (a name, or a registry.Backend a caller resolved): unknown ones fail now
+        self.backend_entry = get_backend(backend) if isinstance(backend, str) else backend
+        check_fields(self.backend_entry.options_type, backend_options, fill_defaults=False)
+        self.backend, self.causal, self.scale = self.backend_entry.name, causal, scale
         self.backend_options = dict(backend_options)
+        self._calls: dict[tuple, Any] = {}  # (device, dtype, backward) -> the back end's options and scale there
         kv_dim = kv_heads * self.head_dim
         self.w_q = nn.Linear(d_model, d_model, bias=bias)
         self.w_k = nn.Linear(d_model, kv_dim, bias=bias)
@@ -153,8 +157,15 @@ class MultiHeadSelfAttention(nn.Module):
         return out_BHLD.transpose(1, 2).reshape(b, length, self.d_model)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """The attention core of this layer: its back end, mask and scale on given q, k, v."""
-        return attention(q, k, v, backend=self.backend, causal=self.causal, scale=self.scale, **self.backend_options)
+        """The attention core of this layer: its back end, mask and scale on given q, k, v (selfattn.attention's
+        call, its options resolved and its capability asked once per device, dtype and grad state)."""
+        masks = check_masks(self.causal, None, None, None, batch=q.shape[0], q_len=q.shape[2], seq_len=k.shape[2],
+                            device=q.device)
+        key = (q.device, q.dtype, torch.is_grad_enabled() and q.requires_grad)
+        if key not in self._calls:
+            self._calls[key] = resolve_call(self.backend_entry, q, k, masks, resolve_scale(self.scale, self.head_dim),
+                                            self.backend_options)
+        return self._calls[key].run(q, k, v, masks)
 
     def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
         # q, k, v stay referenced until W_O has run, as the memory model (measure/predict.py) counts them:

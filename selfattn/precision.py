@@ -41,20 +41,24 @@ def _check(precision: str) -> None:
         raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
 
 
+def tf32_reason(device: torch.device | str = "cpu") -> str | None:
+    """Why precision tf32 cannot run on `device` (off CUDA, or a GPU older than TF32_MIN_CAPABILITY), or None."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return f"precision tf32: TF32 matmuls need a CUDA device, got {dev.type}"
+    capability = tuple(torch.cuda.get_device_capability(dev))
+    if capability < TF32_MIN_CAPABILITY:
+        return (f"precision tf32: TF32 tensor cores need compute capability >= 8.0, this GPU has "
+                f"{capability[0]}.{capability[1]} (torch would silently compute plain fp32)")
+    return None
+
+
 def resolve_dtype(precision: str, device: torch.device | str = "cpu") -> torch.dtype:
-    """The torch dtype for `precision` on `device`; tf32 off CUDA, or on a GPU older than
-    TF32_MIN_CAPABILITY, raises Unsupported."""
+    """The torch dtype for `precision` on `device`; tf32 where it cannot run (tf32_reason) raises Unsupported."""
     _check(precision)
-    if precision == "tf32":
-        dev = torch.device(device)
-        if dev.type != "cuda":
-            raise Unsupported(f"precision tf32: TF32 matmuls need a CUDA device, got {dev.type}")
-        capability = tuple(torch.cuda.get_device_capability(dev))
-        if capability < TF32_MIN_CAPABILITY:
-            raise Unsupported(
-                f"precision tf32: TF32 tensor cores need compute capability >= 8.0, this GPU has "
-                f"{capability[0]}.{capability[1]} (torch would silently compute plain fp32)"
-            )
+    why = tf32_reason(device) if precision == "tf32" else None
+    if why:
+        raise Unsupported(why)
     return DTYPES[precision]
 
 

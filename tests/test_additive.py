@@ -129,9 +129,9 @@ def test_the_memory_model_follows_the_allocator(mode, causal):
 
 
 @pytest.mark.parametrize("backend, options, says", [
-    ("sdpa", {}, "score=additive: only naive materialises additive scores; sdpa computes scaled dot products"),
-    ("flex", {}, "score=additive: only naive materialises additive scores; flex computes scaled dot products"),
-    ("chunked", {}, "score=additive: only naive materialises additive scores; chunked computes"),
+    ("sdpa", {}, "backend sdpa does not support score=additive (declared: dot): additive scores are selfattn/additive"),
+    ("flex", {}, "backend flex does not support score=additive (declared: dot)"),
+    ("chunked", {}, "backend chunked does not support score=additive (declared: dot)"),
     ("naive", {"compile": True}, "score=additive: naive's option compile applies to its dot-product path"),
 ])
 def test_a_back_end_that_cannot_run_additive_scores_gets_an_unsupported_row(backend, options, says):

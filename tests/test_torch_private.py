@@ -3,6 +3,7 @@ where the version is not one it was written for or the name is gone."""
 
 from __future__ import annotations
 
+import re
 import types
 
 import pytest
@@ -121,13 +122,13 @@ def test_the_version_counter_on_the_checked_torch():
 
 def test_fp8_products_without_the_private_scaled_mm(newer_torch):
     from selfattn import fp8
-    from selfattn.errors import Unsupported
 
     cpu = torch.device("cpu")
     assert not torch_private.has_scaled_mm()
     assert fp8._matmul("auto", cpu) == "dequant"
-    with pytest.raises(Unsupported, match=r"fp8_matmul=scaled_mm: torch._scaled_mm as written for torch 2.4-2.13"):
-        fp8._matmul("scaled_mm", cpu)
+    # a forced scaled_mm is refused before anything runs (capability.why_not reads this reason)
+    assert re.match(r"backend\.fp8_matmul=scaled_mm: torch._scaled_mm as written for torch 2.4-2.13",
+                    fp8.matmul_reason("scaled_mm", cpu))
 
 
 def test_fp8_products_with_it_on_the_checked_torch():

@@ -35,17 +35,15 @@ def _option_name(config_path: str) -> str | None:
 
 def plugin_node(name: str) -> dict[str, Any]:
     """The group option of plugin `name`: its name and every option at its default."""
-    from dataclasses import fields
-
     from selfattn.backends import get_backend
-    from selfattn.fields import default_of
+    from selfattn.fields import config_fields, default_of
 
     node: dict[str, Any] = {"name": name}
     try:
-        entry = get_backend(name)  # a plugin that fails to import is a BrokenBackend: no options
+        entry = get_backend(name)  # a plugin that fails to import is a broken Backend: no options
     except ValueError:  # not a back end's name: the runner refuses it with its reason
         return node
-    for f in fields(entry.Options):
+    for f in config_fields(entry.options_type):
         value = default_of(f)
         node[f.name] = value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
     return node

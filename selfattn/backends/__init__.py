@@ -1,44 +1,12 @@
 """The back ends, in one open registry: built-ins and plugins, one contract.
 
-A back end is a function with the public call's signature plus a declaration of what it supports
-(contract.py; docs/plugins.md). It reaches the registry three ways (discovery.py): built in (the modules
-here), an installed package's entry point in the group `selfattn.backends`, or a path `module:function`.
-`get_backend(name)` returns its registry entry (registry.py), whose members the harness calls:
-
-    NAME, Options, EFFICIENCY, available(device), resolve_options(options, device, dtype),
-    kernel_label(resolved_options), predict_mem_bytes(point, options, device),
-    attention(q, k, v, *, masks, scale, **resolved_options), bind(...) (the same call, one-time work done),
-    unsupported_reason(point, device), source, origin, mem_model_declared, defaulted
-
-The built-ins are modules that own all of their facts (today's eight members, wrapped as they are by
-registry.ModuleBackend):
-    NAME: str
-    Options                            a dataclass of `selfattn.fields.spec` fields: the options,
-                                       their defaults (None: tuned per device and dtype) and rules
-    EFFICIENCY: float                  share of the matmul peak the time guard assumes it reaches
-    available(device) -> bool          whether it can run on this device at all
-    resolve_options(options, device, dtype) -> dict   checked options with defaults filled in
-    kernel_label(resolved_options) -> str             the results' `kernel` column
-    predict_mem_bytes(point, options, device) -> int  peak bytes of one call beyond its inputs
-    attention(q, k, v, *, masks, scale, **resolved_options) -> Tensor
-                                       masks: selfattn.masks.Masks; k, v may have fewer heads (GQA)
-and optionally
-    kernel_ran(q, k, v, *, masks, scale, **resolved_options) -> str   the kernel an `auto` picks
-    compiles(resolved_options) -> bool  whether the call runs torch.compile'd code (its first call
-                                       compiles: timed apart as compile_s, see selfattn/compile.py)
-    FP8_UNSUPPORTED: str               why it has no FP8 path (precision=fp8_*: an unsupported row)
-    missing(device) -> str | None      why it cannot run on this device (None: it can): the listing's reason
-                                       and the unsupported rows' (flex without a compiler, triton without CUDA
-                                       or its interpreter)
-    prepare(q, k, v, *, masks, scale, **resolved_options) -> dict[str, float]
-                                       one-time set-up the calls reuse (flex: its block mask; chunked:
-                                       its block plan, so a timed call reads no tensor on the host),
-                                       timed apart; the keys are row columns ("block_mask_s"), or none
-    VARIANTS: tuple[str, ...]          the variants of selfattn/variants.py it computes (none by default:
-                                       a point using another is an unsupported row naming it)
-    VARIANT_GAPS: dict[str, str]       why it cannot compute one it does not declare, added to that row
-An entry point or a path may name such a module too (`my_pkg.triton_attn` with those members).
-Inputs reaching `attention` are already validated (selfattn.attention does that).
+A back end is a function plus a `Declaration` of what it supports, as data (contract.py holds the
+contract and every field; docs/plugins.md shows it at work). The built-ins (naive.py, sdpa.py, chunked.py,
+flex.py, triton.py here) declare theirs with the `backend` decorator a plugin uses, at the end of their
+module. A back end reaches the registry three ways (discovery.py): built in, an installed package's entry
+point in the group `selfattn.backends`, or a path `module:function`. `get_backend(name)` returns its
+`Backend` (registry.py); `resolved.resolve_point` resolves a point's back end once; `capability.why_not`
+answers "can this point run here, and if not why".
 
 Names are plain data (discovery.py reads entry points from the packages' metadata), so the sweep axes and
 the analysis (which never loads torch) know the back ends; anything that needs torch loads on first use.
@@ -65,7 +33,7 @@ COMPILED_SUFFIX = "+compile"
 
 
 def get_backend(name: str) -> Any:
-    """The registry entry of back end `name` (built in, entry point or path; registry.py), or ValueError
+    """The `Backend` of back end `name` (built in, entry point or path; registry.py), or ValueError
     saying why the name is not known (describe_name)."""
     from selfattn.backends.registry import get_backend as entry
 
@@ -73,7 +41,7 @@ def get_backend(name: str) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "BACKENDS":  # built-in name -> registry entry, built on first use (it loads torch), then kept
+    if name == "BACKENDS":  # built-in name -> Backend, built on first use (it loads torch), then kept
         registry = {backend: get_backend(backend) for backend in BACKEND_NAMES}
         globals()["BACKENDS"] = registry
         return registry
@@ -84,15 +52,18 @@ def available_backends(device: torch.device | str = "cpu") -> list[str]:
     """Names of the back ends (built-ins, then entry points) that can run on `device`, in registry order."""
     import torch
 
-    return [name for name in backend_names() if get_backend(name).available(torch.device(device))]
+    from selfattn.backends.capability import unavailable
+
+    device_type = torch.device(device).type
+    return [name for name in backend_names() if unavailable(get_backend(name), device_type) is None]
 
 
 def check_options(name: str, options: Mapping[str, Any] | None, *, prefix: str = "") -> dict[str, Any]:
-    """The options given for back end `name`, checked against its `Options` (no defaults filled).
+    """The options given for back end `name`, checked against its options (no defaults filled).
 
     An option it does not know raises ValueError naming it and the nearest known one.
     """
-    return check_fields(get_backend(name).Options, options, prefix=prefix, fill_defaults=False)
+    return check_fields(get_backend(name).options_type, options, prefix=prefix, fill_defaults=False)
 
 
 def resolve_options(
@@ -104,14 +75,8 @@ def resolve_options(
     """Checked options of back end `name` with every default filled in for device and dtype."""
     import torch
 
-    module = get_backend(name)
     given = {k: v for k, v in check_options(name, options).items() if v is not None}
-    why_not = getattr(module, "FP8_UNSUPPORTED", None)  # a back end without an FP8 path says why
-    if why_not and dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-        from selfattn.errors import Unsupported
-
-        raise Unsupported(why_not)
-    return module.resolve_options(given, torch.device(device), torch.float32 if dtype is None else dtype)
+    return get_backend(name).resolve_options(given, torch.device(device), torch.float32 if dtype is None else dtype)
 
 
 def default_options(name: str, device: torch.device | str = "cpu", dtype: torch.dtype | None = None) -> dict[str, Any]:
@@ -132,8 +97,7 @@ def kernel_label(
 
 def compiles(name: str, resolved_options: Mapping[str, Any]) -> bool:
     """Whether back end `name` with these resolved options runs compiled code (compile_s applies)."""
-    module = get_backend(name)
-    return bool(getattr(module, "compiles", lambda options: False)(resolved_options))
+    return get_backend(name).compiles(resolved_options)
 
 
 __all__ = [

@@ -66,6 +66,7 @@ import torch
 from selfattn import fp8 as fp8_path
 from selfattn import fp8_mm
 from selfattn.backends import chunked_band, chunked_mods, chunked_pool
+from selfattn.backends.contract import backend
 from selfattn.compile import compiled
 from selfattn.fields import spec
 from selfattn.masks import Masks, blocks, bounds, keep_from_intervals
@@ -73,14 +74,9 @@ from selfattn.point import FP32_BYTES, Point
 from selfattn.score_mods import sink_rescale
 from selfattn.variants import window_extents
 
-NAME = "chunked"
 # Block matmuls plus memory-bound online-softmax passes: the time guard's optimistic share of
 # the matmul peak.
 EFFICIENCY = 0.6
-# selfattn/variants.py: every one. A window pair is key intervals (blocks outside it are skipped, band
-# runs included); soft-cap and ALiBi transform each block's scores (chunked_mods.py); the sink joins each
-# row's log-sum-exp at the end (_with_sink_). FP8 and compiled blocks run them too.
-VARIANTS = ("asymmetric_window", "softcap", "alibi", "sink")
 
 
 @dataclass(frozen=True)
@@ -143,10 +139,6 @@ def window_width(masks: Masks) -> int | None:
 
 WINDOW_CHUNK_SHARE = 0.5  # a window's block side, as a share of its width (chunk_sizes)
 WINDOW_CHUNK_MIN = 64  # smaller blocks cost more in per-op overhead than they save in masked work
-
-
-def available(device: torch.device | str) -> bool:
-    return True  # plain torch ops
 
 
 def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
@@ -858,3 +850,13 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     bwd += variant_bwd
     bwd += grads if low else 0
     return max(fwd, bwd)
+
+
+backend(attention, takes_masks=True, options=Options, efficiency=EFFICIENCY,
+        dtypes=("fp64", "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"),
+        # selfattn/variants.py: every one. A window pair is key intervals (blocks outside it are skipped, band runs
+        # included); soft-cap and ALiBi transform each block's scores (chunked_mods.py); the sink joins each row's
+        # log-sum-exp at the end (_with_sink_). FP8 and compiled blocks run them too.
+        variants=("asymmetric_window", "softcap", "alibi", "sink"),
+        mem_model=predict_mem_bytes, kernel_label=kernel_label, resolve_options=resolve_options, compiles=compiles,
+        prepare=prepare, kernel_ran=kernel_ran)

@@ -1,15 +1,20 @@
-"""The back-end contract: one function with the public call's signature, plus what it supports, as data.
+"""The back-end contract: one function plus what it supports, as data; the built-ins and plugins alike.
 
     fn(q, k, v, *, causal, window, key_lengths, document_ids, scale, **options) -> out
 
 and, only when the call uses them and the declaration names them (`variants`), softcap=, alibi=, sink=, and
-a window that is a pair (left, right) (selfattn/variants.py).
+a window that is a pair (left, right) (selfattn/variants.py). A back end that declares `takes_masks=True`
+(every built-in) gets the checked masks as one `selfattn.masks.Masks` instead: fn(q, k, v, *, masks, scale,
+**options), the score transforms riding on it, so its decisions about them are made once per point.
 
 q (batch, heads, q_len, head_dim), k and v (batch, kv_heads, seq_len, head_dim), out like q, in q's
 dtype and on q's device; the masks and the scale mean what `selfattn.attention` says (docs/api.md:
 bottom-right aligned positions, `scale` already a number). A function declares what it supports with
 the `backend` decorator (or nothing, and gets the defaults below); the harness derives or measures the
 rest and says in the row which facts were its own (`mem_model`: declared | assumed; `backend_defaulted`).
+Whether a point can run is answered from this data alone, before anything is allocated
+(selfattn/backends/capability.py); a back end raises `selfattn.Unsupported` only for what it finds at call
+time (a kernel torch refuses for these shapes).
 
 Pure Python: a plugin imports this without the harness loading torch.
 """
@@ -28,9 +33,12 @@ from selfattn.variants import VARIANT_NAMES
 MASK_ARGUMENTS = ("causal", "window", "key_lengths", "document_ids")
 LAYOUTS = ("BHSD", "BSHD")  # (batch, heads, seq, dim): the harness's; (batch, seq, heads, dim): FlashAttention's
 DEVICE_TYPES = ("cpu", "cuda")
-# Precisions a plugin may declare. fp8 needs the FP8 path naive and chunked build (selfattn/fp8.py), which a
-# function of this contract cannot be given; tf32 is fp32 storage, so declaring fp32 declares it too.
-PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16")
+# Precisions a back end may declare; tf32 is fp32 storage, so declaring fp32 declares it too. An fp8 precision is
+# computed by the back end itself from float32 storage and its FP8 options (selfattn/fp8.py's Fp8Options, which
+# its `options` must include: naive's and chunked's do), so declaring one needs those options.
+PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+FP8_PRECISIONS = ("fp8_e4m3", "fp8_e5m2")
+SCORES = ("dot", "additive")  # the score functions (Point.score); additive needs its own computation (selfattn/additive.py)
 ATTRIBUTE = "selfattn_backend"  # where `backend` puts the declaration on the function
 
 
@@ -68,14 +76,20 @@ class Declaration:
     """What a back end supports and the facts it can state about itself; every field has a default.
 
     A request outside what is declared is an `unsupported` row with the reason, never run another way.
+    Where a fact differs by device type (`dtypes`, `backward`), it may be a mapping device type -> value.
     """
 
     devices: tuple[str, ...] = DEVICE_TYPES  # device types it runs on
-    dtypes: tuple[str, ...] = ("fp64", "fp32", "fp16", "bf16")  # precisions (fp32 includes tf32)
+    # precisions (fp32 includes tf32), or device type -> precisions where they differ
+    dtypes: tuple[str, ...] | Mapping[str, tuple[str, ...]] = ("fp64", "fp32", "fp16", "bf16")
     masks: tuple[str, ...] = MASK_ARGUMENTS  # the mask arguments it honours ("causal" ...)
     gqa: bool = True  # k, v with fewer heads than q (heads % kv_heads == 0)
-    backward: bool = True  # autograd through it (mode=fwd_bwd, scope=train)
+    backward: bool | Mapping[str, bool] = True  # autograd through it (mode=fwd_bwd, scope=train), or per device type
+    max_head_dim: int | None = None  # the largest head_dim it takes (None: any)
+    scores: tuple[str, ...] = ("dot",)  # the score functions it computes (SCORES)
     layout: str = "BHSD"  # BSHD: given (batch, seq, heads, dim) tensors made once outside the timed calls
+    # True: called as fn(q, k, v, *, masks=selfattn.masks.Masks, scale, **options) (the built-ins)
+    takes_masks: bool = False
     options: type | None = None  # a frozen dataclass of `selfattn.fields.spec` fields: config `backend.<option>`
     # peak bytes of one call beyond its inputs, (point, resolved options, device type) -> int; None: assumed
     mem_model: Callable[[Any, dict, str], int] | None = None
@@ -84,6 +98,9 @@ class Declaration:
     # the variants of selfattn/variants.py it honours: asymmetric_window (window=(left, right)), softcap,
     # alibi, sink; none by default, so a plugin written before them is never handed one
     variants: tuple[str, ...] = ()
+    # why it lacks what it does not declare, added to the unsupported row's reason: keys are precisions, variants,
+    # score functions, mask arguments, "backward", "head_dim", "gqa" or a device type
+    gaps: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # environment variables it needs, name -> the value it must have (None: set, to anything), on the device
     # types of `requires_env_on`: {"TRITON_INTERPRET": "1"} with requires_env_on=("cpu",) for a Triton kernel
     # that a CPU runs only in the interpreter. The harness never sets them (they must be set before the
@@ -92,17 +109,34 @@ class Declaration:
     requires_env_on: tuple[str, ...] = DEVICE_TYPES
     # device type -> Speed: the time guard's prediction of a call there (instead of `efficiency`)
     speed: Mapping[str, Speed] = dataclasses.field(default_factory=dict)
+    # The optional hooks, each a function (selfattn/backends/__init__.py says when the harness calls them):
+    # device type -> why it cannot run there at all (a library or compiler missing), or None
+    unavailable: Callable[[str], str | None] | None = None
+    # (given options, device, dtype) -> every option filled in (tuned defaults); None: the Options' defaults
+    resolve_options: Callable[[dict, Any, Any], dict] | None = None
+    compiles: Callable[[dict], bool] | None = None  # (resolved options) -> whether its calls run compiled code
+    # (q, k, v, *, masks, scale, **options) -> {row column: seconds}: one-time set-up the calls reuse, timed apart
+    prepare: Callable[..., dict] | None = None
+    # (q, k, v, *, masks, scale, **options) -> which kernel an automatic choice ran ("flash"), or None
+    kernel_ran: Callable[..., str | None] | None = None
 
     def __post_init__(self) -> None:
         self._check_requirements()
-        for name, allowed in (("devices", DEVICE_TYPES), ("dtypes", PRECISIONS), ("masks", MASK_ARGUMENTS),
-                              ("variants", VARIANT_NAMES)):
-            values = getattr(self, name)
-            if isinstance(values, str):
-                object.__setattr__(self, name, values := (values,))
-            for value in values:
-                if value not in allowed:
-                    raise ValueError(f"{name}: expected some of {', '.join(allowed)}, got {value!r}")
+        for name, allowed in (("devices", DEVICE_TYPES), ("masks", MASK_ARGUMENTS), ("variants", VARIANT_NAMES),
+                              ("scores", SCORES)):
+            object.__setattr__(self, name, _names(name, getattr(self, name), allowed))
+        object.__setattr__(self, "dtypes", _per_device("dtypes", self.dtypes, lambda v: _names("dtypes", v, PRECISIONS)))
+        object.__setattr__(self, "backward", _per_device("backward", self.backward, _flag))
+        object.__setattr__(self, "gaps", dict(self.gaps))
+        if any(p in FP8_PRECISIONS for p in self.all_dtypes()) and "fp8" not in getattr(self.options, "__dataclass_fields__", {}):
+            raise ValueError("dtypes: an fp8 precision needs the FP8 options (options inheriting selfattn.fp8.Fp8Options), "
+                             "which this declaration's options lack")
+        if self.max_head_dim is not None and (isinstance(self.max_head_dim, bool) or not isinstance(self.max_head_dim, int)
+                                              or self.max_head_dim < 1):
+            raise ValueError(f"max_head_dim: expected None or an integer >= 1, got {self.max_head_dim!r}")
+        for hook in ("unavailable", "resolve_options", "compiles", "prepare", "kernel_ran", "mem_model"):
+            if getattr(self, hook) is not None and not callable(getattr(self, hook)):
+                raise ValueError(f"{hook}: expected a function or None, got {getattr(self, hook)!r}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         if self.options is not None and not dataclasses.is_dataclass(self.options):
@@ -150,8 +184,50 @@ class Declaration:
         """The declared speed on `device_type`, or None (the guard then assumes `efficiency` of the peak)."""
         return self.speed.get(device_type)
 
-    def allows_precision(self, precision: str) -> bool:
-        return precision in self.dtypes or (precision == "tf32" and "fp32" in self.dtypes)
+    def dtypes_on(self, device_type: str) -> tuple[str, ...]:
+        """The precisions it takes on `device_type` (fp32 standing for tf32 too)."""
+        return self.dtypes.get(device_type, ()) if isinstance(self.dtypes, dict) else self.dtypes
+
+    def all_dtypes(self) -> tuple[str, ...]:
+        """Every precision it takes on some device type."""
+        if not isinstance(self.dtypes, dict):
+            return self.dtypes
+        return tuple(dict.fromkeys(p for values in self.dtypes.values() for p in values))
+
+    def allows_precision(self, precision: str, device_type: str | None = None) -> bool:
+        """Whether it takes `precision` (on `device_type`; None: on some device type)."""
+        declared = self.all_dtypes() if device_type is None else self.dtypes_on(device_type)
+        return precision in declared or (precision == "tf32" and "fp32" in declared)
+
+    def backward_on(self, device_type: str) -> bool:
+        return bool(self.backward.get(device_type, False)) if isinstance(self.backward, dict) else bool(self.backward)
+
+
+def _names(field: str, values: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """A tuple of names from `allowed` (one name alone is a tuple of one); ValueError naming the field else."""
+    if isinstance(values, str):
+        values = (values,)
+    values = tuple(values)
+    for value in values:
+        if value not in allowed:
+            raise ValueError(f"{field}: expected some of {', '.join(allowed)}, got {value!r}")
+    return values
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"backward: expected True or False, got {value!r}")
+    return value
+
+
+def _per_device(field: str, value: Any, check: Callable[[Any], Any]) -> Any:
+    """`value` checked, or a mapping device type -> value checked per device type (a plain dict)."""
+    if not isinstance(value, Mapping):
+        return check(value)
+    for device in value:
+        if device not in DEVICE_TYPES:
+            raise ValueError(f"{field}: expected device types {', '.join(DEVICE_TYPES)} as keys, got {device!r}")
+    return {device: check(v) for device, v in value.items()}
 
 
 def backend(fn: Callable | None = None, /, **declared: Any) -> Any:

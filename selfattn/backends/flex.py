@@ -30,8 +30,8 @@ Every variant of selfattn/variants.py, inside the compiled kernel:
   longer, and every query block visits the last key block); CUDA takes "lse". A row that sees no key
   is zeros either way: its LSE is -inf (factor 0), or the sink takes all its weight (value 0).
 
-What cannot run raises selfattn.Unsupported with the reason: inductor's CPU kernel takes fp32,
-fp16 and bf16 only and has no backward; a CPU needs a C++ compiler, CUDA needs triton.
+What it cannot run is declared (below): inductor's CPU kernel takes fp32, fp16 and bf16 only and has
+no backward; a CPU needs a C++ compiler, CUDA needs triton (`missing`).
 """
 
 from __future__ import annotations
@@ -46,24 +46,19 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from selfattn.backends.contract import backend
 from selfattn.compile import compiled
-from selfattn.errors import Unsupported
 from selfattn.fields import defaults
 from selfattn.masks import Masks
 from selfattn.point import FP32_BYTES, Point
 from selfattn.score_mods import alibi_slopes_tensor, sink_rescale
 
-NAME = "flex"
-FP8_UNSUPPORTED = ("precision fp8: flex_attention generates fp16, bf16 and fp32 kernels, none taking FP8 inputs; "
-                   "naive and chunked quantize Q, K, V and P themselves")
 # A compiled kernel with block sparsity, but generated rather than hand-tuned: the time guard's
 # optimistic share of the matmul peak.
 EFFICIENCY = 0.6
 BLOCK_SIZE = 128  # flex_attention's default sparse block (queries and keys)
-CPU_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what inductor's CPU flex kernel takes
 BLOCK_MASK_CACHE = 4  # block masks kept for reuse (one per distinct set of mask arguments)
 SCORE_MOD_CACHE = 8  # score_mods kept for reuse (one per distinct transforms, heads and shape)
-VARIANTS = ("asymmetric_window", "softcap", "alibi", "sink")  # selfattn/variants.py: all of them
 SINK_WAYS = ("lse", "key")  # how the sink joins the softmax (module docstring)
 
 
@@ -72,14 +67,11 @@ class Options:
     """flex has no options of its own: the mask arguments decide its block mask."""
 
 
-def available(device: torch.device | str) -> bool:
-    return missing(torch.device(device)) is None
-
-
-def missing(device: torch.device) -> str | None:
-    """Why flex cannot run on `device` at all, or None."""
+def missing(device: torch.device | str) -> str | None:
+    """Why flex cannot run on `device` (a device or its type) at all, or None."""
+    device = torch.device(device)
     try:
-        import torch.nn.attention.flex_attention  # noqa: F401
+        from torch.nn.attention import flex_attention  # noqa: F401
     except ImportError:
         return f"flex_attention needs torch >= 2.5 (this is {torch.__version__})"
     if device.type == "cpu" and not _cpp_compiler():
@@ -127,7 +119,6 @@ def compiles(options: Mapping[str, Any]) -> bool:
 
 def attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks,
               scale: float) -> torch.Tensor:
-    _check(q_BHMD, k_BKND, v_BKND)
     from torch.nn.attention.flex_attention import flex_attention
 
     return flex_call(compiled(flex_attention), q_BHMD, k_BKND, v_BKND, masks=masks, scale=scale,
@@ -160,7 +151,6 @@ def flex_call(flex: Callable, q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND
 def prepare(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks,
             scale: float) -> dict[str, float]:
     """Build the block mask these inputs need, timed, and keep it for the calls that follow."""
-    _check(q_BHMD, k_BKND, v_BKND)
     device = q_BHMD.device
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -170,17 +160,6 @@ def prepare(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *,
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return {"block_mask_s": time.perf_counter() - started}
-
-
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    why = missing(q.device)
-    if why:
-        raise Unsupported(why)
-    if q.device.type == "cpu":
-        if q.dtype not in CPU_DTYPES:
-            raise Unsupported(f"flex on a CPU: fp32, fp16 and bf16 only (inductor's CPU kernel), got {q.dtype}")
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-            raise Unsupported(f"flex on a CPU has no backward (torch {torch.__version__}): fwd_bwd needs CUDA")
 
 
 # (mask geometry, shape, device) -> BlockMask, most recently used last
@@ -363,3 +342,16 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     if point.mode == "fwd_bwd":
         call += grads + lse + rows * d * FP32_BYTES  # the gradients, delta rows, dq accumulated in fp32
     return max(call, index + build)
+
+
+# Why it lacks what it does not declare: said in the point's `unsupported` row (capability.why_not).
+GAPS = {"fp64": "inductor's CPU flex kernel takes fp32, fp16 and bf16",
+        "backward": f"inductor's CPU flex kernel has no backward (torch {torch.__version__}): fwd_bwd needs CUDA",
+        "fp8": "flex_attention generates fp16, bf16 and fp32 kernels, none taking FP8 inputs; naive and chunked "
+               "quantize Q, K, V and P themselves"}
+backend(attention, takes_masks=True, options=Options, efficiency=EFFICIENCY,
+        dtypes={"cpu": ("fp32", "fp16", "bf16"), "cuda": ("fp64", "fp32", "fp16", "bf16")},
+        backward={"cpu": False, "cuda": True},
+        variants=("asymmetric_window", "softcap", "alibi", "sink"), gaps=GAPS,  # selfattn/variants.py: all of them
+        unavailable=missing, mem_model=predict_mem_bytes, kernel_label=kernel_label, resolve_options=resolve_options,
+        compiles=compiles, prepare=prepare, kernel_ran=kernel_ran)

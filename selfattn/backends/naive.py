@@ -23,11 +23,12 @@ softmax. Each costs what it materializes (predict_mem_bytes).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 import torch
 
 from selfattn import fp8 as fp8_path
+from selfattn.backends.contract import backend
 from selfattn import fp8_mm
 from selfattn.compile import compiled
 from selfattn.fields import defaults, spec
@@ -36,11 +37,9 @@ from selfattn.point import CUDA_SOFTMAX_BACKWARD, FP32_BYTES, Point
 from selfattn.masks import Masks, keep_from_intervals, no_empty_rows
 from selfattn.score_mods import alibi_bias, softmax_with_sink
 
-NAME = "naive"
 # Mostly a matmul, plus memory-bound passes over the score matrix (scale, mask, softmax): the
 # time guard's optimistic share of the matmul peak (see selfattn/measure/predict.py).
 EFFICIENCY = 0.6
-VARIANTS = ("asymmetric_window", "softcap", "alibi", "sink")  # selfattn/variants.py: all of them
 
 
 @dataclass(frozen=True)
@@ -51,71 +50,114 @@ class Options(fp8_path.Fp8Options):
     compile: bool = spec(False, help="run the steps through torch.compile (compile time is measured apart, as compile_s)")
 
 
-def available(device: torch.device | str) -> bool:
-    return True  # plain matmul and softmax run everywhere
+class How(NamedTuple):
+    """How `_steps` runs a call beyond the chapter's plain steps: its options, the score transforms
+    (selfattn/variants.py) and, for FP8, P's cast and the fp8 products. Plain values only, so a compiled
+    `_steps` guards on them rather than compiling again for every call."""
+
+    upcast_softmax: bool = False
+    scale_at: str = "logits"
+    empty_rows: bool = False  # some query row sees no key: its mask row is opened, its output zeroed
+    softcap: float | None = None
+    alibi: bool = False
+    sink: float | None = None
+    p_cast: Callable[[torch.Tensor], torch.Tensor] | None = None  # FP8: what P becomes before A V
+    fp8_products: _Fp8Products | None = None  # FP8 with scaled_mm: steps 1 and 5 on the fp8 tensors
 
 
-def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
-    return {**defaults(Options), **options, **fp8_path.resolve(options, dtype, device)}
+def attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
+              upcast_softmax: bool = False, scale_at: str = "logits", compile: bool = False,
+              **fp8_options: Any) -> torch.Tensor:
+    """softmax(scale * Q K^T + mask) V by the chapter's steps (`_steps`), with the mask and variants of `masks`;
+    an FP8 precision quantizes first (`_fp8_attention`)."""
+    how = How(upcast_softmax, scale_at, softcap=masks.softcap, alibi=masks.alibi, sink=masks.sink)
+    if fp8_path.active(fp8_options):
+        return _fp8_attention(q_BHMD, k_BKND, v_BKND, masks, scale, how, fp8_options)
+    lo_bM, hi_bM, how = _intervals(q_BHMD, k_BKND, masks, how)
+    return (compiled(_steps) if compile else _steps)(q_BHMD, k_BKND, v_BKND, lo_bM, hi_bM, scale, how)
 
 
-def kernel_label(options: Mapping[str, Any]) -> str:
-    label = "materialized-upcast" if options.get("upcast_softmax", False) else "materialized"
-    label += "-scaleq" if options.get("scale_at", "logits") == "query" else ""
-    return label + ("-compiled" if options.get("compile", False) else "") + fp8_path.label(options)
+def _steps(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, lo_bM: torch.Tensor | None,
+           hi_bM: torch.Tensor | None, scale: float, how: How = How()) -> torch.Tensor:
+    """The chapter's five steps, materializing the (q_len x seq_len) scores of every head; lo/hi (batch or 1,
+    q_len): the keys each query sees, lo..hi (None: all). Every tensor stays alive until the output is made,
+    as the memory model (predict_mem_bytes) counts them."""
+    b, h, q_len, d = q_BHMD.shape
+    kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
+    # GQA without copying K/V: the query heads that share a K/V head become one taller matrix of queries
+    # (head h = kv_head * group + g), so each product still reads K and V once.
+    q_BKRD = q_BHMD.reshape(b, kv_heads, h // kv_heads * q_len, d)
+    scores_BKRN = _scores(q_BKRD, k_BKND, scale, how)  # steps 1 and 2: Q K^T, scaled
+    if how.softcap is not None:  # the cap bounds every logit: an overflowed inf becomes the cap
+        scores_BKRN = torch.tanh(scores_BKRN / how.softcap) * how.softcap
+    if how.alibi:  # -slope_h * |p - j|, its heads in the rows' order; alive to the softmax
+        bias_KRN = alibi_bias(h, q_len, seq_len, device=q_BHMD.device, dtype=scores_BKRN.dtype).view(
+            kv_heads, -1, seq_len)
+        scores_BKRN = scores_BKRN + bias_KRN
+    sees_bM1 = None
+    if lo_bM is not None:  # step 3: add -inf where the key is hidden
+        keep_bMN = keep_from_intervals(lo_bM, hi_bM, seq_len)
+        if how.empty_rows:  # a row of -inf would be 0/0: open it, and zero its output below
+            keep_bMN, sees_bM1 = no_empty_rows(keep_bMN)
+        mask_bMN = torch.zeros(keep_bMN.shape, dtype=scores_BKRN.dtype, device=q_BHMD.device)
+        mask_bMN.masked_fill_(~keep_bMN, float("-inf"))
+        scores_BKRN = (scores_BKRN.view(b, kv_heads, -1, q_len, seq_len) + mask_bMN[:, None, None]).view(
+            b, kv_heads, -1, seq_len)
+    if how.upcast_softmax and scores_BKRN.dtype in (torch.float16, torch.bfloat16):  # step 4: softmax over keys
+        weights_BKRN = softmax_with_sink(scores_BKRN.float(), how.sink).to(q_BHMD.dtype)
+    else:
+        weights_BKRN = softmax_with_sink(scores_BKRN, how.sink)
+    out_BHMD = _weighted_values(weights_BKRN, v_BKND, how).view(b, h, q_len, d)  # step 5: A V
+    if sees_bM1 is not None:
+        out_BHMD = out_BHMD * sees_bM1[:, None]  # rows that see no key: zeros, not an average of all keys
+    return out_BHMD
 
 
-def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
-               **options: Any) -> str | None:
-    """FP8 with scaled_mm: "dequant-shapes" (or per product) when these shapes send a product back to
-    dequant (head_dim or seq_len not a multiple of 16); None when the call runs what the label says."""
-    if not fp8_path.active(options):
-        return None
-    return fp8_mm.ran_label(options, _fp8_products(q_BHMD, k_BKND, options))
+def _scores(q_BKRD: torch.Tensor, k_BKND: torch.Tensor, scale: float, how: How) -> torch.Tensor:
+    """Steps 1 and 2: Q K^T, then the scale (the chapter's order), or Q scaled first (scale_at=query, as fused
+    kernels do); FP8 with scaled_mm multiplies the fp8 tensors instead."""
+    if how.fp8_products is not None:
+        query_scale = scale if how.scale_at == "query" else 1.0
+        scores_BKRN = how.fp8_products.scores(q_BKRD, k_BKND, query_scale)
+        return scores_BKRN if how.scale_at == "query" else scores_BKRN * scale
+    if how.scale_at == "query":
+        return (q_BKRD * scale) @ k_BKND.transpose(-1, -2)
+    scores_BKRN = q_BKRD @ k_BKND.transpose(-1, -2)  # step 1: Q K^T, (q_len x seq_len) per head
+    return scores_BKRN * scale  # step 2: scale
 
 
-def _fp8_products(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, options: Mapping[str, Any]) -> tuple[str, str]:
-    return fp8_mm.call_products(options, q_BHMD.shape[-1], (0, k_BKND.shape[2]))
+def _weighted_values(weights_BKRN: torch.Tensor, v_BKND: torch.Tensor, how: How) -> torch.Tensor:
+    """Step 5, A V; FP8 casts A first (and with scaled_mm multiplies the fp8 tensors)."""
+    if how.fp8_products is not None:
+        return how.fp8_products.out(weights_BKRN, how.p_cast, v_BKND)
+    if how.p_cast is not None:
+        weights_BKRN = how.p_cast(weights_BKRN)
+    return weights_BKRN @ v_BKND
 
 
-def compiles(options: Mapping[str, Any]) -> bool:
-    """Whether a call with these (resolved) options runs compiled code."""
-    return bool(options.get("compile", False))
+def _intervals(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, masks: Masks,
+               how: How) -> tuple[torch.Tensor | None, torch.Tensor | None, How]:
+    """The keys each query sees (None, None without a mask) and whether a row sees none. Decided outside the
+    steps, so they have no data-dependent branch for the compiler to break on, and once per masks
+    (Masks.decision), so a timed call does not wait on the device to read it."""
+    if not masks.causal and masks.only_causal:
+        return None, None, how
+    lo_bM, hi_bM = masks.intervals(q_BHMD.shape[2], k_BKND.shape[2], device=q_BHMD.device)
+    return lo_bM, hi_bM, how._replace(empty_rows=masks.empty_rows(q_BHMD.shape[2], k_BKND.shape[2]))
 
 
-def attention(
-    q_BHMD: torch.Tensor,
-    k_BKND: torch.Tensor,
-    v_BKND: torch.Tensor,
-    *,
-    masks: Masks,
-    scale: float,
-    upcast_softmax: bool = False,
-    scale_at: str = "logits",
-    compile: bool = False,
-    **fp8_options: Any,
-) -> torch.Tensor:
-    p_cast = fp8_products = None
-    if fp8_path.active(fp8_options):  # the dequantized fp32 inputs, and P's cast before A V
-        fp8_path.check_call(q_BHMD, k_BKND, v_BKND, fp8_options)
-        dtype = q_BHMD.dtype
-        products = _fp8_products(q_BHMD, k_BKND, fp8_options)
-        ops = fp8_path.operands(q_BHMD, k_BKND, v_BKND, fp8_options)
-        q_BHMD, k_BKND, v_BKND = (x8.float() * s for x8, s in ops)
-        p_cast = fp8_path.p_cast(fp8_options)
-        if fp8_mm.SCALED_MM in products:
-            fp8_products = _Fp8Products(products, ops, fp8_options, k_BKND.shape[1])
-    lo_bM = hi_bM = None
-    empty_rows = False
-    if masks.causal or not masks.only_causal:
-        lo_bM, hi_bM = masks.intervals(q_BHMD.shape[2], k_BKND.shape[2], device=q_BHMD.device)
-        # decided outside the steps, so they have no data-dependent branch for the compiler to break on,
-        # and once per masks (Masks.decision), so a timed call does not wait on the GPU to read it
-        empty_rows = masks.empty_rows(q_BHMD.shape[2], k_BKND.shape[2])
-    steps = compiled(_steps) if compile else _steps
-    out = steps(q_BHMD, k_BKND, v_BKND, lo_bM, hi_bM, scale, upcast_softmax, scale_at, empty_rows, p_cast, fp8_products,
-                masks.softcap, masks.alibi, masks.sink)
-    return out if p_cast is None else out.to(dtype)
+def _fp8_attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, masks: Masks, scale: float,
+                   how: How, options: Mapping[str, Any]) -> torch.Tensor:
+    """FP8 (selfattn/fp8.py): Q, K, V quantized and dequantized, the steps in fp32 with P cast to fp8 before A V
+    (and with scaled_mm, steps 1 and 5 on the fp8 tensors where these shapes allow); the output in q's dtype."""
+    fp8_path.check_call(q_BHMD, k_BKND, v_BKND, options)
+    products = _fp8_products(q_BHMD, k_BKND, options)
+    ops = fp8_path.operands(q_BHMD, k_BKND, v_BKND, options)
+    q8_BHMD, k8_BKND, v8_BKND = (x8.float() * x_scale for x8, x_scale in ops)
+    fp8_products = _Fp8Products(products, ops, options, k8_BKND.shape[1]) if fp8_mm.SCALED_MM in products else None
+    how = how._replace(p_cast=fp8_path.p_cast(options), fp8_products=fp8_products)
+    lo_bM, hi_bM, how = _intervals(q8_BHMD, k8_BKND, masks, how)
+    return _steps(q8_BHMD, k8_BKND, v8_BKND, lo_bM, hi_bM, scale, how).to(q_BHMD.dtype)
 
 
 class _Fp8Products:
@@ -152,67 +194,32 @@ class _Fp8Products:
         return out_XRD.view(b, kv_heads, rows, -1)
 
 
-def _steps(
-    q_BHMD: torch.Tensor,
-    k_BKND: torch.Tensor,
-    v_BKND: torch.Tensor,
-    lo_bM: torch.Tensor | None,
-    hi_bM: torch.Tensor | None,
-    scale: float,
-    upcast_softmax: bool,
-    scale_at: str,
-    empty_rows: bool,
-    p_cast: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    fp8_products: _Fp8Products | None = None,
-    softcap: float | None = None,
-    alibi: bool = False,
-    sink: float | None = None,
-) -> torch.Tensor:
-    """The chapter's steps; lo/hi (batch or 1, q_len): the keys each query sees (None: all);
-    p_cast: what A becomes before A V (fp8: its cast and back); fp8_products: steps 1 and 5 on the
-    fp8 tensors (fp8_matmul=scaled_mm); softcap, alibi, sink: the score transforms (selfattn/variants.py)."""
-    b, h, q_len, d = q_BHMD.shape
-    kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
-    group = h // kv_heads
-    # GQA without copying K/V: the `group` query heads that share a K/V head become one taller
-    # matrix of queries (head h = kv_head * group + g), so each product still reads K and V once.
-    q_BKRD = q_BHMD.reshape(b, kv_heads, group * q_len, d)
-    if fp8_products is not None:  # step 1 on the fp8 tensors (the scale folded into Q's when scale_at=query)
-        scores_BKRN = fp8_products.scores(q_BKRD, k_BKND, scale if scale_at == "query" else 1.0)
-        scores_BKRN = scores_BKRN if scale_at == "query" else scores_BKRN * scale
-    elif scale_at == "query":  # scale Q before the product, as fused kernels do
-        scores_BKRN = (q_BKRD * scale) @ k_BKND.transpose(-1, -2)
-    else:
-        scores_BKRN = q_BKRD @ k_BKND.transpose(-1, -2)  # step 1: Q K^T, (q_len x seq_len) per head
-        scores_BKRN = scores_BKRN * scale  # step 2: scale
-    if softcap is not None:  # the cap bounds every logit: an overflowed inf becomes the cap
-        scores_BKRN = torch.tanh(scores_BKRN / softcap) * softcap
-    if alibi:  # (H, q_len, N) bias, its heads in the rows' order (head h = kv_head * group + g)
-        bias_KRN = alibi_bias(h, q_len, seq_len, device=q_BHMD.device, dtype=scores_BKRN.dtype).view(
-            kv_heads, group * q_len, seq_len)
-        scores_BKRN = scores_BKRN + bias_KRN
-    sees_bM1 = None
-    if lo_bM is not None:  # step 3: add -inf where the key is hidden
-        keep_bMN = keep_from_intervals(lo_bM, hi_bM, seq_len)
-        if empty_rows:  # a row of -inf would be 0/0: open it, and zero its output below
-            keep_bMN, sees_bM1 = no_empty_rows(keep_bMN)
-        mask_bMN = torch.zeros(keep_bMN.shape, dtype=scores_BKRN.dtype, device=q_BHMD.device)
-        mask_bMN.masked_fill_(~keep_bMN, float("-inf"))
-        scores_BKRN = (scores_BKRN.view(b, kv_heads, group, q_len, seq_len) + mask_bMN[:, None, None]).view(
-            b, kv_heads, group * q_len, seq_len)
-    if upcast_softmax and scores_BKRN.dtype in (torch.float16, torch.bfloat16):  # step 4: softmax over keys
-        weights_BKRN = softmax_with_sink(scores_BKRN.float(), sink).to(q_BHMD.dtype)
-    else:
-        weights_BKRN = softmax_with_sink(scores_BKRN, sink)
-    if fp8_products is not None:  # step 5 on the fp8 tensors: P's cast happens inside
-        out_BHMD = fp8_products.out(weights_BKRN, p_cast, v_BKND).view(b, h, q_len, d)
-    else:
-        if p_cast is not None:
-            weights_BKRN = p_cast(weights_BKRN)
-        out_BHMD = (weights_BKRN @ v_BKND).view(b, h, q_len, d)  # step 5: A V
-    if sees_bM1 is not None:
-        out_BHMD = out_BHMD * sees_bM1[:, None]  # rows that see no key: zeros, not an average of all keys
-    return out_BHMD
+def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
+    return {**defaults(Options), **options, **fp8_path.resolve(options, dtype, device)}
+
+
+def kernel_label(options: Mapping[str, Any]) -> str:
+    label = "materialized-upcast" if options.get("upcast_softmax", False) else "materialized"
+    label += "-scaleq" if options.get("scale_at", "logits") == "query" else ""
+    return label + ("-compiled" if options.get("compile", False) else "") + fp8_path.label(options)
+
+
+def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
+               **options: Any) -> str | None:
+    """FP8 with scaled_mm: "dequant-shapes" (or per product) when these shapes send a product back to
+    dequant (head_dim or seq_len not a multiple of 16); None when the call runs what the label says."""
+    if not fp8_path.active(options):
+        return None
+    return fp8_mm.ran_label(options, _fp8_products(q_BHMD, k_BKND, options))
+
+
+def _fp8_products(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, options: Mapping[str, Any]) -> tuple[str, str]:
+    return fp8_mm.call_products(options, q_BHMD.shape[-1], (0, k_BKND.shape[2]))
+
+
+def compiles(options: Mapping[str, Any]) -> bool:
+    """Whether a call with these (resolved) options runs compiled code."""
+    return bool(options.get("compile", False))
 
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
@@ -260,3 +267,10 @@ def _variant_bytes(point: Point, s: int, mask: int) -> int:
     softcap = scores - mask if point.softcap is not None else 0  # before the mask exists
     alibi = scores + max(16 * cells, cells * s + bias, scores + bias) - 2 * scores - mask if point.alibi else 0
     return max(0, softmax, softcap, alibi)
+
+
+backend(attention, takes_masks=True, options=Options, efficiency=EFFICIENCY,
+        dtypes=("fp64", "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"), scores=("dot", "additive"),
+        variants=("asymmetric_window", "softcap", "alibi", "sink"),  # selfattn/variants.py: all of them
+        mem_model=predict_mem_bytes, kernel_label=kernel_label, resolve_options=resolve_options, compiles=compiles,
+        kernel_ran=kernel_ran)

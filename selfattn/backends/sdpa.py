@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from selfattn import torch_private
+from selfattn.backends.contract import backend
 from selfattn.errors import Unsupported
 from selfattn.fields import defaults, spec
 from selfattn.masks import Masks, no_empty_rows
@@ -39,9 +40,6 @@ from selfattn.point import CUDA_SOFTMAX_BACKWARD, FP32_BYTES, Point
 from selfattn.score_mods import query_positions
 from selfattn.variants import alibi_slopes
 
-NAME = "sdpa"
-FP8_UNSUPPORTED = ("precision fp8: torch's scaled_dot_product_attention has no FP8 kernel (it takes fp16, bf16, fp32, "
-                   "fp64); naive and chunked quantize Q, K, V and P themselves")
 # Fused SDPA is mostly matmul: the time guard's optimistic share of the matmul peak.
 EFFICIENCY = 0.9
 KERNELS: dict[str, SDPBackend | None] = {
@@ -55,10 +53,6 @@ KERNELS: dict[str, SDPBackend | None] = {
 CPU_FLASH_Q_SPLIT = 256
 CPU_FLASH_KV_SPLIT = 512
 BIAS_ALIGN = 8  # elements: the memory-efficient kernel's alignment of a bias's strides (mem_eff_alignment)
-VARIANTS = ("asymmetric_window", "alibi", "sink")  # selfattn/variants.py; softcap is VARIANT_GAPS's
-# Why a variant SDPA does not declare cannot run: said in its `unsupported` row (registry.variants_reason).
-VARIANT_GAPS = {"softcap": "torch's scaled_dot_product_attention adds a bias to the scaled logits but cannot apply "
-                           "tanh to them inside its kernels (naive computes it)"}
 
 
 @dataclass(frozen=True)
@@ -66,10 +60,6 @@ class Options:
     kernel: str = spec("auto", choices=tuple(KERNELS),
                        help="auto lets torch choose; a forced kernel that cannot run is an unsupported row")
     bool_mask: bool = spec(False, help="pass even a causal-only mask as a boolean attn_mask, to measure what is_causal saves")
-
-
-def available(device: torch.device | str) -> bool:
-    return True  # at least the math kernel runs on every device
 
 
 def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
@@ -367,3 +357,13 @@ def _biased_mem_bytes(point: Point, math_kernel: bool, device: str) -> int:
     if point.mode == "fwd":
         return forward
     return max(forward, copies + predict_mem_bytes(plain, options, device))
+
+
+# Why it lacks what it does not declare: said in the point's `unsupported` row (capability.why_not).
+GAPS = {"softcap": "torch's scaled_dot_product_attention adds a bias to the scaled logits but cannot apply tanh to them "
+                   "inside its kernels (naive computes it)",
+        "fp8": "torch's scaled_dot_product_attention has no FP8 kernel (it takes fp16, bf16, fp32, fp64); naive and "
+               "chunked quantize Q, K, V and P themselves"}
+backend(attention, takes_masks=True, options=Options, efficiency=EFFICIENCY,
+        variants=("asymmetric_window", "alibi", "sink"), gaps=GAPS,  # selfattn/variants.py; softcap is a gap
+        mem_model=predict_mem_bytes, kernel_label=kernel_label, resolve_options=resolve_options, kernel_ran=kernel_ran)

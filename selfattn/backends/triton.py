@@ -8,11 +8,12 @@ Devices: on CUDA the compiled kernel runs. A CPU runs it only in triton's interp
 switched on (TRITON_INTERPRET=1 in the environment) before the kernel module is imported: it executes
 every tile in numpy, ~1000x slower than SDPA, so CPU rows prove correctness, never speed.
 
-Every variant of selfattn/variants.py runs inside the kernel (VARIANTS): window pairs as loop bounds and
+Every variant of selfattn/variants.py runs inside the kernel: window pairs as loop bounds and
 a mask, the soft-cap, ALiBi and the sink on the tiles, each behind its own constexpr flag.
 
-What it cannot do is an `unsupported` row: fp64 and FP8 inputs (fp32, fp16, bf16 only), a head_dim
-above 256, and backward (mode=fwd_bwd): the forward kernel is all there is.
+What it cannot do is declared (at the end), so such a point is an `unsupported` row before anything is
+made: fp64 and FP8 inputs (fp32, fp16, bf16 only), a head_dim above 256, and backward (mode=fwd_bwd):
+the forward kernel is all there is.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any, Mapping
 
 import torch
 
+from selfattn.backends.contract import backend
 from selfattn.errors import Unsupported
 from selfattn.fields import defaults, spec
 from selfattn.masks import Masks
@@ -48,16 +50,11 @@ def _triton_missing() -> str | None:
 
 TRITON_MISSING: str | None = _triton_missing()
 
-NAME = "triton"
-FP8_UNSUPPORTED = "precision fp8: the triton kernel takes fp32, fp16 and bf16 inputs; naive and chunked quantize FP8 themselves"
 # A hand-written kernel without autotuning: the time guard's optimistic share of the matmul peak.
 EFFICIENCY = 0.5
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256  # one (block_m x head_dim) query tile and its fp32 accumulator stay in registers
 BLOCK_SIZES = (16, 32, 64, 128)  # tl.dot's tiles are at least 16 on a side; powers of two
 KERNEL_MODULE = "selfattn.backends.triton_fwd"
-# selfattn/variants.py: all four, inside the kernel's tiles (a constexpr flag each; docs/triton.md)
-VARIANTS = ("asymmetric_window", "softcap", "alibi", "sink")
 CPU_NEEDS_INTERPRETER = "triton runs on CUDA; on a CPU set TRITON_INTERPRET=1 (correctness only, ~1000x slower)"
 
 
@@ -90,10 +87,6 @@ def missing(device: torch.device | str) -> str | None:
     return None
 
 
-def available(device: torch.device | str) -> bool:
-    return missing(device) is None
-
-
 def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
     resolved = {**defaults(Options), **options}
     if resolved["dot_precision"] == "auto":
@@ -120,7 +113,6 @@ def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor,
 
 def attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
               block_m: int = 64, block_n: int = 64, dot_precision: str = "ieee") -> torch.Tensor:
-    _check(q_BHMD, k_BKND, v_BKND)
     try:
         kernel = importlib.import_module(KERNEL_MODULE)
     except ImportError as err:  # found but broken (a missing numpy for the interpreter, a bad install)
@@ -139,32 +131,14 @@ def prepare(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *,
     """On CUDA, the point's first call, timed apart as compile_s: triton compiles the kernel for each new
     dtype, set of mask flags, block sizes and argument specialization (then keeps it in memory and on
     disk), seconds that must not count as a warm-up the time guard reads. A CPU's interpreter compiles
-    nothing; a call that cannot run is left to the timed call, which raises Unsupported."""
+    nothing."""
     if q_BHMD.device.type != "cuda":
-        return {}
-    try:
-        _check(q_BHMD, k_BKND, v_BKND)
-    except Unsupported:
         return {}
     torch.cuda.synchronize(q_BHMD.device)
     started = time.perf_counter()
     attention(q_BHMD, k_BKND, v_BKND, masks=masks, scale=scale, **options)
     torch.cuda.synchronize(q_BHMD.device)
     return {"compile_s": time.perf_counter() - started}
-
-
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    why = missing(q.device)
-    if why:
-        raise Unsupported(why)
-    if q.dtype not in DTYPES:
-        raise Unsupported(f"triton kernel: fp32, fp16 and bf16 inputs only (tl.dot has no fp64 tensor-core path "
-                          f"here), got {q.dtype}")
-    if q.shape[3] > MAX_HEAD_DIM:
-        raise Unsupported(f"triton kernel: head_dim <= {MAX_HEAD_DIM} (one query tile and its accumulator stay in "
-                          f"registers), got {q.shape[3]}")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise Unsupported("triton kernel: forward only (no backward kernel yet), so mode=fwd_bwd cannot run")
 
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
@@ -183,3 +157,14 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     # the soft-cap's exp2 and quotient tiles; ALiBi's distance tile (int32, then fp32)
     tiles += (2 * (point.softcap is not None) + 2 * point.alibi) * bm * bn * FP32_BYTES
     return point.out_bytes + lse + slopes + tiles
+
+
+# Why it lacks what it does not declare: said in the point's `unsupported` row (capability.why_not).
+GAPS = {"fp64": "tl.dot has no fp64 tensor-core path here", "fp8": "naive and chunked quantize FP8 themselves",
+        "head_dim": "one query tile and its fp32 accumulator stay in registers",
+        "backward": "the forward kernel is all there is (no backward kernel yet)"}
+backend(attention, takes_masks=True, options=Options, efficiency=EFFICIENCY, dtypes=("fp32", "fp16", "bf16"),
+        max_head_dim=MAX_HEAD_DIM, backward=False, gaps=GAPS,
+        variants=("asymmetric_window", "softcap", "alibi", "sink"),  # inside the kernel's tiles (docs/triton.md)
+        unavailable=missing, mem_model=predict_mem_bytes, kernel_label=kernel_label, resolve_options=resolve_options,
+        prepare=prepare, kernel_ran=kernel_ran)

@@ -96,41 +96,43 @@ def recurrent_mem_bytes(point: Point, element_bytes: int | None = None, batch: i
     return int((units * b * point.seq_len * point.d_model + weight_copies * point.recurrent_weights) * s)
 
 
-def predict_mem_bytes(point: Point, options: dict[str, Any] | None = None) -> int:
+def predict_mem_bytes(point: Point, resolved: Any = None) -> int:
     """Predicted peak bytes of one call of `point` beyond its inputs (see the module docstring).
 
-    `options` are the back end's resolved options (chunk sizes, kernel); by default the back
-    end's defaults for the point's device and dtype.
+    `resolved`: the point's back end as measure_point resolved it (selfattn.backends.resolved.Resolved: its
+    options, chunk sizes and kernel); None resolves it here (the registry's defaults for the point's device
+    and dtype; a name that is not known is predicted as the materializing naive, the most conservative).
     """
     from selfattn.measure.device import resolve_device
 
     if point.scope in RNN_GATES:  # no attention back end runs
         return recurrent_mem_bytes(point)
     device = resolve_device(point.device)
-    if options is None:
-        options = _default_options(point, device)
-    module = _entry(point)
+    entry, options = _backend_and_options(point, device, resolved)
     if point.scope == "generate":  # a loop: its largest step, plus the cache and tokens it keeps
-        return int(module.predict_mem_bytes(_generate_step(point), options, device) + _generate_state_bytes(point))
+        return int(entry.mem_bytes(_generate_step(point), options, device) + _generate_state_bytes(point))
     if point.score == "additive":  # its own computation (selfattn/additive.py), whichever back end was named
         from selfattn.additive import predict_mem_bytes as additive_mem_bytes
 
         return int(additive_mem_bytes(point))
-    core = module.predict_mem_bytes(point, options, device) + _rope_bytes(point)
+    core = entry.mem_bytes(point, options, device) + _rope_bytes(point)
     if point.scope == "layer":
         core += _layer_bytes(point) + (_added_encoding_bytes(point) if point.pos_enc in ("sinusoidal", "learned") else 0)
     return int(core)
 
 
-def _entry(point: Point) -> Any:
-    """The point's back end in the registry; a name that is not known cannot run: predicted as the
-    materializing naive (conservative)."""
+def _backend_and_options(point: Point, device: str, resolved: Any) -> tuple[Any, dict[str, Any]]:
+    """(registry.Backend, resolved options) of `point`: from `resolved`, else resolved here."""
+    if resolved is not None:
+        return resolved.backend, resolved.options
     from selfattn.backends import get_backend
+    from selfattn.backends.resolved import resolve_point
 
     try:
-        return get_backend(point.backend)
-    except ValueError:
-        return get_backend("naive")
+        found = resolve_point(point, device)
+    except Exception:  # unknown back end or bad options: measure_point reports them; predict conservatively
+        return get_backend("naive"), dict(point.backend_options) if isinstance(point.backend_options, dict) else {}
+    return found.backend, found.options
 
 
 def _rope_bytes(point: Point) -> int:
@@ -163,16 +165,6 @@ def _generate_state_bytes(point: Point) -> int:
     cache = 2 * point.batch * kv * total * point.head_dim * s if point.kv_cache else 0
     projected = point.batch * (1 if point.kv_cache else total) * (point.heads + 2 * kv) * point.head_dim * s
     return tokens + cache + projected
-
-
-def _default_options(point: Point, device: str) -> dict[str, Any]:
-    try:
-        from selfattn.backends import resolve_options
-        from selfattn.precision import DTYPES
-
-        return resolve_options(point.backend, dict(point.backend_options), device, DTYPES[point.precision])
-    except Exception:  # unknown back end or bad options: measure_point reports them; predict generically
-        return dict(point.backend_options)
 
 
 def accuracy_bytes(point: Point, rows: int) -> int:
@@ -302,16 +294,19 @@ def nominal_peak_tflops(device: str, precision: str) -> float:
     return NOMINAL_CPU_TFLOPS[ELEMENT_BYTES[precision]]
 
 
-def predict_call_s(point: Point, peak_tflops: float) -> float:
-    """Predicted seconds of one call: FLOPs over the peak times the back end's efficiency, or, where a plugin
-    declares its speed on the point's device type (contract.Speed), that speed's fixed seconds + FLOPs / rate."""
+def predict_call_s(point: Point, peak_tflops: float, resolved: Any = None) -> float:
+    """Predicted seconds of one call: FLOPs over the peak times the back end's efficiency, or, where a back end
+    declares its speed on the point's device type (contract.Speed), that speed's fixed seconds + FLOPs / rate.
+    `resolved` as for predict_mem_bytes."""
     if point.scope in RNN_GATES:
         return point_flops(point) / (max(peak_tflops, 1e-6) * 1e12 * RECURRENT_EFFICIENCY)
-    entry = _entry(point)
-    speed = (getattr(entry, "SPEED", None) or {}).get(str(point.device).split(":")[0])
+    from selfattn.measure.device import resolve_device
+
+    entry = _backend_and_options(point, resolve_device(point.device), resolved)[0]
+    speed = entry.speed_on(str(point.device).split(":")[0])
     if speed is not None:
         return float(speed.call_s(point_flops(point)))
-    return point_flops(point) / (max(peak_tflops, 1e-6) * 1e12 * entry.EFFICIENCY)
+    return point_flops(point) / (max(peak_tflops, 1e-6) * 1e12 * entry.efficiency)
 
 
 def after_warmup_s(device: str, call_s: float, timing_s: float, precision: str = "fp32") -> float:
@@ -323,12 +318,12 @@ def after_warmup_s(device: str, call_s: float, timing_s: float, precision: str =
     return (point_calls(device, precision) - 1) * call_s + plan(device, call_s, timing_s).seconds(call_s)
 
 
-def predict_point_s(point: Point, peak_tflops: float, timing_s: float, rows: int) -> float:
+def predict_point_s(point: Point, peak_tflops: float, timing_s: float, rows: int, resolved: Any = None) -> float:
     """Predicted seconds of the whole point: drawing its inputs, its warm-up and memory calls, the
-    timer's calls, the accuracy pass."""
+    timer's calls, the accuracy pass. `resolved` as for predict_mem_bytes."""
     from selfattn.measure.device import resolve_device
 
-    call_s = predict_call_s(point, peak_tflops)
+    call_s = predict_call_s(point, peak_tflops, resolved)
     # The accuracy and stability pass: about two calls restricted to the `rows` sampled rows
     # (float64 reference, own-precision stability with its backward).
     accuracy_s = 2 * call_s * min(1.0, rows / point.q_len_resolved)

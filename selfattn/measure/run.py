@@ -18,6 +18,7 @@ out costs nothing and leaves its columns empty. The verdict is not a metric: it 
 
 from __future__ import annotations
 
+import functools
 import time
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Mapping
@@ -94,57 +95,36 @@ def _environment_columns(device: str) -> dict[str, Any]:
 
 
 def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: frozenset[str]) -> None:
-    from selfattn.backends import compiles, kernel_label, resolve_options
+    from selfattn.backends.resolved import resolve_point
     from selfattn.measure.workload import build
-    from selfattn.precision import precision_context, storage_dtype
+    from selfattn.precision import precision_context
 
     point.validate()
-    from selfattn.additive import unsupported_reason
-
-    if unsupported_reason(point):  # score=additive on a back end that computes dot products
-        raise Unsupported(unsupported_reason(point))
     if not isinstance(point.backend_options, Mapping):
         raise ValueError(f"backend_options: expected a mapping of option names to values, got {point.backend_options!r}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise Unsupported("device cuda: no CUDA device is available to this process")
     point = point.with_device(device)
-    if point.scope in RNN_GATES:
-        _check_no_options(point)
-    else:
-        _check_declared(point, device, row)
-    with precision_context(point.precision, device) as precision_dtype:
-        dtype = precision_dtype
-        if storage_dtype(precision_dtype) != precision_dtype and point.scope == "train":
-            raise Unsupported(f"precision {point.precision}: scope=train has no FP8 path (only the FP8 forward is built)")
+    # The back end, resolved once: every step below reads this object, never the registry again.
+    resolved = resolve_point(point, device)
+    row.kernel = resolved.label
+    if point.scope not in RNN_GATES:  # what the back end said of itself, and what the harness supplied
+        row.mem_model = "declared" if resolved.backend.mem_model_declared else "assumed"
+        row.backend_defaulted = ",".join(resolved.backend.defaulted)
+    if resolved.why_not:  # before anything is allocated: capability.why_not, the one answer
+        raise Unsupported(resolved.why_not)
+    with precision_context(point.precision, device):
+        dtype = resolved.storage_dtype  # fp8: every tensor is made in float32, quantized inside the call
         if point.scope == "train":  # a training run, not a timed call: selfattn/train/loop.py
             from selfattn.train.loop import train_point
 
-            row.kernel = kernel_label(point.backend, dict(point.backend_options), device=device, dtype=dtype)
-            return train_point(point, device, dtype, row, max_point_s=budget.max_point_s, saturated_weight=SATURATED_WEIGHT)
-        # fp8: the options read the float8 dtype (selfattn/fp8.py); every tensor is made in float32
-        options = resolve_options(point.backend, dict(point.backend_options), device, precision_dtype)
-        row.kernel = (f"torch.nn.{point.scope.upper()}" if point.scope in RNN_GATES else
-                      kernel_label(point.backend, dict(point.backend_options), device=device, dtype=precision_dtype))
-        dtype = storage_dtype(precision_dtype)
-        if dtype != precision_dtype and point.mode == "fwd_bwd":
-            raise Unsupported(f"precision {point.precision}: only the FP8 forward is built (no FP8 backward), "
-                              "so mode=fwd_bwd cannot run")
-        if dtype != precision_dtype and point.scope in RNN_GATES:  # it would run fp32 under an fp8 label
-            raise Unsupported(f"precision {point.precision}: scope={point.scope} (torch.nn.{point.scope.upper()}) has no "
-                              "FP8 path; FP8 is built for the attention back ends naive and chunked")
-        if dtype != precision_dtype and point.score == "additive":  # it too would run fp32 under an fp8 label
-            raise Unsupported(f"precision {point.precision}: score=additive (selfattn/additive.py) has no FP8 path; "
-                              "FP8 is built for the dot product of naive and chunked")
-        compiling = compiles(point.backend, options)
-        if compiling and point.scope == "generate":
-            raise Unsupported("scope=generate with a compiled back end: every step's cache length is a new shape to "
-                              "compile (a loop of new_tokens compilations)")
+            return train_point(point, device, dtype, row, max_point_s=budget.max_point_s,
+                               saturated_weight=SATURATED_WEIGHT, backend=resolved.backend)
+        compiling = resolved.compiles
         # Nothing that grows with the point is made before the guard: a mask's FLOPs and density are counted
         # from its key intervals (tensors of q_len rows), and the sampled rows are a permutation of q_len, so
         # what needs neither (the inputs, the intervals themselves) is guarded first, and rows are drawn after.
         free = free_bytes(device)
         n_sampled = min(point.q_len_resolved, budget.accuracy_rows)
-        row.predicted_mem_bytes = predict_mem_bytes(point, options)  # memory models are closed forms
+        row.predicted_mem_bytes = predict_mem_bytes(point, resolved)  # memory models are closed forms
         row.kv_cache_bytes = point.kv_bytes
         # memory only: the time limit is judged on the full prediction below, which the masks' tensors fit beside
         least_bytes = before_counting(point)
@@ -164,20 +144,20 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
         # A first compilation (0 when an earlier point compiled this shape) faces its own limit,
         # budget.max_compile_s, not max_point_s: see selfattn/measure/budget.py for why.
         compile_s = compile_cache.predict_compile_s(point.backend, device, _compile_key(point)) if compiling else 0.0
-        point_s = _predict_s(point, peak, budget, n_sampled, compiling)
+        point_s = _predict_s(point, peak, budget, n_sampled, resolved)
         reason = over_budget(point, budget, need, free, point_s, compile_s)
         only_time = over_budget(point, budget, need, free, 0.0, compile_s) is None  # memory and compile fit
         if reason is not None and only_time and budget.measure_device_peak:
             # Skipping on time rests on the measured peak: make sure it was not measured in a bad moment.
             peak = device_peak_tflops(device, dtype, remeasure=True)
-            point_s = _predict_s(point, peak, budget, n_sampled, compiling)
+            point_s = _predict_s(point, peak, budget, n_sampled, resolved)
             reason = over_budget(point, budget, need, free, point_s, compile_s)
         row.device_peak_tflops = peak if budget.measure_device_peak else None
         row.device_peak_tflops_source = peak_source(device, dtype) if budget.measure_device_peak else "nominal"
         if "traffic" in metrics:
             row.device_peak_gbps = device_peak_gbps(device) if budget.measure_device_peak else None
             row.device_peak_gbps_source = peak_source(device) if budget.measure_device_peak else "nominal"
-        row.predicted_time_ms = predict_call_s(point, peak) * 1e3
+        row.predicted_time_ms = predict_call_s(point, peak, resolved) * 1e3
         if reason is not None:
             row.status, row.error = "skipped_budget", reason
             return
@@ -185,41 +165,16 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
         if point.scope in RNN_GATES:  # a recurrence on a CPU: its timed calls on one thread too (see below)
             with _single_threaded_on_cpu(device):
                 row.num_threads = torch.get_num_threads()
-                _run(point, budget, device, dtype, sampled_queries, row, build, compiling, metrics)
+                _run(point, budget, device, dtype, sampled_queries, row, build, resolved, metrics)
             return
-        _run(point, budget, device, dtype, sampled_queries, row, build, compiling, metrics)
+        _run(point, budget, device, dtype, sampled_queries, row, build, resolved, metrics)
 
 
-def _check_no_options(point: Point) -> None:
-    """A recurrent scope runs no attention back end: its options must stay at their defaults."""
-    from selfattn.backends import get_backend
-    from selfattn.fields import defaults
-
-    options = defaults(get_backend(point.backend).Options)
-    for name, value in point.backend_options.items():
-        if name not in options or options[name] != value:
-            raise ValueError(f"backend.{name}: scope={point.scope} is a recurrent layer with no attention back end, "
-                             f"so the back end's options must stay at their defaults, got {value!r}")
-
-
-def _check_declared(point: Point, device: str, row: Row) -> None:
-    """What the back end says of itself goes into the row (where its memory model came from, the facts the
-    harness supplied); a point it declares it cannot run is `unsupported`, before anything is allocated."""
-    from selfattn.backends import get_backend
-
-    backend = get_backend(point.backend)
-    row.mem_model = "declared" if backend.mem_model_declared else "assumed"
-    row.backend_defaulted = ",".join(backend.defaulted)
-    reason = backend.unsupported_reason(point, device)
-    if reason:
-        raise Unsupported(reason)
-
-
-def _predict_s(point: Point, peak: float, budget: Budget, rows: int, compiling: bool) -> float:
+def _predict_s(point: Point, peak: float, budget: Budget, rows: int, resolved: Any) -> float:
     """The point's predicted seconds, its compilation left out; a compiled back end's permutation
     check runs at the point's size (measure/permutation.py), so its calls count too."""
-    perm_s = POINT_SHAPE_CALLS * predict_call_s(point, peak) if compiling else 0.0
-    return predict_point_s(point, peak, budget.timing_s, rows) + perm_s
+    perm_s = POINT_SHAPE_CALLS * predict_call_s(point, peak, resolved) if resolved.compiles else 0.0
+    return predict_point_s(point, peak, budget.timing_s, rows, resolved) + perm_s
 
 
 def _compile_key(point: Point) -> tuple:
@@ -251,7 +206,9 @@ def _single_threaded_on_cpu(device: str) -> Iterator[None]:
 
 
 def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_queries: torch.Tensor, row: Row,
-         build, compiling: bool = False, metrics: frozenset[str] = frozenset(ALL_METRICS)) -> None:
+         build, resolved: Any, metrics: frozenset[str] = frozenset(ALL_METRICS)) -> None:
+    compiling = resolved.compiles
+    build = functools.partial(build, resolved=resolved)
     with _single_threaded_on_cpu(device):
         workload = build(point, dtype, torch.device(device), sampled_queries)
     judged = workload.plain is not None  # core, layer, generate (selfattn/measure/checks.py says why)
@@ -346,17 +303,17 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         if "stability" in metrics:
             _stability(point, workload, row)
         if not compiling and point.scope not in RNN_GATES and point.score == "dot" and "permutation" in metrics:  # <= PERM_TOKENS tokens
-            row.perm_max_abs_diff = permutation_max_abs_diff(point, dtype, torch.device(device))
+            row.perm_max_abs_diff = permutation_max_abs_diff(point, dtype, torch.device(device), backend=resolved.backend)
         if point.scope in PATH_SCOPES and "path_length" in metrics:  # float64, at the point's n and d_model (measure/path_length.py)
-            sensitivity = input_sensitivity(point, torch.device(device))
+            sensitivity = input_sensitivity(point, torch.device(device), resolved.backend)
             row.grad_by_distance, row.grad_far_near_ratio = sensitivity_json(sensitivity), far_near_ratio(sensitivity)
         if point.pos_enc == "rope":  # a logit depends on m - n only: q at m+s, k at n+s against q at m, k at n
             row.rope_shift_max_abs_diff = rope_shift_max_abs_diff(point.head_dim, point.seq_len, dtype=dtype,
                                                                   device=device, seed=point.seed)
         if fp8_format(point.precision) and workload.stability_inputs is not None:
-            _fp8_columns(point, workload, row)
+            _fp8_columns(point, workload, row, resolved.options)
     if compiling and "permutation" in metrics:  # at the point's own size and shape (every thread): the code compiled above
-        _compiled_permutation_check(point, dtype, device, row)
+        _compiled_permutation_check(point, dtype, device, row, resolved.backend)
     # an incorrect row keeps its time and errors for inspection; only an ok row is a result
     row.status, row.error, row.metrics = ("incorrect" if reason else "ok"), _incorrect(point, reason), metrics_label(metrics)
 
@@ -379,25 +336,25 @@ def _noise_columns(timing: Timing, device: str, row: Row, budget: Budget) -> Non
         judged.time_spread, judged.other_cpu_frac, judged.noisy, judged.reason)
 
 
-def _fp8_columns(point: Point, workload: Any, row: Row) -> None:
-    """The FP8 columns (saturated, non-finite, P's lost mass, raw-cast logits) of the sampled rows."""
+def _fp8_columns(point: Point, workload: Any, row: Row, options: Mapping[str, Any]) -> None:
+    """The FP8 columns (saturated, non-finite, P's lost mass, raw-cast logits) of the sampled rows, by the
+    point's resolved FP8 options."""
     from selfattn import fp8
-    from selfattn.backends import resolve_options
 
     q_rows, k, v, _ = workload.stability_inputs()
-    options = resolve_options(point.backend, point.call_options, q_rows.device, q_rows.dtype)
     for name, value in fp8.diagnostics(q_rows, k, v, scale=point.scale_value, options=options).items():
         setattr(row, name, value)
 
 
-def _compiled_permutation_check(point: Point, dtype: torch.dtype, device: str, row: Row) -> None:
+def _compiled_permutation_check(point: Point, dtype: torch.dtype, device: str, row: Row, backend: Any) -> None:
     """perm_max_abs_diff of a compiled back end, at the point's shape: it reuses the point's code.
 
     Where it compiles all the same (chunked, whose compiled block variants follow the mask: a
     window-masked block checked without the window is a whole block), the row says so and how long.
     """
     graphs_before, started = compile_cache.graphs_compiled(), time.perf_counter()
-    row.perm_max_abs_diff = permutation_max_abs_diff(point, dtype, torch.device(device), at_point_shape=True)
+    row.perm_max_abs_diff = permutation_max_abs_diff(point, dtype, torch.device(device), at_point_shape=True,
+                                                     backend=backend)
     compiled_now = compile_cache.graphs_compiled() - graphs_before
     if compiled_now:
         notes = [row.note] if row.note else []

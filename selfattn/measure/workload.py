@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import torch
 
+from selfattn.backends.resolved import Resolved
 from selfattn.decode import Generation, generate
 from selfattn.inputs import make_qkv, make_x, point_masks, randn
 from selfattn.layer import MultiHeadSelfAttention
@@ -79,16 +80,21 @@ def _on_rows(upstream: torch.Tensor, rows: torch.Tensor, row_dim: int) -> torch.
 
 
 def build(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor,
-          values_seed: int | None = None) -> Workload:
-    """The point's workload; `values_seed` draws its inputs' values from another seed (the verdict's second input)."""
+          values_seed: int | None = None, resolved: Resolved | None = None) -> Workload:
+    """The point's workload; `values_seed` draws its inputs' values from another seed (the verdict's second input).
+    `resolved`: the point's back end as measure_point resolved it (None: resolved here, one registry lookup)."""
     seed = point.seed if values_seed is None else values_seed
-    if point.scope == "layer":
-        return _build_layer(point, dtype, device, rows, seed)
-    if point.scope == "generate":
-        return _build_generate(point, dtype, device, rows, seed)
     if point.scope in RNN_GATES:
         return _build_recurrent(point, dtype, device, rows)
-    return _build_core(point, dtype, device, rows, seed)
+    if resolved is None:
+        from selfattn.backends.resolved import resolve_point
+
+        resolved = resolve_point(point, device.type)
+    if point.scope == "layer":
+        return _build_layer(point, dtype, device, rows, seed, resolved)
+    if point.scope == "generate":
+        return _build_generate(point, dtype, device, rows, seed, resolved)
+    return _build_core(point, dtype, device, rows, seed, resolved)
 
 
 def _plain_dtype(point: Point, dtype: torch.dtype) -> torch.dtype:
@@ -96,10 +102,10 @@ def _plain_dtype(point: Point, dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype == torch.float64 else dtype
 
 
-def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor, seed: int) -> Workload:
+def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor, seed: int,
+                resolved: Resolved) -> Workload:
     b, h, q_len, seq_len, d = point.batch, point.heads, point.q_len_resolved, point.seq_len, point.head_dim
     scale = parse_scale(point.scale)
-    options = point.call_options
     grad = point.mode == "fwd_bwd"
     q, k, v = make_qkv(b, h, q_len, seq_len, d, dtype=dtype, device=device, std=point.input_std, seed=seed,
                        requires_grad=grad, kv_heads=point.kv_heads_resolved,
@@ -119,8 +125,7 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
     else:
         # pos_enc=rope: q and k rotated inside the timed call (its cost), before the back end sees them
         rotate_qk = rope_qk(q_len, seq_len, d, dtype=dtype, device=device) if point.pos_enc == "rope" else None
-        forward, masks = _checked_attention(point.backend, q, k, v, scale=scale, options=options,
-                                            rotate_qk=rotate_qk, **mask_args)
+        forward, masks = _checked_attention(resolved, q, k, v, scale=scale, rotate_qk=rotate_qk, **mask_args)
 
         def reference_rows(q64: torch.Tensor, k64: torch.Tensor, v64: torch.Tensor, rows_: torch.Tensor,
                            fp8_options: dict[str, Any] | None = None):
@@ -159,10 +164,8 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
         q64, k64, v64 = (t.detach().to(ref_dtype).requires_grad_(grad) for t in (q, k, v))
         with torch.enable_grad() if grad else torch.no_grad():
             fp8_options = None
-            if ref_dtype != torch.float64 and point.score == "dot" and "fp8" in options:
-                from selfattn.backends import resolve_options
-
-                fp8_options = resolve_options(point.backend, options, q.device, dtype)
+            if ref_dtype != torch.float64 and point.score == "dot" and "fp8" in point.call_options:
+                fp8_options = resolved.options  # the point's FP8 recipe, as its call runs it
             ref = (reference_rows(q64, k64, v64, rows_dev, fp8_options) if fp8_options is not None
                    else reference_rows(q64, k64, v64, rows_dev))
             if not grad:
@@ -179,10 +182,10 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
         return q_[:, :, rows_dev], k_, v.detach(), rows
 
     def kernel_ran() -> str | None:
-        return _backend_hook("kernel_ran", point, q, k, v, masks, dtype, None)
+        return _backend_hook("kernel_ran", resolved, point, q, k, v, masks)
 
     def prepare() -> dict[str, float]:
-        return _backend_hook("prepare", point, q, k, v, masks, dtype, {})
+        return _backend_hook("prepare", resolved, point, q, k, v, masks)
 
     handed = getattr(forward, "handed", None) or {"q": q, "k": k, "v": v}  # a BSHD plugin's converted copies
     # additive scores: no stability metrics (they read the dot product's logits)
@@ -192,48 +195,38 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
                     magnitude=lambda: float(v.detach().abs().max()) if v.numel() else 0.0)
 
 
-def _checked_attention(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None,
-                       options: dict[str, Any], rotate_qk: Callable | None = None,
-                       **mask_args: Any) -> tuple[Callable[[], torch.Tensor], Masks]:
-    """selfattn.attention(q, k, v, backend=..., scale=..., **mask_args, **options) as a call whose checks
-    are done here, once, and the checked Masks it passes. The timed calls run the back end alone:
-    checking padding and document ids reads their values on the host (on a GPU, a wait for the queue
-    in every call), and the back ends keep their Python-side decisions on the Masks they are given
+def _checked_attention(resolved: Resolved, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None,
+                       rotate_qk: Callable | None = None, **mask_args: Any) -> tuple[Callable[[], torch.Tensor], Masks]:
+    """The resolved back end's call on q, k, v (what selfattn.attention runs, its capability already decided) as a
+    call whose checks are done here, once, and the checked Masks it passes. The timed calls run the back end
+    alone: checking padding and document ids reads their values on the host (on a GPU, a wait for the queue in
+    every call), and the back ends keep their Python-side decisions on the Masks they are given
     (Masks.decision), so every call and `prepare` must share one. `rotate_qk` (RoPE) runs inside each call."""
-    from selfattn.backends import get_backend, resolve_options
-
-    module = get_backend(backend)
     check_qkv(q, k, v)  # what selfattn.attention does before it calls the back end
     masks = check_masks(mask_args["causal"], mask_args["window"], mask_args["key_lengths"], mask_args["document_ids"],
                         batch=q.shape[0], q_len=q.shape[2], seq_len=k.shape[2], device=q.device,
                         softcap=mask_args.get("softcap"), alibi=mask_args.get("alibi", False),
                         sink=mask_args.get("sink"))
-    scale_value = resolve_scale(scale, q.shape[3])
-    resolved = resolve_options(backend, options, q.device, q.dtype)
+    scale_value, entry, options = resolve_scale(scale, q.shape[3]), resolved.backend, resolved.options
     if rotate_qk is None:  # the back end's one-time work (a plugin's layout conversion) done here, once
-        return module.bind(q, k, v, masks=masks, scale=scale_value, **resolved), masks
+        return entry.bind(q, k, v, masks=masks, scale=scale_value, **options), masks
 
     def forward() -> torch.Tensor:
         q_, k_ = rotate_qk(q, k)
-        return module.attention(q_, k_, v, masks=masks, scale=scale_value, **resolved)
+        return entry.attention(q_, k_, v, masks=masks, scale=scale_value, **options)
 
     return forward, masks
 
 
-def _backend_hook(hook: str, point: Point, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, masks: Masks,
-                  dtype: torch.dtype, absent: Any) -> Any:
-    """The back end's optional `hook` on these inputs, or `absent` when it has none: `kernel_ran` (which
-    kernel they run, sdpa's `auto`) or `prepare` (one-time set-up, flex's block mask, with its seconds)."""
-    from selfattn.backends import get_backend, resolve_options
-
-    module = get_backend(point.backend)
+def _backend_hook(hook: str, resolved: Resolved, point: Point, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  masks: Masks) -> Any:
+    """The back end's `kernel_ran` (which kernel these inputs run, sdpa's `auto`) or `prepare` (one-time set-up,
+    flex's block mask, with its seconds) on these inputs."""
     if hook == "prepare":  # the masks' own decisions (rows that see no key), whichever back end asks them
         masks.prepare(q.shape[2], k.shape[2])
-    if not hasattr(module, hook):
-        return absent
-    options = resolve_options(point.backend, point.call_options, q.device, dtype)
     with torch.no_grad():
-        return getattr(module, hook)(q.detach(), k.detach(), v.detach(), masks=masks, scale=point.scale_value, **options)
+        call = getattr(resolved.backend, hook)
+        return call(q.detach(), k.detach(), v.detach(), masks=masks, scale=point.scale_value, **resolved.options)
 
 
 def _stability_upstream(point: Point, rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -242,22 +235,23 @@ def _stability_upstream(point: Point, rows: int, dtype: torch.dtype, device: tor
     return _randn(shape, point.seed + STABILITY_SEED_OFFSET, dtype, device)
 
 
-def _seeded_layer(point: Point, dtype: torch.dtype, device: torch.device) -> MultiHeadSelfAttention:
-    """The point's layer (its heads, K/V heads, back end, mask and scale), weights from its seed."""
-    layer = MultiHeadSelfAttention(point.d_model, point.heads, kv_heads=point.kv_heads_resolved, backend=point.backend,
-                                   causal=point.causal, scale=parse_scale(point.scale), pos_enc=point.pos_enc,
-                                   max_len=point.seq_len if point.pos_enc != "none" else None,
+def _seeded_layer(point: Point, dtype: torch.dtype, device: torch.device, resolved: Resolved) -> MultiHeadSelfAttention:
+    """The point's layer (its heads, K/V heads, resolved back end, mask and scale), weights from its seed."""
+    layer = MultiHeadSelfAttention(point.d_model, point.heads, kv_heads=point.kv_heads_resolved,
+                                   backend=resolved.backend, causal=point.causal, scale=parse_scale(point.scale),
+                                   pos_enc=point.pos_enc, max_len=point.seq_len if point.pos_enc != "none" else None,
                                    **point.call_options)
     if point.seed != 0:  # the constructor already initialized from seed 0
         layer.reset_parameters(seed=point.seed)
     return layer.to(device=device, dtype=dtype)
 
 
-def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor, seed: int) -> Workload:
+def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor, seed: int,
+                 resolved: Resolved) -> Workload:
     b, seq_len, d_model = point.batch, point.seq_len, point.d_model
     scale = parse_scale(point.scale)
     grad = point.mode == "fwd_bwd"
-    layer = _seeded_layer(point, dtype, device)
+    layer = _seeded_layer(point, dtype, device, resolved)
     layer.requires_grad_(grad)
     x = make_x(b, seq_len, d_model, dtype=dtype, device=device, std=point.input_std, seed=seed, requires_grad=grad)
     upstream = _randn((b, seq_len, d_model), point.seed + UPSTREAM_SEED_OFFSET, dtype, device) if grad else None
@@ -313,12 +307,12 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
     def kernel_ran() -> str | None:
         with torch.no_grad():
             q, k, v = layer.project_qkv(x.detach())
-        return _backend_hook("kernel_ran", point, q, k, v, Masks(causal=point.causal), dtype, None)
+        return _backend_hook("kernel_ran", resolved, point, q, k, v, Masks(causal=point.causal))
 
     def prepare() -> dict[str, float]:
         with torch.no_grad():
             q, k, v = layer.project_qkv(x.detach())
-        return _backend_hook("prepare", point, q, k, v, Masks(causal=point.causal), dtype, {})
+        return _backend_hook("prepare", resolved, point, q, k, v, Masks(causal=point.causal))
 
     judged = "fp8" not in point.call_options  # an FP8 layer's plain reference is not built: scope=core judges FP8
     return Workload(call, check_call, reference, stability_inputs, _stability_upstream(point, len(rows), dtype, device),
@@ -335,13 +329,14 @@ def _project_rows(layer: MultiHeadSelfAttention, x_BLD: torch.Tensor, rows: torc
     return q_rows, k, split(layer.w_v(x_BLD))
 
 
-def _build_generate(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor, seed: int) -> Workload:
+def _build_generate(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor, seed: int,
+                    resolved: Resolved) -> Workload:
     """One generation: `call` runs the T steps; accuracy compares all T new tokens with a float64
     run of the cached loop on the reference attention (tests/test_decode.py checks that the cached
     and uncached loops agree). Stability metrics are the core's business: `stability_inputs` is
     None and the runner skips them."""
     scale = parse_scale(point.scale)
-    layer = _seeded_layer(point, dtype, device).requires_grad_(False)
+    layer = _seeded_layer(point, dtype, device, resolved).requires_grad_(False)
     prompt = make_x(point.batch, point.seq_len, point.d_model, dtype=dtype, device=device,
                     std=point.input_std, seed=seed)
     run = Generation(layer, prompt, point.new_tokens, kv_cache=point.kv_cache)

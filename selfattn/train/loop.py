@@ -31,7 +31,7 @@ import contextlib
 import math
 import statistics
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 
@@ -51,14 +51,15 @@ AUTOCAST = ("fp16", "bf16")  # the mixed precisions
 
 
 def train_point(point: Point, device: str, dtype: torch.dtype, row: Row, *, max_point_s: float,
-                saturated_weight: float) -> None:
+                saturated_weight: float, backend: Any = None) -> None:
     """Run the point's training and fill its row (status ok, or skipped_budget past `max_point_s`); raises for a
-    failure. `saturated_weight`: the largest weight past which a row counts as one-hot (the stability pass's).
+    failure. `saturated_weight`: the largest weight past which a row counts as one-hot (the stability pass's);
+    `backend`: the point's registry.Backend as measure_point resolved it (None: looked up by its name).
     The measurement's facts come as arguments: selfattn.measure calls this package, never the other way."""
     dev = torch.device(device)
     pairs = task.pairs_for(point.seq_len)
     with _cpu_threads(dev), _deterministic(dev):
-        model = RecallModel(point.d_model, point.heads, kv_heads=point.kv_heads_resolved, backend=point.backend,
+        model = RecallModel(point.d_model, point.heads, kv_heads=point.kv_heads_resolved, backend=point.backend if backend is None else backend,
                             causal=point.causal, scale=parse_scale(point.scale), input_std=point.input_std,
                             seed=point.seed, **dict(point.backend_options))
         mixed = point.precision in AUTOCAST

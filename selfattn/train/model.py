@@ -27,7 +27,7 @@ MLP_WIDTH = 2  # the MLP's hidden width, in d_model
 
 
 class RecallModel(nn.Module):
-    def __init__(self, d_model: int, heads: int, *, kv_heads: int | None = None, backend: str = "naive",
+    def __init__(self, d_model: int, heads: int, *, kv_heads: int | None = None, backend: Any = "naive",
                  causal: bool = False, scale: float | None = None, input_std: float = 1.0, seed: int = 0,
                  **backend_options: Any) -> None:
         super().__init__()

@@ -19,12 +19,14 @@ def test_registry_is_a_plain_dict_of_the_five_backends():
     assert list(backends.BACKENDS) == ["naive", "sdpa", "chunked", "flex", "triton"]
     # flex needs a C++ compiler on a CPU (this machine and CI have one); triton runs on a CPU only in its
     # interpreter (TRITON_INTERPRET=1), and says why not otherwise
-    triton = backends.get_backend("triton")
-    on_cpu = ["triton"] if triton.missing("cpu") is None else []
+    from selfattn.backends.capability import unavailable
+
+    why = unavailable(backends.get_backend("triton"), "cpu")
+    on_cpu = ["triton"] if why is None else []
     # (installed plugins, entry points of `selfattn.backends`, follow the built-ins)
     assert backends.available_backends("cpu")[:4 + len(on_cpu)] == ["naive", "sdpa", "chunked", "flex", *on_cpu]
     if not on_cpu:
-        assert "TRITON_INTERPRET=1" in triton.missing("cpu") or "not installed" in triton.missing("cpu")
+        assert "TRITON_INTERPRET=1" in why or "not installed" in why
     assert selfattn.BACKENDS is backends.BACKENDS
 
 

@@ -137,7 +137,7 @@ def test_more_shapes_than_dynamos_default_limit_all_compile():
 
 def test_flex_refuses_what_its_cpu_kernel_cannot_run():
     q, k, v = selfattn.make_qkv(1, 2, 16, 16, 8, dtype=torch.float64)
-    with pytest.raises(selfattn.Unsupported, match="fp32, fp16 and bf16 only"):
+    with pytest.raises(selfattn.Unsupported, match=r"precision fp64 on cpu \(declared: fp32, fp16, bf16\)"):
         selfattn.attention(q, k, v, backend="flex")
     q, k, v = (t.float().requires_grad_(True) for t in (q, k, v))
     with pytest.raises(selfattn.Unsupported, match="no backward"):

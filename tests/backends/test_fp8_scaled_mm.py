@@ -12,6 +12,7 @@ tests/backends/test_fp8.py's CUDA test runs `auto` (scaled_mm on capability >= 8
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -19,7 +20,6 @@ import torch
 import selfattn
 from selfattn import fp8, fp8_mm
 from selfattn.backends import chunked, get_backend, naive
-from selfattn.errors import Unsupported
 from selfattn.inputs import make_qkv
 from selfattn.masks import Masks
 from selfattn.measure import Budget, measure_point
@@ -186,8 +186,10 @@ def test_cuda_rules_decide_each_product_up_front(fake_cuda, capability, cuda_ver
 def test_auto_below_8_9_is_dequant_and_forcing_scaled_mm_there_is_unsupported(fake_cuda):
     fake_cuda((8, 0))
     assert fp8.resolve({}, torch.float8_e4m3fn, "cuda")["fp8_matmul"] == "dequant"
-    with pytest.raises(Unsupported, match=r"^backend\.fp8_matmul=scaled_mm: .*capability >= 8\.9.* 8\.0$"):
-        fp8.resolve({"fp8_matmul": "scaled_mm"}, torch.float8_e4m3fn, "cuda")
+    # a forced scaled_mm resolves as asked; the point is refused before anything runs (capability.why_not asks this)
+    assert fp8.resolve({"fp8_matmul": "scaled_mm"}, torch.float8_e4m3fn, "cuda")["fp8_matmul"] == "scaled_mm"
+    assert re.match(r"^backend\.fp8_matmul=scaled_mm: .*capability >= 8\.9.* 8\.0$", fp8.matmul_reason("scaled_mm", "cuda"))
+    assert fp8.matmul_reason("dequant", "cuda") is None
 
 
 def test_call_products_checks_every_key_bound():

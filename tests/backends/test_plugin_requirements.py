@@ -9,6 +9,7 @@ import pytest
 
 from selfattn.backends import Declaration, Speed, get_backend, registry
 from selfattn.backends.__main__ import main as listing_main
+from selfattn.backends.capability import unavailable
 from selfattn.measure import Budget, measure_point
 from selfattn.measure.predict import predict_call_s
 from selfattn.point import Point
@@ -104,7 +105,7 @@ def test_a_missing_environment_says_no_in_the_listing_and_is_an_unsupported_row(
                          "(here: TRITON_INTERPRET unset); set it before the sweep starts")
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # set: it runs
     assert measure_point(point(name), BUDGET, ()).status == "ok"
-    assert get_backend(name).unavailable_reason("cpu") is None
+    assert unavailable(get_backend(name), "cpu") is None
 
 
 def test_the_listing_exits_1_when_a_named_plugin_cannot_load(plugins, capsys):

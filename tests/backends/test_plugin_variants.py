@@ -85,7 +85,7 @@ def test_a_plugin_declaring_some_variants_is_refused_the_others_naming_them(plug
     q, k, v = _qkv()
     out = selfattn.attention(q, k, v, backend=f"{plugins}:capped", softcap=3.0)
     torch.testing.assert_close(out, attention_reference(q, k, v, softcap=3.0), rtol=0, atol=1e-12)
-    with pytest.raises(selfattn.Unsupported, match=r"^backend capped does not support alibi, sink \(it declares softcap\)$"):
+    with pytest.raises(selfattn.Unsupported, match=r"^backend capped does not support variant alibi, sink \(declared: softcap\)$"):
         selfattn.attention(q, k, v, backend=f"{plugins}:capped", softcap=3.0, alibi=True, sink=1.0)
 
 
@@ -98,9 +98,10 @@ def test_a_plugin_declaring_no_variant_gives_an_unsupported_row_naming_it(plugin
     assert row.time_ms is None  # nothing ran
     q, k, v = _qkv()
     call_axes = {key: tuple(value) if isinstance(value, list) else value for key, value in axes.items()}
-    with pytest.raises(selfattn.Unsupported, match=f"^backend plain does not support {variant} "
-                                                   r"\(it declares no variant\)$"):
+    with pytest.raises(selfattn.Unsupported, match=f"^backend plain does not support variant {variant} "
+                                                   r"\(declared: none\)$") as refused:
         selfattn.attention(q, k, v, backend=f"{plugins}:plain", **call_axes)
+    assert row.error == f"Unsupported: {refused.value}"  # one answer (capability.why_not): the row's and the call's
     # negative control: the same plugin without the variant runs, with a one-width window too
     assert measure_point(Point(backend=f"{plugins}:plain", device="cpu", seq_len=32, heads=2, head_dim=8,
                                window=7), BUDGET).status == "ok"

@@ -12,7 +12,9 @@ import pytest
 import torch
 
 import selfattn
-from selfattn.backends import check_options, describe_name, discovery, get_backend, registry
+from selfattn.backends import Declaration, check_options, describe_name, discovery, get_backend, registry
+from selfattn.backends.capability import unavailable
+from selfattn.backends.contract import declaration_of
 from selfattn.measure import Budget, measure_point
 from selfattn.point import Point
 from selfattn.reference import attention_reference
@@ -164,7 +166,7 @@ def test_entry_points_are_discovered_without_importing_them(tmp_path, monkeypatc
     assert discovery.backend_names()[-1] == "fast" and describe_name("fast") is None
     assert "nowhere_installed" not in __import__("sys").modules
     entry = get_backend("fast")  # its import fails: listed with the error, its points unsupported
-    assert entry.source == "entry_point" and "ModuleNotFoundError" in entry.unavailable_reason("cpu")
+    assert entry.source == "entry_point" and entry.broken and "ModuleNotFoundError" in unavailable(entry, "cpu")
     row = measure_point(small_point("fast"), BUDGET)
     assert row.status == "unsupported" and "nowhere_installed" in row.error and row.backend == "fast"
     # a path with the entry point's name but another target collides: refused, both named
@@ -198,14 +200,18 @@ def test_the_listing_exits_2_when_a_name_given_is_refused(capsys):
 # --- the one registry ----------------------------------------------------------------------------------------
 
 def test_builtins_and_plugins_are_one_kind_of_entry(plugins):
+    """One class, one declaration: a built-in is a function declared with the decorator a plugin uses."""
     naive, plain = get_backend("naive"), get_backend(f"{plugins}:plain")
-    for entry in (naive, plain):
-        for member in ("NAME", "Options", "EFFICIENCY", "available", "resolve_options", "kernel_label",
-                       "predict_mem_bytes", "attention", "bind", "unsupported_reason", "source", "origin"):
-            assert hasattr(entry, member), (entry, member)
-    assert (naive.source, plain.source, plain.NAME) == ("builtin", "path", "plain")
-    assert naive.Options is selfattn.backends.naive.Options  # the module's own facts, not a copy
+    assert type(naive) is type(plain) is registry.Backend
+    assert isinstance(naive.declaration, Declaration) and isinstance(plain.declaration, Declaration)
+    assert naive.fn is selfattn.backends.naive.attention and naive.declaration is declaration_of(naive.fn)
+    assert (naive.source, plain.source, plain.name) == ("builtin", "path", "plain")
+    assert naive.options_type is selfattn.backends.naive.Options  # the module's own facts, not a copy
+    assert naive.declaration.takes_masks and not plain.declaration.takes_masks
     assert plain.defaulted == ("mem_model", "efficiency") and not plain.mem_model_declared
+    assert naive.defaulted == () and naive.mem_model_declared
+    # no member is forwarded to a module: what is not declared is not there
+    assert not hasattr(naive, "predict_mem_bytes") and not hasattr(naive, "NAME")
 
 
 def test_a_path_plugin_runs_through_the_public_call_exactly(plugins):
@@ -289,7 +295,7 @@ def test_a_signal_during_a_plugins_import_stops_the_run_and_is_no_broken_plugin(
     # a plugin's import that raises SystemExit is a broken plugin; Ctrl-C while it imports (a heavy library)
     # must end the sweep, not become unsupported rows "import failed: Interrupted" that a resume then skips
     (tmp_path / f"exits_{plugins}.py").write_text("raise SystemExit(3)\n")
-    assert "import failed: SystemExit" in registry.get_backend(f"exits_{plugins}:fast").unsupported_reason(None, "cpu")
+    assert "import failed: SystemExit" in registry.get_backend(f"exits_{plugins}:fast").error
     (tmp_path / f"signalled_{plugins}.py").write_text(
         f"import {__name__} as t\nraise t._Signal('SIGINT')\n")
     with pytest.raises(_Signal):
@@ -299,12 +305,12 @@ def test_a_signal_during_a_plugins_import_stops_the_run_and_is_no_broken_plugin(
 
 
 def test_a_misspelt_function_of_a_path_names_the_nearest_one(plugins, tmp_path):
-    reason = registry.get_backend(f"{plugins}:plian").unsupported_reason(None, "cpu")
+    reason = registry.get_backend(f"{plugins}:plian").error
     assert f"has no attribute 'plian'; did you mean {plugins}:plain?" in reason, reason
-    reason = registry.get_backend(f"{plugins}:zzzzzz").unsupported_reason(None, "cpu")
+    reason = registry.get_backend(f"{plugins}:zzzzzz").error
     assert reason.endswith("has no attribute 'zzzzzz'"), reason  # nothing near: no guess
     (tmp_path / f"attr_{plugins}.py").write_text("import os\nos.no_such_thing\n")  # raised by its import
-    reason = registry.get_backend(f"attr_{plugins}:plain").unsupported_reason(None, "cpu")
+    reason = registry.get_backend(f"attr_{plugins}:plain").error
     assert "import failed: AttributeError" in reason and "did you mean" not in reason, reason
 
 

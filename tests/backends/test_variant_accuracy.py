@@ -72,7 +72,7 @@ def test_variants_are_exact_against_float64_forward_and_backward(backend, name):
     q, k, v = _inputs(heads, kv_heads, q_len, torch.float64)
     missing = [variant for variant in _used(arguments) if variant not in SUPPORTS[backend]]
     if missing:
-        with pytest.raises(Unsupported, match=f"backend {backend} does not support {missing[0]}"):
+        with pytest.raises(Unsupported, match=f"backend {backend} does not support variant {missing[0]}"):
             selfattn.attention(q, k, v, backend=backend, **arguments)
         return
     upstream = torch.randn(q.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
@@ -111,7 +111,7 @@ def test_sdpa_refuses_softcap_saying_why_in_a_call_and_a_row():
         selfattn.attention(q, k, v, backend="sdpa", softcap=30.0, alibi=True)
     row = measure_point(Point(backend="sdpa", device="cpu", seq_len=32, heads=2, softcap=30.0),
                         Budget(timing_s=0.02, accuracy_rows=8, measure_device_peak=False))
-    assert row.status == "unsupported" and "sdpa does not support softcap" in row.error
+    assert row.status == "unsupported" and "sdpa does not support variant softcap" in row.error
     assert "cannot apply tanh" in row.error
 
 

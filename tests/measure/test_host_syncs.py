@@ -22,6 +22,7 @@ import torch
 
 from selfattn import Point
 from selfattn.backends import get_backend
+from selfattn.backends.capability import unavailable
 from selfattn.measure.workload import build
 from selfattn.precision import resolve_dtype
 
@@ -130,7 +131,7 @@ def test_a_timed_layer_or_generation_call_reads_nothing_on_the_host(backend, sco
 
 @pytest.mark.parametrize("masks", ["pad-causal", "docs"])  # padding and documents: the digest's case
 def test_a_timed_flex_call_reads_nothing_on_the_host(masks):
-    if not get_backend("flex").available("cpu"):
+    if unavailable(get_backend("flex"), "cpu"):
         pytest.skip("flex cannot run on this CPU (no C++ compiler)")
     call = _prepared_call(_point("flex", "fwd", masks), "cpu")
     with no_host_reads():
@@ -157,7 +158,7 @@ CUDA_CASES = [(backend, mode, masks) for backend in ("naive", "sdpa", "chunked")
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend,mode,masks", CUDA_CASES, ids=["-".join(c) for c in CUDA_CASES])
 def test_a_timed_cuda_call_does_not_synchronize(backend, mode, masks):
-    if not get_backend(backend).available("cuda"):
+    if unavailable(get_backend(backend), "cuda"):
         pytest.skip(f"{backend} cannot run on this GPU")
     call = _prepared_call(_point(backend, mode, masks, precision="bf16" if backend == "flex" else "fp32"), "cuda")
     torch.cuda.synchronize()

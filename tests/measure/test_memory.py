@@ -94,12 +94,12 @@ def test_cuda_backward_predicts_one_more_score_matrix_than_a_cpu(backend, option
     the CPU's (bf16: naive's in bf16, the math kernel's upcast to fp32); the forward models are the same."""
     from selfattn.backends import get_backend
 
-    module = get_backend(backend)
+    entry = get_backend(backend)
     point = Point(backend=backend, backend_options=options, precision="bf16", batch=2, heads=8, seq_len=1024,
                   head_dim=64, causal=True, mode="fwd_bwd")
     resolved = {"kernel": "math"} if options else {}
-    cuda, cpu = (module.predict_mem_bytes(point, resolved, device) for device in ("cuda", "cpu"))
+    cuda, cpu = (entry.mem_bytes(point, resolved, device) for device in ("cuda", "cpu"))
     assert cuda - cpu == 2 * 8 * 1024 * 1024 * element_bytes
     point_fwd = Point(backend=backend, backend_options=options, precision="bf16", batch=2, heads=8, seq_len=1024,
                       head_dim=64, causal=True, mode="fwd")
-    assert module.predict_mem_bytes(point_fwd, resolved, "cuda") == module.predict_mem_bytes(point_fwd, resolved, "cpu")
+    assert entry.mem_bytes(point_fwd, resolved, "cuda") == entry.mem_bytes(point_fwd, resolved, "cpu")

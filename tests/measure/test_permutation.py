@@ -60,6 +60,7 @@ def _graphs_in_the_check(monkeypatch):
     def counted(point, dtype, device, **kwargs):
         before = compile_cache.graphs_compiled()
         diff = permutation_max_abs_diff(point, dtype, device, **kwargs)
+        assert kwargs.pop("backend").name == point.backend  # the point's resolved back end, not a second lookup
         seen.append((kwargs, compile_cache.graphs_compiled() - before))
         return diff
 

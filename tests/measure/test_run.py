@@ -224,6 +224,7 @@ def test_tf32_row_whose_kernel_ignores_the_flag_is_marked_as_fp32(monkeypatch):
     import selfattn.precision as precision_module
 
     monkeypatch.setattr(precision_module, "resolve_dtype", lambda precision, device="cpu": torch.float32)
+    monkeypatch.setattr(precision_module, "tf32_reason", lambda device="cpu": None)  # capability.why_not asks it
     row = measure_point(_small(backend="sdpa", precision="tf32"), QUICK)
     assert row.status == "ok", row.error
     assert row.precision == "tf32" and row.computed_as == "fp32"

@@ -194,9 +194,8 @@ def test_a_refusal_does_not_import_torch():
 
 
 def test_a_builtins_option_keys_read_from_conf_are_its_options_fields():
-    from dataclasses import fields
-
     from selfattn.backends import BACKEND_NAMES, get_backend
+    from selfattn.fields import config_fields
 
     for name in BACKEND_NAMES:
-        assert cli_check.builtin_options(name) == tuple(f.name for f in fields(get_backend(name).Options)), name
+        assert cli_check.builtin_options(name) == tuple(f.name for f in config_fields(get_backend(name).options_type)), name

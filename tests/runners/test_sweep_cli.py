@@ -261,7 +261,7 @@ def test_scores_and_encodings_sweep_with_unsupported_and_invalid_rows_naming_the
     assert float(by[("naive", "dot", "rope")]["rope_shift_max_abs_diff"]) < 1e-5
     assert by[("flex", "additive", "none")]["status"] == "unsupported"
     assert by[("flex", "additive", "none")]["error"].startswith(
-        "Unsupported: score=additive: only naive materialises additive scores; flex computes scaled dot products")
+        "Unsupported: backend flex does not support score=additive (declared: dot)")
     assert by[("naive", "dot", "sinusoidal")]["status"] == "invalid"
     assert by[("naive", "dot", "sinusoidal")]["error"] == (
         "pos_enc: sinusoidal is added to the layer's input X, so it needs scope=layer, got scope=core")

@@ -11,6 +11,7 @@ import pytest
 from runners import usage_doc
 from runners.config import RunnerConf, WandbConf
 from selfattn.backends import BACKEND_NAMES, get_backend
+from selfattn.fields import config_fields
 from selfattn.measure.budget import Budget
 from selfattn.point import AXES
 
@@ -27,7 +28,7 @@ def test_every_key_has_a_row():
     keys = [*AXES, *(f.name for f in dataclasses.fields(RunnerConf)),
             *(f"budget.{f.name}" for f in dataclasses.fields(Budget)),
             *(f"wandb.{f.name}" for f in dataclasses.fields(WandbConf)),
-            *(f"backend.{f.name}" for name in BACKEND_NAMES for f in dataclasses.fields(get_backend(name).Options))]
+            *(f"backend.{f.name}" for name in BACKEND_NAMES for f in config_fields(get_backend(name).options_type))]
     for key in keys:
         assert f"| `{key}` |" in reference, key
 

@@ -22,7 +22,7 @@ def test_a_grid_with_bad_values_gives_invalid_rows_and_unsupported_where_the_bac
     by = {(r["backend"], r["softcap"], r["window"], r["sink"], r["alibi"]): r for r in table}
     ok, unsupported = by[("naive", "2", "[3, 0]", "0.5", "true")], by[("sdpa", "2", "[3, 0]", "0.5", "true")]
     assert ok["status"] == "ok" and float(ok["max_abs_err"]) < 1e-5
-    assert unsupported["status"] == "unsupported" and "does not support softcap" in unsupported["error"]
+    assert unsupported["status"] == "unsupported" and "does not support variant softcap" in unsupported["error"]
     assert "cannot apply tanh" in unsupported["error"]
     invalid = [r for r in table if r["status"] == "invalid"]
     assert len(invalid) == 30  # each refused naming its first bad key, its values kept as typed

@@ -109,7 +109,7 @@ def test_mixed_precision_runs_under_autocast_and_says_so(precision):
     (dict(q_len=2), "invalid", "q_len: scope=train is self-attention over X, so q_len must be null or seq_len, got 2"),
     (dict(window=2), "invalid", "window: scope=train supports the causal mask only, got 2"),
     (dict(seq_len=200), "invalid", "seq_len: scope=train holds seq_len - 1 (key, value) pairs of distinct keys"),
-    (dict(backend="flex"), "unsupported", "flex on a CPU has no backward"),
+    (dict(backend="flex"), "unsupported", "backend flex does not support a backward pass on cpu"),
 ], ids=["fwd", "q_len", "window", "seq_len", "flex-cpu"])
 def test_bad_train_points_become_rows_that_say_why(change, status, error):
     row = measure_point(Point(**{**TINY, **change}))
