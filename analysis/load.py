@@ -9,13 +9,13 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, get_args
 
 import numpy as np
 import pandas as pd
 
 from selfattn.fields import field_types
-from selfattn.point import FIELD_NAMES, axis_default, scale_label
+from selfattn.point import AXES, FIELD_NAMES, NULL_MEANS, axis_default, scale_label
 from selfattn.results import COLUMNS, SCHEMA_VERSION, STATUSES, Row, rank
 from selfattn.variants import parse_window, window_text
 
@@ -28,10 +28,11 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 # never be parsed as a number, which would turn every value into NaN.
 TEXT_COLUMNS: tuple[str, ...] = tuple(name for name, kind in field_types(Row).items() if kind is str)
 # Booleans besides `causal` (which must be present) are parsed like it; an empty cell (an older file, or a
-# back end the column does not apply to) reads as the default: the axis's for an axis, else False.
-# `recompiled`: whether a compiling back end's first call of the point compiled new code; `alibi`: an axis;
-# `noisy`: the row's timing passed a noise limit (selfattn/measure/noise.py; an older file's rows: not flagged).
-BOOL_COLUMNS: tuple[str, ...] = ("kv_cache", "recompiled", "alibi", "noisy")
+# back end the column does not apply to) reads as the default: the axis's for an axis (kv_cache, alibi), else
+# False (`recompiled`: whether a compiling back end's first call of the point compiled new code; `noisy`: the
+# row's timing passed a noise limit, selfattn/measure/noise.py; an older file's rows: not flagged).
+BOOL_COLUMNS: tuple[str, ...] = tuple(name for name, kind in field_types(Row).items()
+                                      if name != "causal" and (kind is bool or bool in get_args(kind)))
 # `window` holds a number (one width) or a pair's text ("[63, 0]", selfattn.variants.window_text): read by
 # window_cells, never as a plain number (a pair would turn into NaN, "no window", and join the plain rows).
 WINDOW = "window"
@@ -39,6 +40,10 @@ NUMERIC_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in TEXT_COL
                                          and c not in BOOL_COLUMNS and c != WINDOW)
 # A point is these sweep axes; the same point on the same device measured twice keeps one row.
 POINT_AXES: tuple[str, ...] = tuple(name for name in FIELD_NAMES if name != "device")
+# Axes an older file may lack (not required; a number or a text for a default): its rows measured the default.
+DEFAULTED_AXES: tuple[str, ...] = tuple(
+    name for name in AXES if name not in REQUIRED_COLUMNS and name not in BOOL_COLUMNS
+    and isinstance(axis_default(name), (int, float, str)))
 DEVICE_ID: tuple[str, ...] = ("device", "device_name", "device_capability", "hostname")
 
 
@@ -219,13 +224,13 @@ def _derive(rows: pd.DataFrame) -> pd.DataFrame:
     """Columns every figure uses: canonical scale label, q_len resolved, d_model, parsed time."""
     rows = rows.copy()
     rows["scale"] = rows["scale"].map(_scale_label)
-    rows["q_len"] = rows["q_len"].fillna(rows["seq_len"])  # null q_len means q_len == seq_len
+    for axis, other in NULL_MEANS.items():  # a null stands for another field's value (q_len: seq_len, kv_heads: heads)
+        rows[axis] = rows[axis].fillna(rows[other])
     rows["d_model"] = rows["d_model"].fillna(rows["heads"] * rows["head_dim"])
-    for axis in ("batch", "input_std", "seed", "pad_frac", "new_tokens", "input_outliers", "outlier_std"):  # older files lack these: they measured the default
-        rows[axis] = rows[axis].fillna(axis_default(axis))
-    for axis in ("score", "pos_enc"):  # text axes older files lack: they measured the default (dot, none)
-        rows[axis] = rows[axis].where(rows[axis] != "", axis_default(axis))
-    rows["kv_heads"] = rows["kv_heads"].fillna(rows["heads"])  # null kv_heads means one per query head
+    for axis in DEFAULTED_AXES:  # older files lack these: they measured the default (a text axis: an empty cell)
+        default = axis_default(axis)
+        column = rows[axis]
+        rows[axis] = column.where(column != "", default) if isinstance(default, str) else column.fillna(default)
     # The factor applied to the logits: recorded, or implied by the scale label.
     implied = np.where(rows["scale"] == "auto", 1.0 / np.sqrt(rows["head_dim"]),
                        np.where(rows["scale"] == "none", 1.0, pd.to_numeric(rows["scale"], errors="coerce")))

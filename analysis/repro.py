@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from selfattn.fields import field_types
 from selfattn.metrics import ALL as ALL_METRICS, ran_metrics
-from selfattn.point import AXES, Point, axis_default
+from selfattn.point import AXES, NULL_MEANS, Point, axis_default
 
 _TYPES = field_types(Point)
 _ALWAYS = ("device",)  # auto resolves to whatever the next machine has
@@ -54,10 +54,8 @@ def _text(value: Any) -> str:
 def _differs(name: str, value: Any, row: Mapping[str, Any]) -> bool:
     if name in _ALWAYS:
         return True
-    if name == "q_len":
-        return value != _plain("seq_len", row.get("seq_len"))
-    if name == "kv_heads":
-        return value != _plain("heads", row.get("heads"))
+    if name in NULL_MEANS:  # q_len, kv_heads: null stands for seq_len, heads
+        return value != _plain(NULL_MEANS[name], row.get(NULL_MEANS[name]))
     default = axis_default(name)
     if isinstance(default, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
         return not math.isclose(float(value), default)

@@ -34,12 +34,10 @@ from analysis.cost import memory_metric, skipna, variant_names, variant_labels, 
 from analysis.judged import JUDGED, left_out_text, status_counts
 from analysis.load import window_order
 from analysis.noise import noise_note
-from selfattn.point import FIELD_NAMES
+from selfattn.point import FIELD_NAMES, NULL_MEANS
 
 # Never an axis of the table: the back end and its options are its columns, seeds are repeats of one point.
 NOT_AXES: tuple[str, ...] = ("backend", "backend_options", "seed", "device")
-# A derived field that only restates another on every row (q_len == seq_len, one K/V head per head) is no axis.
-_RESTATES: dict[str, str] = {"q_len": "seq_len", "kv_heads": "heads"}
 MEMORY_COLUMNS: tuple[str, ...] = ("peak_alloc_bytes", "peak_mem_bytes")
 _FASTEST_MARK = "*"
 # The axes that matter most for cost, in the order the leading slice takes them as its rows (seq_len first).
@@ -56,7 +54,7 @@ def swept_axes(rows: pd.DataFrame) -> list[str]:
         values = rows[name]
         if values.astype(str).nunique(dropna=False) <= 1:  # null is a value (window=null,8): pandas 3 keeps it NaN
             continue
-        restated = _RESTATES.get(name)
+        restated = NULL_MEANS.get(name)  # a field that only restates another on every row (q_len = seq_len) is no axis
         if restated in rows and (values.isna() | (values == rows[restated])).all():
             continue
         axes.append(name)
