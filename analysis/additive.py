@@ -12,7 +12,7 @@ import pandas as pd
 
 from analysis.claim import Evidence, claim
 from analysis.cost import _options, memory_metric, variant_names
-from analysis.slices import number_text, plain
+from analysis.slices import number_text, plain_rows
 
 EXPERIMENT = "additive"
 MATCH = ("device_label", "precision", "scope", "mode", "batch", "heads", "kv_heads", "q_len", "seq_len", "head_dim",
@@ -29,7 +29,8 @@ def _naive_defaults(text: str) -> bool:
 def additive_ratios(rows: pd.DataFrame) -> pd.DataFrame:
     """Per (point, dot back end): the additive row's time and memory over the dot-product row's (fastest repeat
     of each, the memory of that repeat); empty without an additive row."""
-    ok = rows[(rows["status"] == "ok") & (rows["time_ms"] > 0) & plain(rows, "pos_enc") & (rows["scale"] == "auto")]
+    ok = rows[(rows["status"] == "ok") & (rows["time_ms"] > 0) & (rows["scale"] == "auto")]
+    ok = plain_rows(ok, vary=("score", *MATCH))  # at every point of MATCH, masks included
     ok = ok[variant_names(ok) == ok["backend"]]  # eager code only: a compiled variant is other code
     metric = memory_metric(ok)
     additive = ok[(ok["score"] == "additive") & (ok["backend"] == "naive")]

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.claim import Evidence, claim
-from analysis.slices import plain
+from analysis.slices import plain_rows
 
 # max |attn(PQ,PK,PV) - P attn(Q,K,V)| still counted as equal: a few roundings of outputs of size ~1
 # (summing in another order); a causal mask must break it by far more.
@@ -25,8 +25,9 @@ SOFTMAX_EXAMPLE = ((2.0, 1.0, 0.5), (0.63, 0.23, 0.14))  # the chapter's worked 
             f"> {PERM_BROKEN_MIN} (the mask breaks it)",
        metrics=("permutation",), experiment="quick")
 def permutation_equivariant(rows: pd.DataFrame) -> Evidence:
-    # without a positional encoding (each encoding breaking it is a claim of analysis/positions.py)
-    ok = rows[(rows["status"] == "ok") & rows["perm_max_abs_diff"].notna() & plain(rows, "pos_enc")]
+    # without a positional encoding (each encoding breaking it is a claim of analysis/positions.py), a window,
+    # padding or ALiBi (each ties what a token sees to its position); dot-product and additive scores alike
+    ok = plain_rows(rows[(rows["status"] == "ok") & rows["perm_max_abs_diff"].notna()], vary=("score",))
     if ok.empty:
         return Evidence("no row has perm_max_abs_diff")
     passes, parts = [], []
@@ -46,7 +47,7 @@ def permutation_equivariant(rows: pd.DataFrame) -> Evidence:
             "FLOPs per call equal across head counts (relative spread < 1e-9)",
        experiment="heads")
 def head_dim_split(rows: pd.DataFrame) -> Evidence:
-    ok = rows[(rows["status"] == "ok") & rows["d_model"].notna() & rows["flops"].notna()]
+    ok = plain_rows(rows[(rows["status"] == "ok") & rows["d_model"].notna() & rows["flops"].notna()], vary=HEAD_GROUP)
     groups = [g for _, g in ok.groupby(HEAD_GROUP, dropna=False) if g["heads"].nunique() >= 2]
     if not groups:
         return Evidence("no d_model measured with two or more head counts")

@@ -24,7 +24,7 @@ from analysis.claim import Evidence, claim, per_rows, study_table
 from analysis.cost import COMPILED_SUFFIX, memory_metric, other_options, variant_names, variant_order
 from analysis.cost_claims import LINEAR_MAX, MAX_CI_HALF_WIDTH, MIN_FIT_SIZES, QUADRATIC_BAND
 from analysis.fit import PowerFit, fit_power_law
-from analysis.slices import PLAIN_UNLESS_NAMED, fix_axes, matches, number_text, plain, self_attention, window_label
+from analysis.slices import fix_axes, matches, number_text, self_attention, window_label
 
 # One panel of the study holds these axes at one value (chosen where the compiled rows are richest)...
 COMPILED_FIXED = ("scope", "batch", "heads", "head_dim", "scale", "input_std")
@@ -86,7 +86,7 @@ def compiled_study(rows: pd.DataFrame) -> pd.DataFrame:
     Each device x precision keeps the fixed axes (heads, d_k, batch, ...) where its compiled rows cover the
     most, the eager rows at those axes beside them, and only the (mode, mask) pairs a compiled variant ran;
     each variant keeps its most measured option set (other options are other experiments)."""
-    rows = self_attention(rows)
+    rows = self_attention(rows, vary=COMPILED_VARY)  # the other ablation axes at their plain value
     if rows.empty:
         return rows
     rows = rows.assign(variant=variant_names(rows), compiled=compiled_code(rows))
@@ -99,9 +99,6 @@ def compiled_study(rows: pd.DataFrame) -> pd.DataFrame:
         chosen = fix_axes(part[part["compiled"]], COMPILED_FIXED, COMPILED_VARY)
         for axis, value in chosen.fixed.items():
             part = part[matches(part[axis], value)]
-        for axis in PLAIN_UNLESS_NAMED:
-            if axis not in COMPILED_FIXED and axis not in COMPILED_VARY:
-                part = part[plain(part, axis)]
         part = part.assign(mask=mask_text(part), panel=f"{precision} · {device}",
                            slice=chosen.describe(always=("heads", "head_dim", "batch")))
         ran = set(zip(part.loc[part["compiled"], "mode"], part.loc[part["compiled"], "mask"]))

@@ -20,7 +20,7 @@ import selfattn.backends as registry  # BACKEND_NAMES is a plain tuple: importin
 from analysis.claim import Evidence, claim
 from analysis.fit import PowerFit, fit_power_law
 from analysis.growth import Growth, judge_growth
-from analysis.slices import Slice, dot_without_positions, fix_axes, self_attention
+from analysis.slices import Slice, fix_axes, self_attention
 from analysis.theilsen import theil_sen
 
 # Where a line ends: the point ran out of memory or the budget guard skipped it (figures 1 and 2 mark them). Only
@@ -316,7 +316,7 @@ def layer_shares(rows: pd.DataFrame) -> pd.DataFrame:
     """Per back end and n: the median time of the core alone / of the whole layer (core + projections),
     where both were measured at the same point (self-attention, every other axis equal)."""
     rows = self_attention(rows)
-    ok = rows[(rows["status"] == "ok") & (rows["time_ms"] > 0) & dot_without_positions(rows)]
+    ok = rows[(rows["status"] == "ok") & (rows["time_ms"] > 0)]
     keys = list(LAYER_MATCH)
     # The fastest repeat of each, as for the cost lines (_points): load only adds time.
     core = ok[ok["scope"] == "core"].groupby(keys, dropna=False)["time_ms"].min().rename("core_ms")

@@ -15,7 +15,7 @@ import pandas as pd
 
 from analysis.claim import Evidence, claim
 from analysis.fit import fit_power_law
-from analysis.slices import number_text
+from analysis.slices import number_text, plain_rows
 
 DECODE_MAX_Q = 16  # a core row with q_len <= this and < seq_len is a decode step (1, or a speculative few)
 CACHE_EXPONENT = (0.7, 1.3)  # fitted exponent of the time per token vs the context, with the cache
@@ -25,6 +25,9 @@ MEMORY_BOUND_FRACTION = 0.3  # a decode step's gbps / the device's copy bandwidt
 GQA_TIME_TOLERANCE = 0.5  # time(kv=heads) / time(kv=1) within this factor of heads / kv_heads (best back end)
 
 DECODE = "Decoding and the KV-cache"
+# The ablation axes the decode steps and generation loops vary; the other ones stay at their plain value (the
+# roofline places every row, whatever it measured).
+DECODE_AXES = ("kv_heads", "new_tokens", "kv_cache")
 
 
 def _ok(rows: pd.DataFrame) -> pd.DataFrame:
@@ -64,7 +67,7 @@ def ceilings(part: pd.DataFrame) -> tuple[float | None, float | None]:
 
 def decode_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """ok forward decode steps of the core with `ms_per_step`."""
-    ok = roofline_rows(rows)
+    ok = roofline_rows(plain_rows(rows, vary=DECODE_AXES))
     ok = ok[(ok["phase"] == "decode") & (ok["mode"] == "fwd")]
     return ok.assign(ms_per_step=ok["time_ms"])
 
@@ -73,7 +76,7 @@ def generate_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """ok scope=generate rows with `ms_per_token` and `context` (the mean context of the loop's steps)."""
     if "scope" not in rows or "new_tokens" not in rows:
         return rows.iloc[0:0]
-    ok = _ok(rows)
+    ok = _ok(plain_rows(rows, vary=DECODE_AXES))
     ok = ok[ok["scope"] == "generate"]
     if ok.empty:
         return ok

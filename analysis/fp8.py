@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.claim import Evidence, claim, per_rows, study_table
-from analysis.slices import number_text
+from analysis.slices import number_text, plain_rows
 from selfattn.fp8_formats import FORMAT_OF, OVERFLOWS_FROM, SATURATES_FROM
 
 FP8 = "FP8 attention"
@@ -24,6 +24,7 @@ EXPERIMENT = "fp8"
 FP8_DEFAULTS = {"fp8_scaling": "tensor", "fp8_block": 64, "hadamard": False, "p_scale": 256.0,
                 "fp8_matmul": "auto"}  # selfattn.fp8.Fp8Options
 BASELINES = ("bf16", "fp16")  # the 16-bit formats the table sets beside FP8
+FP8_AXES = ("input_outliers", "outlier_std")  # the ablation axes the study varies (the other ones held plain)
 # FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608, Table 3): RMSE of FP8 attention on inputs with 0.1%
 # outliers, baseline per-tensor FP8 2.4e-2, FA3's block quantization + incoherent processing 9.1e-3.
 FA3_BASELINE_RMSE, FA3_RMSE = 2.4e-2, 9.1e-3
@@ -51,7 +52,7 @@ def _options(text: str) -> dict:
 @per_rows
 def fp8_points(rows: pd.DataFrame) -> pd.DataFrame:
     """ok FP8 rows with their choices as columns: fmt, fp8_scaling, fp8_block, hadamard, p_scale, variant."""
-    ok = rows[(rows["status"] == "ok") & rows["precision"].isin(list(FORMAT_OF))]
+    ok = plain_rows(rows[(rows["status"] == "ok") & rows["precision"].isin(list(FORMAT_OF))], vary=FP8_AXES)
     if ok.empty:
         return ok
     options = pd.DataFrame([_options(t) for t in ok["backend_options"]], index=ok.index)
@@ -235,8 +236,8 @@ def fp8_error_table(rows: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     fp8 = _scaled_errors(points)
     keys = fp8[["device_label", "seq_len", "head_dim", "heads", "batch", "scope", "mode"]].drop_duplicates()
-    ok = rows[(rows["status"] == "ok") & rows["precision"].isin(BASELINES) & (rows["input_std"] == 1)
-              & (rows["scale"] == "auto") & (rows["backend"] == "naive")]
+    ok = plain_rows(rows[(rows["status"] == "ok") & rows["precision"].isin(BASELINES) & (rows["input_std"] == 1)
+                         & (rows["scale"] == "auto") & (rows["backend"] == "naive")], vary=FP8_AXES)
     base = ok.merge(keys, on=list(keys.columns)).assign(variant="", p_scale=np.nan)
     both = pd.concat([fp8, base], ignore_index=True)
     if both.empty:

@@ -16,10 +16,11 @@ import pandas as pd
 
 from analysis.claim import Evidence, claim, per_rows
 from analysis.cost import variant_labels, variant_names
-from analysis.slices import fix_axes, number_text, plain, self_attention, window_label
+from analysis.slices import fix_axes, number_text, self_attention, window_label
 from selfattn.point import ELEMENT_BYTES
 
 MASKS_FIXED = ("device_label", "precision", "heads", "head_dim", "scale", "input_std")
+MASK_AXES = ("window", "pad_frac", "documents")  # what the masks study varies (causal besides)
 GQA_FIXED = ("device_label", "precision", "heads", "head_dim", "scale", "input_std", "causal", "batch")
 CHUNKED_SLACK = 0.3  # chunked's time ratio may exceed the density by this much (blocks on a boundary, their masks)
 NAIVE_NO_SAVING = 0.8  # naive's time ratio at or above this for every mask: it saves nothing
@@ -46,13 +47,13 @@ def mask_study(rows: pd.DataFrame) -> pd.DataFrame:
     """ok forward rows of the core, plain K/V heads, at each (device, precision, variant)'s largest
     seq_len, with `mask`, `variant` (the back end, '+compile' when compiled), `label` (variant and options)
     and per-sequence `time_per_seq_ms`, `alloc_per_seq_bytes`."""
-    ok = self_attention(rows)
-    ok = ok[(ok["status"] == "ok") & (ok["scope"] == "core") & (ok["mode"] == "fwd") & plain(ok, "kv_heads")]
+    ok = self_attention(rows, vary=MASK_AXES)
+    ok = ok[(ok["status"] == "ok") & (ok["scope"] == "core") & (ok["mode"] == "fwd")]
     if ok.empty or "mask_density" not in ok or ok["mask_density"].isna().all():
         return ok.iloc[0:0]
     ok = ok.assign(mask=ok.apply(mask_kind, axis=1))
     # One slice: rows of other studies (another head count, d_k, precision) never mix into it.
-    ok = fix_axes(ok, MASKS_FIXED, ("mask", "backend", "seq_len", "batch", "window", "pad_frac", "documents")).rows
+    ok = fix_axes(ok, MASKS_FIXED, ("mask", "backend", "seq_len", "batch", *MASK_AXES)).rows
     ok = ok.assign(label=variant_labels(ok), variant=variant_names(ok))
     # A mask study varies the classic masks (the quick study only causal on/off); window pairs join one, but do
     # not make one: the variants study's pairs beside its plain call answer that study's questions
@@ -146,10 +147,8 @@ def sdpa_bool_mask_cost(rows: pd.DataFrame) -> Evidence | None:
 
 def gqa_study(rows: pd.DataFrame) -> pd.DataFrame:
     """ok core rows that vary kv_heads at a fixed number of query heads, with `label` and `kv_bytes`."""
-    ok = self_attention(rows)
+    ok = self_attention(rows, vary=("kv_heads",))
     ok = ok[(ok["status"] == "ok") & (ok["scope"] == "core")]
-    for axis in ("window", "pad_frac", "documents"):
-        ok = ok[plain(ok, axis)]
     if ok.empty:
         return ok
     varied = ok.groupby(["device_label", "heads", "seq_len", "backend"])["kv_heads"].transform("nunique")

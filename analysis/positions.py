@@ -14,7 +14,7 @@ import pandas as pd
 from analysis.basics import PERM_BROKEN_MIN, PERM_TOLERANCE
 from analysis.claim import Evidence, claim
 from analysis.cost import variant_names
-from analysis.slices import number_text, plain, self_attention
+from analysis.slices import number_text, plain_rows, self_attention
 from selfattn.point import POS_ENCODINGS
 
 EXPERIMENT = "positions"
@@ -30,10 +30,8 @@ MATCH = ("device_label", "precision", "backend", "backend_options", "scope", "mo
 
 
 def _ok(rows: pd.DataFrame) -> pd.DataFrame:
-    ok = rows[(rows["status"] == "ok") & plain(rows, "score")]
-    for axis in ("window", "pad_frac", "documents"):  # masks tie keys to positions themselves
-        ok = ok[plain(ok, axis)]
-    return ok
+    """ok rows of every encoding, the other ablation axes plain (a mask ties keys to positions itself)."""
+    return plain_rows(rows[rows["status"] == "ok"], vary=("pos_enc",))
 
 
 @claim("positions_break_equivariance", "Without a positional encoding self-attention is a bag of words "
@@ -71,7 +69,7 @@ def positions_break_equivariance(rows: pd.DataFrame) -> Evidence:
             f"logits / √d_k) <= its precision's tolerance ({', '.join(f'{p} {t:g}' for p, t in ROPE_SHIFT_TOLERANCE.items())})",
        experiment=EXPERIMENT)
 def rope_relative(rows: pd.DataFrame) -> Evidence:
-    ok = rows[(rows["status"] == "ok") & rows["rope_shift_max_abs_diff"].notna()]
+    ok = _ok(rows[rows["rope_shift_max_abs_diff"].notna()])
     if ok.empty:
         return Evidence("no pos_enc=rope row with rope_shift_max_abs_diff")
     worst = ok.groupby("precision", sort=True)["rope_shift_max_abs_diff"].max()
@@ -82,7 +80,7 @@ def rope_relative(rows: pd.DataFrame) -> Evidence:
 
 def rope_ratios(rows: pd.DataFrame) -> pd.DataFrame:
     """Per point (MATCH) measured with and without rope: the fastest time of each and their ratio."""
-    ok = self_attention(_ok(rows))
+    ok = self_attention(_ok(rows), vary=("pos_enc",))
     ok = ok[(ok["time_ms"] > 0) & ok["pos_enc"].isin(["none", "rope"])]
     ok = ok.assign(variant=variant_names(ok))
     keys = [*MATCH, "variant"]

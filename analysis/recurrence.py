@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.claim import Evidence, claim
-from analysis.slices import number_text
+from analysis.slices import number_text, plain_rows
 from selfattn.point import RNN_GATES
 
 RECURRENCE = "Attention against recurrence"
@@ -33,10 +33,11 @@ PATH_KEY = ("device_label", "scope", "d_model", "heads", "kv_heads", "causal", "
 
 
 def path_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """ok rows of scope layer, lstm, gru that carry a far/near ratio, one per PATH_KEY (the median over seeds)."""
+    """ok rows of scope layer (the plain one: no encoding, no GQA, ...), lstm, gru that carry a far/near ratio, one
+    per PATH_KEY (the median over seeds)."""
     if "grad_far_near_ratio" not in rows or "scope" not in rows:
         return rows.iloc[0:0]
-    ok = rows[(rows["status"] == "ok") & rows["scope"].isin(PATH_SCOPES) & rows["grad_far_near_ratio"].notna()]
+    ok = plain_rows(rows[(rows["status"] == "ok") & rows["scope"].isin(PATH_SCOPES) & rows["grad_far_near_ratio"].notna()])
     if ok.empty:
         return ok
     keys = [k for k in PATH_KEY if k in ok]
@@ -48,7 +49,7 @@ def sensitivity_by_distance(rows: pd.DataFrame) -> pd.DataFrame:
     one PATH_KEY (mode and seed), for the figure."""
     if "grad_by_distance" not in rows or "scope" not in rows:
         return pd.DataFrame()
-    ok = rows[(rows["status"] == "ok") & rows["scope"].isin(PATH_SCOPES)]
+    ok = plain_rows(rows[(rows["status"] == "ok") & rows["scope"].isin(PATH_SCOPES)])
     ok = ok[ok["grad_by_distance"].fillna("").astype(str).str.startswith("[")]
     out = []
     keys = [k for k in PATH_KEY if k in ok]
@@ -137,7 +138,7 @@ def flops_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     need = ("tflops", "scope", "d_model")
     if any(c not in rows for c in need):
         return pd.DataFrame()
-    ok = rows[(rows["status"] == "ok") & rows["tflops"].notna() & rows["scope"].isin(PATH_SCOPES)]
+    ok = plain_rows(rows[(rows["status"] == "ok") & rows["tflops"].notna() & rows["scope"].isin(PATH_SCOPES)])
     if ok.empty or not ok["scope"].isin(RNN_SCOPES).any() or not (ok["scope"] == "layer").any():
         return pd.DataFrame()
     keys = list(MATCH)

@@ -5,7 +5,8 @@ the stability sweep varies head_dim at one seq_len, and so on. A figure of time 
 seq_len must hold every other axis fixed, or it would average apples with pears. For
 each such axis, in order, `fix_axes` keeps the value whose rows cover the most distinct
 combinations of what the figure varies (so the slice is the richest one), breaking ties
-with the conventional default (fp32, scale=auto, no mask, fwd, core, input_std=1).
+with the conventional default (fp32, scale=auto, no mask, fwd, core, input_std=1). Every ablation axis
+(selfattn.point.ABLATIONS: a field not marked chapter=True) a study does not name stays at its plain value.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from selfattn.point import AXES, axis_default
+from selfattn.point import ABLATIONS, AXES, NULL_MEANS, axis_default
 
 # The conventional value of each axis, used to break ties between equally rich slices: the
 # sweep's own defaults (fp32, scale=auto, no mask, fwd, core, input_std=1, ...).
@@ -42,9 +43,6 @@ def matches(series: pd.Series, value: Any) -> pd.Series:
     return series == value
 
 
-# The score transforms (selfattn/variants.py): soft-capping, ALiBi and the sink logit change what every score
-# is, so their rows answer the variants study's questions (analysis/variants.py) and no other study's.
-SCORE_TRANSFORMS = ("softcap", "alibi", "sink")
 # A scope=train row is a training run (analysis/training.py reads it), not a call of the attention: its time_ms
 # is an optimizer step and its logit_std the learned model's, so no study of calls may slice into it.
 RUN_SCOPES = ("train",)
@@ -55,37 +53,11 @@ def calls(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[~rows["scope"].isin(RUN_SCOPES)] if "scope" in rows else rows
 
 
-def plain_scores(rows: pd.DataFrame) -> pd.DataFrame:
-    """Rows whose scores are not soft-capped, biased by ALiBi or joined by a sink logit (older files: all)."""
-    keep = pd.Series(True, index=rows.index)
-    for axis in SCORE_TRANSFORMS:
-        keep &= plain(rows, axis)
-    return rows if keep.all() else rows[keep]
-
-
-def self_attention(rows: pd.DataFrame) -> pd.DataFrame:
-    """Calls with q_len == seq_len (full self-attention), or all calls when there are none; plain scores only
-    (the variants study reads the transformed ones itself)."""
-    rows = plain_scores(calls(rows))
-    full = rows[rows["q_len"] == rows["seq_len"]]
-    return full if not full.empty else rows
-
-
-# Axes a figure that neither fixes nor varies them holds at their plain value (no window, no
-# padding, one document, a K/V head per query head, dot-product scores, no positional encoding),
-# so rows of the masks, GQA, additive and positions studies never mix into the figures of the
-# chapter's cost and stability studies (nor the FP8 study's inputs with outliers, nor the variants study's
-# soft-capped, ALiBi-biased or sink rows). A window pair ("[63, 0]", analysis.load) is a window like any other.
-PLAIN_UNLESS_NAMED = ("window", "pad_frac", "documents", "kv_heads", "score", "pos_enc", "input_outliers",
-                      *SCORE_TRANSFORMS)
-
-
 def plain(rows: pd.DataFrame, axis: str) -> pd.Series:
-    """Rows whose `axis` is at its plain value (older files without the column count as plain)."""
+    """Rows whose `axis` is at its plain value, its default (older files without the column count as plain; a
+    null that stands for another field, kv_heads for heads, is plain where the row holds that field's value)."""
     if axis not in rows:
         return pd.Series(True, index=rows.index)
-    if axis == "kv_heads":
-        return rows[axis].isna() | (rows[axis] == rows["heads"])
     default = axis_default(axis)
     # on the column's numpy values: the same answers as pandas' comparisons (NaN equals nothing), in half the time
     values = rows[axis].to_numpy()
@@ -94,27 +66,47 @@ def plain(rows: pd.DataFrame, axis: str) -> pd.Series:
         keep = keep | (values == default)
         if isinstance(default, str):  # a text axis: an empty cell (a row written before it existed) is its default
             keep = keep | (values == "")
+    elif NULL_MEANS.get(axis) in rows:
+        keep = keep | (values == rows[NULL_MEANS[axis]].to_numpy())
     return pd.Series(keep, index=rows.index)
 
 
-def dot_without_positions(rows: pd.DataFrame) -> pd.Series:
-    """Rows of dot-product scores without a positional encoding: what the chapter's cost and stability
-    studies measure (the additive and positions studies have claims of their own)."""
-    return plain(rows, "score") & plain(rows, "pos_enc")
+def held(rows: pd.DataFrame, vary: Iterable[str] = ()) -> pd.Series:
+    """Rows at the plain value of every ablation axis (selfattn.point.ABLATIONS) not in `vary`: a study names
+    the axes it varies, and rows of the other studies' ablations (a window, GQA, additive scores, an encoding,
+    a soft-cap, ...) and of any axis added later never mix into it. A window pair ("[63, 0]", analysis.load) is
+    a window like any other."""
+    named = set(vary)
+    keep = pd.Series(True, index=rows.index)
+    for axis in ABLATIONS:
+        if axis not in named:
+            keep &= plain(rows, axis)
+    return keep
+
+
+def plain_rows(rows: pd.DataFrame, vary: Iterable[str] = ()) -> pd.DataFrame:
+    """`rows` less those off the plain value of an ablation axis not in `vary` (the same object when none is)."""
+    keep = held(rows, vary)
+    return rows if keep.all() else rows[keep]
+
+
+def self_attention(rows: pd.DataFrame, vary: Iterable[str] = ()) -> pd.DataFrame:
+    """Calls with q_len == seq_len (full self-attention), or all calls when there are none, at the plain value of
+    every ablation axis not in `vary`."""
+    rows = plain_rows(calls(rows), vary)
+    full = rows[rows["q_len"] == rows["seq_len"]]
+    return full if not full.empty else rows
 
 
 def fix_axes(rows: pd.DataFrame, fixed: Sequence[str], vary: Sequence[str],
              prefer: Mapping[str, Any] | None = None) -> Slice:
     """Keep one value of each axis in `fixed` (in order), maximising the coverage of `vary`;
-    axes of PLAIN_UNLESS_NAMED not in either stay at their plain value."""
+    ablation axes in neither stay at their plain value (`held`)."""
     prefer = {**PREFERRED, **(prefer or {})}
     rows = calls(rows)
     # The slice is narrowed on a boolean mask and only the columns that choose are read: the rows themselves
     # (a hundred-odd columns) are copied once, at the end, not at every step.
-    keep = pd.Series(True, index=rows.index)
-    for axis in PLAIN_UNLESS_NAMED:
-        if axis not in fixed and axis not in vary:
-            keep &= plain(rows, axis)
+    keep = held(rows, (*fixed, *vary))
     ok = rows["status"] == "ok"
     chosen: dict[str, Any] = {}
     candidates: dict[str, int] = {}

@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis.claim import Evidence, claim, per_rows
 from analysis.fit import fit_power_law
-from analysis.slices import Slice, dot_without_positions, fix_axes, number_text, self_attention
+from analysis.slices import Slice, fix_axes, number_text, self_attention
 
 METRICS = ("logit_std", "softmax_entropy", "max_weight", "saturated_frac", "grad_norm_q", "grad_norm_k",
            "grad_norm_logits", "nonfinite_frac", "grad_nonfinite_frac")
@@ -72,7 +72,7 @@ def overflow_rows(rows: pd.DataFrame) -> pd.DataFrame:
     `predicted` (the Gaussian-tail fraction for where that row's product is formed)."""
     rows = self_attention(rows)
     part = rows[(rows["status"] == "ok") & rows["precision"].isin(["fp16", "bf16"]) & rows["nonfinite_frac"].notna()
-                & rows["scale"].isin(["auto", "none"]) & dot_without_positions(rows)].copy()
+                & rows["scale"].isin(["auto", "none"])].copy()
     if part.empty:
         return part.assign(placement=pd.Series(dtype=str), variant=pd.Series(dtype=str),
                            predicted=pd.Series(dtype=float))

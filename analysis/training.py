@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.claim import Evidence, claim, per_rows, study_table
-from analysis.slices import number_text
+from analysis.slices import number_text, plain_rows
 
 TRAINING = "Training with and without the scale"
 EXPERIMENT = "training"
@@ -33,6 +33,7 @@ def train_rows(rows: pd.DataFrame) -> pd.DataFrame:
     if "scope" not in rows or "loss_final" not in rows:
         return rows.iloc[0:0]
     ok = rows[(rows["status"] == "ok") & (rows["scope"] == "train") & rows["scale"].isin(["auto", "none"])]
+    ok = plain_rows(ok, vary=("steps", "lr"))  # a run's own axes; the other ablations at their plain value
     return ok.assign(loss_final=pd.to_numeric(ok["loss_final"], errors="coerce"))
 
 

@@ -24,7 +24,7 @@ from analysis.claim import Evidence, claim, per_rows, study_table
 from analysis.cost import COMPILED_SUFFIX, memory_metric, variant_labels, variant_names
 from analysis.cost_claims import LINEAR_MAX, MAX_CI_HALF_WIDTH
 from analysis.growth import LINEAR, MIN_MODEL_SIZES, NEGLIGIBLE_SHARE, QUADRATIC, SUB_QUADRATIC, judge_growth
-from analysis.slices import SCORE_TRANSFORMS, calls, fix_axes, number_text, plain, plain_scores, window_label
+from analysis.slices import calls, fix_axes, number_text, plain, plain_rows, window_label
 
 VARIANTS = "Attention variants"
 EXPERIMENT = "variants"
@@ -33,6 +33,8 @@ EXPERIMENT = "variants"
 BLOCK_SKIPPING = ("chunked", "flex", "triton")
 CONTROL = "naive"
 PLAIN = "plain"
+# The score transforms: soft-capping, ALiBi and the sink logit change what every score is (a window pair is a mask).
+TRANSFORMS = ("softcap", "alibi", "sink")
 # The axes one figure or table holds fixed; what it varies: back end, variant (window, causal, transforms), n.
 VARIANT_FIXED = ("device_label", "precision", "scope", "mode", "batch", "heads", "head_dim", "scale", "input_std")
 VARIANT_VARY = ("backend", "backend_options", "seq_len", "causal", "window", "softcap", "alibi", "sink")
@@ -67,7 +69,7 @@ def uses_variant(rows: pd.DataFrame) -> pd.Series:
     used = pd.Series(False, index=rows.index)
     if "window" in rows:
         used |= rows["window"].map(lambda w: isinstance(w, str))
-    for axis in SCORE_TRANSFORMS:
+    for axis in TRANSFORMS:
         used |= ~plain(rows, axis)
     return used
 
@@ -76,10 +78,8 @@ def variant_study(rows: pd.DataFrame) -> pd.DataFrame:
     """Core forward self-attention rows of the plain call and every variant, ok or not, at one value of the other
     axes, with `variant` (variant_kind), `backend_label` (variant_labels) and `name` (variant_names); empty when
     no row uses a variant."""
-    rows = calls(rows)
+    rows = plain_rows(calls(rows), vary=VARIANT_VARY)
     rows = rows[(rows["q_len"] == rows["seq_len"]) & (rows["status"] != "invalid")]
-    for axis in ("kv_heads", "pad_frac", "documents", "score", "pos_enc", "input_outliers"):
-        rows = rows[plain(rows, axis)]
     if rows.empty or not uses_variant(rows).any():
         return rows.iloc[0:0]
     rows = fix_axes(rows, VARIANT_FIXED, VARIANT_VARY).rows
@@ -147,11 +147,9 @@ def variant_cost_table(rows: pd.DataFrame) -> pd.DataFrame:
 def _window_lines(rows: pd.DataFrame) -> dict[tuple, pd.DataFrame]:
     """{(device, precision, variant name, label, window cell, causal): its ok forward time rows} for windowed
     rows of plain scores, at one value of the other axes per device and precision."""
-    rows = plain_scores(calls(rows))
+    rows = plain_rows(calls(rows), vary=("window",))
     ok = rows[(rows["status"] == "ok") & (rows["q_len"] == rows["seq_len"]) & rows["time_ms"].notna()
               & rows["window"].notna()]
-    for axis in ("kv_heads", "pad_frac", "documents", "score", "pos_enc", "input_outliers"):
-        ok = ok[plain(ok, axis)]
     lines: dict[tuple, pd.DataFrame] = {}
     for (device, precision), part in ok.groupby(["device_label", "precision"], sort=True):
         part = fix_axes(part, WINDOW_FIXED, ("backend", "backend_options", "seq_len", "window", "causal")).rows
@@ -229,11 +227,9 @@ def window_linear_time(rows: pd.DataFrame) -> Evidence | None:
 def softcap_twins(rows: pd.DataFrame) -> pd.DataFrame:
     """Soft-capped naive fp16 unscaled rows beside their uncapped twin (`uncapped_frac`: its non-finite
     fraction), ok rows with a measured non-finite fraction, plain otherwise (no ALiBi, sink, padding, ...)."""
-    rows = calls(rows)
+    rows = plain_rows(calls(rows), vary=("softcap",))
     part = rows[(rows["status"] == "ok") & (rows["backend"] == "naive") & (rows["precision"] == "fp16")
                 & (rows["scale"] == "none") & (rows["q_len"] == rows["seq_len"]) & rows["nonfinite_frac"].notna()]
-    for axis in ("alibi", "sink", "window", "kv_heads", "pad_frac", "documents", "score", "pos_enc", "input_outliers"):
-        part = part[plain(part, axis)]
     capped, uncapped = part[part["softcap"].notna()], part[part["softcap"].isna()]
     if capped.empty:
         return capped

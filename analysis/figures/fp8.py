@@ -11,9 +11,9 @@ from matplotlib.lines import Line2D
 from analysis.figures import grid
 from analysis.figures.common import Context, Made, Skipped, save, set_log2_ticks, suptitle
 from analysis.figures.style import precision_color, scale_color
-from analysis.fp8 import BASELINES, _scaled_errors, fp8_points, overflow_points, predicted_nonfinite_frac, \
+from analysis.fp8 import BASELINES, FP8_AXES, _scaled_errors, fp8_points, overflow_points, predicted_nonfinite_frac, \
     predicted_saturated_frac
-from analysis.slices import number_text, scale_text
+from analysis.slices import number_text, plain_rows, scale_text
 
 EXPERIMENT = "fp8"
 VARIANT_ORDER = ("tensor", "tensor+H", "block64", "block64+H")
@@ -35,9 +35,9 @@ def fp8_error(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         grid.points(ax, cell, x="variant", order=variants, y="rel_rms_err", hue="precision", hue_order=precisions,
                     palette={p: precision_color(p) for p in precisions}, estimator="median",
                     dodge=0.3 if len(precisions) > 1 else 0.0)
-    base = rows[(rows["status"] == "ok") & rows["precision"].isin(BASELINES) & (rows["backend"] == "naive")
-                & (rows["input_std"] == 1) & rows["seq_len"].isin(part["seq_len"].unique())
-                & rows["head_dim"].isin(part["head_dim"].unique())]
+    base = plain_rows(rows[(rows["status"] == "ok") & rows["precision"].isin(BASELINES) & (rows["backend"] == "naive")
+                           & (rows["input_std"] == 1) & rows["seq_len"].isin(part["seq_len"].unique())
+                           & rows["head_dim"].isin(part["head_dim"].unique())], vary=FP8_AXES)
     for (p_text, outliers_text), ax in g.axes_dict.items():
         share = float(outliers_text.split()[-1])
         for precision, h in base[base["input_outliers"].fillna(0) == share].groupby("precision"):

@@ -14,7 +14,7 @@ from analysis.figures import Context, Made
 from analysis.figures.variants import variant_costs
 from analysis.load import load, window_order
 from analysis.masks import mask_kind, mask_study
-from analysis.slices import fix_axes, plain_scores, self_attention
+from analysis.slices import fix_axes, plain_rows, self_attention
 from analysis.summary import summary_markdown, summary_text
 from analysis.variants import BLOCK_SKIPPING, VARIANTS, variant_cost_table, variant_kind, variant_ratios
 
@@ -96,7 +96,7 @@ def test_score_transforms_stay_out_of_every_other_study(tmp_path, fabricate):
     with_variant(f, seq_len=256, sink=0.5)
     rows = loaded(tmp_path, f)
     assert rows["alibi"].tolist() == [False, False, True, False]
-    assert len(plain_scores(rows)) == len(self_attention(rows)) == 1
+    assert len(plain_rows(rows)) == len(self_attention(rows)) == 1
     assert len(fix_axes(rows, ("precision",), ("seq_len",)).rows) == 1
     assert len(fix_axes(rows, ("precision",), ("seq_len", "softcap", "alibi", "sink")).rows) == 4
     assert [variant_kind(r) for _, r in rows.iterrows()] == ["plain", "softcap 30", "ALiBi", "sink 0.5"]
