@@ -25,9 +25,9 @@ MEMORY_BOUND_FRACTION = 0.3  # a decode step's gbps / the device's copy bandwidt
 GQA_TIME_TOLERANCE = 0.5  # time(kv=heads) / time(kv=1) within this factor of heads / kv_heads (best back end)
 
 DECODE = "Decoding and the KV-cache"
-# The ablation axes the decode steps and generation loops vary; the other ones stay at their plain value (the
+# The ablation axis the decode steps and generation loops vary; the others stay at their plain value (the
 # roofline places every row, whatever it measured).
-DECODE_AXES = ("kv_heads", "new_tokens", "kv_cache")
+DECODE_AXES = ("kv_heads",)
 
 
 def _ok(rows: pd.DataFrame) -> pd.DataFrame:

@@ -6,7 +6,7 @@ seq_len must hold every other axis fixed, or it would average apples with pears.
 each such axis, in order, `fix_axes` keeps the value whose rows cover the most distinct
 combinations of what the figure varies (so the slice is the richest one), breaking ties
 with the conventional default (fp32, scale=auto, no mask, fwd, core, input_std=1). Every ablation axis
-(selfattn.point.ABLATIONS: a field not marked chapter=True) a study does not name stays at its plain value.
+(selfattn.point.ABLATIONS: a field not marked plain=False) a study does not name stays at its plain value.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ def train_rows(rows: pd.DataFrame) -> pd.DataFrame:
     if "scope" not in rows or "loss_final" not in rows:
         return rows.iloc[0:0]
     ok = rows[(rows["status"] == "ok") & (rows["scope"] == "train") & rows["scale"].isin(["auto", "none"])]
-    ok = plain_rows(ok, vary=("steps", "lr"))  # a run's own axes; the other ablations at their plain value
+    ok = plain_rows(ok)  # the ablation axes at their plain value
     return ok.assign(loss_final=pd.to_numeric(ok["loss_final"], errors="coerce"))
 
 

@@ -37,7 +37,7 @@ def spec(
     parse: Callable[[Any], Any] | None = None,
     default_factory: Callable[[], Any] | Any = _MISSING,
     config: bool = True,
-    chapter: bool = False,
+    plain: bool = True,
     null_means: str | None = None,
 ) -> Any:
     """A dataclass field with its rules: allowed `choices`, bounds (`ge`, `gt`, `le`), or a
@@ -45,13 +45,13 @@ def spec(
     `config=False`: a value the harness derives (FP8's format, from the precision), which a call may be given
     but a config never holds: conf/ and the config reference leave it out (`config_fields`).
 
-    For `Point`'s fields (the sweep axes) only: `chapter=True` marks an axis the chapter's studies vary
-    or fix themselves (back end, n, d_k, ...); every other axis is an ablation whose default is the
-    chapter's plain case, and the analysis leaves its other values out of every study that does not
-    name it (analysis/slices.py). `null_means`: the field whose value a null stands for (kv_heads: heads),
-    which is what a row's column holds then."""
+    For `Point`'s fields (the sweep axes) only: `plain` (the default) says the field's default is the
+    chapter's plain case, and the analysis leaves rows at any other value out of every study that does
+    not name the axis (analysis/slices.py); `plain=False`: no plain case, every study varies the axis or
+    fixes one value of it (back end, n, d_k, ...). `null_means`: the field whose value a null stands for
+    (kv_heads: heads), which is what a row's column holds then."""
     metadata = {"help": help, "choices": tuple(choices) if choices is not None else None,
-                "ge": ge, "gt": gt, "le": le, "lt": lt, "parse": parse, "config": config, "chapter": chapter,
+                "ge": ge, "gt": gt, "le": le, "lt": lt, "parse": parse, "config": config, "plain": plain,
                 "null_means": null_means}
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)

@@ -87,48 +87,50 @@ def _check_scale(value: Any) -> Any:
 class Point:
     """One measured configuration. Field names are the sweep's flat config keys.
 
-    `chapter=True` marks the axes the chapter's studies vary or fix themselves; every other field is an
-    ablation whose default is the plain case (ABLATIONS below): leave a new axis unmarked."""
+    A field's default is the chapter's plain case (no window, dot-product scores, ...), and the analysis leaves
+    rows at any other value out of the studies that do not name the axis (ABLATIONS below), unless the field says
+    `plain=False`: an axis every study varies or fixes itself (the back end, n, d_k, ...; the axes of one scope,
+    which the scope already separates). Leave a new axis unmarked."""
 
-    backend: str = spec("naive", parse=check_backend, chapter=True,
+    backend: str = spec("naive", parse=check_backend, plain=False,
                         help="the attention back end: naive | sdpa | chunked | flex | triton, an installed plugin's "
                              "name, or a path module:function (docs/plugins.md; `python -m selfattn.backends` lists them)")
     backend_options: Mapping[str, Any] = spec(
-        default_factory=dict, chapter=True, help="the back end's own options (config: backend.<option>)")
-    precision: str = spec("fp32", choices=PRECISIONS, chapter=True, help="storage and compute precision")
-    device: str = spec("auto", choices=DEVICES, chapter=True, help="auto: cuda when torch sees a GPU, else cpu")
-    batch: int = spec(1, ge=1, chapter=True, help="sequences per call")
-    heads: int = spec(8, ge=1, chapter=True, help="attention heads")
+        default_factory=dict, plain=False, help="the back end's own options (config: backend.<option>)")
+    precision: str = spec("fp32", choices=PRECISIONS, plain=False, help="storage and compute precision")
+    device: str = spec("auto", choices=DEVICES, plain=False, help="auto: cuda when torch sees a GPU, else cpu")
+    batch: int = spec(1, ge=1, plain=False, help="sequences per call")
+    heads: int = spec(8, ge=1, plain=False, help="attention heads")
     kv_heads: int | None = spec(None, ge=1, null_means="heads",
                                 help="K/V heads (grouped-query attention); null: heads; 1: multi-query")
-    q_len: int | None = spec(None, ge=1, chapter=True, null_means="seq_len",
+    q_len: int | None = spec(None, ge=1, plain=False, null_means="seq_len",
                              help="queries per sequence; null: seq_len (1: one decode step)")
-    seq_len: int = spec(1024, ge=1, chapter=True, help="keys per sequence (n)")
-    head_dim: int = spec(64, ge=1, chapter=True, help="d_k, the dimension of one head")
-    causal: bool = spec(False, chapter=True, help="bottom-right aligned causal mask")
+    seq_len: int = spec(1024, ge=1, plain=False, help="keys per sequence (n)")
+    head_dim: int = spec(64, ge=1, plain=False, help="d_k, the dimension of one head")
+    causal: bool = spec(False, plain=False, help="bottom-right aligned causal mask")
     window: int | tuple[int, int] | None = spec(
         None, parse=parse_window,
         help="sliding window: an integer w (query p sees keys j with p - j < w, and j - p < w unless causal) or a "
              "pair [left, right] (p - left <= j <= p + right, -1 unbounded; causal caps right at 0)")
     pad_frac: float = spec(0.0, ge=0, lt=1, help="mean fraction of each sequence's keys that are right padding (lengths from the seed)")
     documents: int | None = spec(None, ge=1, help="packed documents of seeded, unequal lengths per sequence; null: one")
-    scale: Any = spec("auto", parse=_check_scale, chapter=True,
+    scale: Any = spec("auto", parse=_check_scale, plain=False,
                       help="auto (1/sqrt(head_dim)) | none (1.0, the unscaled ablation) | a positive number")
-    mode: str = spec("fwd", choices=("fwd", "fwd_bwd"), chapter=True, help="forward only, or forward and backward")
-    scope: str = spec("core", choices=("core", "layer", "generate", *RNN_GATES, "train"), chapter=True,
+    mode: str = spec("fwd", choices=("fwd", "fwd_bwd"), plain=False, help="forward only, or forward and backward")
+    scope: str = spec("core", choices=("core", "layer", "generate", *RNN_GATES, "train"), plain=False,
                       help="core (Q, K, V given) | layer (X with Q/K/V/O projections) | "
                            "generate (new_tokens tokens after a seq_len-token prompt, selfattn/decode.py) | "
                            "lstm, gru (one torch.nn.LSTM / nn.GRU layer over X, hidden size d_model: the recurrent baselines) | "
                            "train (a short training run on associative recall, selfattn/train/)")
-    new_tokens: int = spec(16, ge=1, help="scope=generate: tokens generated after the prompt (T)")
-    kv_cache: bool = spec(True, help="scope=generate: keep K and V of past tokens (true) or recompute the prefix every step")
-    steps: int = spec(200, ge=1, help="scope=train: optimizer steps (AdamW)")
-    lr: float = spec(3e-3, gt=0, help="scope=train: learning rate")
+    new_tokens: int = spec(16, ge=1, plain=False, help="scope=generate: tokens generated after the prompt (T)")
+    kv_cache: bool = spec(True, plain=False, help="scope=generate: keep K and V of past tokens (true) or recompute the prefix every step")
+    steps: int = spec(200, ge=1, plain=False, help="scope=train: optimizer steps (AdamW)")
+    lr: float = spec(3e-3, gt=0, plain=False, help="scope=train: learning rate")
     score: str = spec("dot", choices=SCORES, help="dot (the back ends' scaled dot product) | additive (Bahdanau's "
                       "v^T tanh(W_q q + W_k k), naive and scope=core only: selfattn/additive.py)")
     pos_enc: str = spec("none", choices=POS_ENCODINGS, help="none | sinusoidal, learned (added to X: scope=layer) | "
                         "rope (q and k rotated per head: scope=core, layer) (selfattn/positions.py)")
-    input_std: float = spec(1.0, gt=0, chapter=True,
+    input_std: float = spec(1.0, gt=0, plain=False,
                             help="standard deviation of the random inputs (scope=train: of the embeddings)")
     input_outliers: float = spec(0.0, ge=0, le=1, help="scope=core: probability that an entry of Q, K, V gets an extra N(0, outlier_std^2) term")
     outlier_std: float = spec(10.0, gt=0, help="standard deviation of that extra term (input_outliers > 0)")
@@ -138,7 +140,7 @@ class Point:
                        "(slopes 2^(-8(h+1)/H); selfattn/variants.py)")
     sink: float | None = spec(None, parse=parse_sink, help="a sink logit: null, or a number joining every softmax's "
                               "denominator with no value vector (GPT-OSS, FlashAttention 4's learnable sink)")
-    seed: int = spec(0, ge=0, chapter=True, help="seed of the inputs and of the sampled accuracy rows")
+    seed: int = spec(0, ge=0, plain=False, help="seed of the inputs and of the sampled accuracy rows")
 
     def __post_init__(self) -> None:
         # a window pair arrives as a list (Hydra, JSON): kept as a tuple, so a Point and its Masks hash
@@ -351,10 +353,10 @@ def _check_scores_positions(point: Point) -> None:
 
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Point))
-# The ablation axes: every field not marked chapter=True. Each one's default is the chapter's plain case (no
+# The ablation axes: every field not marked plain=False. Each one's default is the chapter's plain case (no
 # window, dot-product scores, no soft-cap, ...): a study that does not name the axis reads only its rows at that
 # value (analysis/slices.py), so a new axis stays out of the chapter's figures without an edit in analysis/.
-ABLATIONS: tuple[str, ...] = tuple(f.name for f in fields(Point) if not f.metadata.get("chapter"))
+ABLATIONS: tuple[str, ...] = tuple(f.name for f in fields(Point) if f.metadata.get("plain", True))
 # A null that stands for another field's value (kv_heads: heads, q_len: seq_len): a row's column holds that value.
 NULL_MEANS: dict[str, str] = {f.name: f.metadata["null_means"] for f in fields(Point) if f.metadata.get("null_means")}
 # The fields point ids have hashed since they began (a historical record, not a list to extend).

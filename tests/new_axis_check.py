@@ -9,8 +9,8 @@ config: the config takes dropout=0.1 (the point, its columns, a measured row's a
     the code without the axis gives it).
 analysis: on the default sweep's rows (tests/analysis/data/quick_cpu_results.csv), a dropout column at 0.0
     changes nothing, and a copy of every ok row at dropout=0.1 with other numbers changes no claim, study table,
-    exponent or figure slice; the negative control: taken for an axis the chapter varies (no longer held plain),
-    the same rows do change them.
+    exponent or figure slice; the negative control: taken for an axis without a plain value (plain=False, no
+    longer held), the same rows do change them.
 Prints one line per check and exits 0 when it passed, 1 otherwise.
 """
 
@@ -92,7 +92,7 @@ def check_analysis() -> None:
         before = digest(fixture)
         assert digest(plain_csv) == before, "rows at the plain value read differently from a file without the axis"
         assert digest(mixed_csv) == before, "rows at dropout=0.1 reached a claim, table or figure slice"
-        slices.ABLATIONS = tuple(a for a in slices.ABLATIONS if a != "dropout")  # as if marked chapter=True
+        slices.ABLATIONS = tuple(a for a in slices.ABLATIONS if a != "dropout")  # as if marked plain=False
         assert digest(mixed_csv) != before, "negative control: without the filter the rows change nothing"
 
 

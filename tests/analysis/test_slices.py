@@ -47,12 +47,12 @@ def off_plain(axis):
     return 3 if default is None else default + 0.5
 
 
-def test_an_axis_not_marked_chapter_is_held_at_its_default_unless_a_study_names_it():
+def test_an_axis_not_marked_plain_false_is_held_at_its_default_unless_a_study_names_it():
     from analysis.slices import plain_rows, self_attention
     from selfattn.point import ABLATIONS
 
     assert {"window", "kv_heads", "score", "pos_enc", "softcap", "input_outliers"} <= set(ABLATIONS)
-    assert not {"backend", "seq_len", "head_dim", "precision", "causal", "scale", "seed"} & set(ABLATIONS)
+    assert not {"backend", "seq_len", "head_dim", "precision", "causal", "scale", "seed", "new_tokens"} & set(ABLATIONS)
     for axis in ABLATIONS:
         data = rows([{"seq_len": 256, "q_len": 256, "heads": 8, "precision": "fp32"},
                      {"seq_len": 256, "q_len": 256, "heads": 8, "precision": "fp32", axis: off_plain(axis)}])
