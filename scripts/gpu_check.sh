@@ -241,7 +241,7 @@ for path in tests/*; do
   case ${path#tests/} in gpu|measure|conftest.py|__pycache__|__init__.py) ;; *) OTHER_TESTS+=("$path") ;; esac
 done
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider --continue-on-collection-errors)
-XDIST_WORKERS=6
+XDIST_WORKERS=8  # the compiled tests (8) in one round: 16 cores and 139 GiB hold them
 # The attention variants' CUDA tests (tests/gpu/test_sdpa_variants.py, test_flex_variants.py's) do not fit the 480 s
 # plan beside these: run them apart, `python -m pytest -m gpu -k variants` (docs/gpu.md).
 # Nor does the isolated worker's CUDA test (tests/gpu/test_isolate_gpu.py: two interpreters start and import torch and

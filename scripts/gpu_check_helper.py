@@ -56,8 +56,8 @@ TEST_S = 0.6             # a CUDA test at small sizes, on average: most take 0.1
                          # a forced kernel, a memory peak), a few 2-10 s (do_bench agreement, the OOM
                          # test's fresh process)
 COMPILED_TEST_S = 40.0   # a test of the compiled back ends ("compiled" or "flex" in its id, as the stage
-                         # selects them): a cold flex forward takes 10-20 s, forward+backward 20-40 s,
-                         # tests/backends' CUDA test compiles flex, naive and chunked both ways
+                         # selects them): a cold flex forward takes 10-20 s, forward+backward 20-40 s
+                         # (one compiled back end per test: three in one outran its 60 s limit)
 UNCOLLECTED_TESTS_S = 60.0  # a test stage whose collection did not finish in time (the plan's limit)
 XDIST_START_S = 10.0     # pytest-xdist's workers (`-n N`): each starts torch and collects again, at once
 PARALLEL_COMPILES = 4    # cold compiles at once before they slow each other (16 cores: inductor's
