@@ -224,3 +224,23 @@ def test_bad_fp8_matmul_names_the_key(backend, options, match):
     with pytest.raises(ValueError, match=match) as info:
         selfattn.attention(q, k, v, backend=backend, **options)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rowwise", [False, True], ids=["tensor", "rowwise"])
+def test_cuda_scaled_mm_writes_fp32_scores_not_bf16_ones(rowwise):
+    """What scaled_mm's fp32 output holds on this GPU, against float64 of the same fp8 values: the FP8 tensor
+    cores' accumulation (about 1e-4 relative RMS on an H200, per-tensor and rowwise scales alike), never bf16's
+    rounding (1.7e-3), which would move the scores as much as a bf16 product does."""
+    if torch.cuda.get_device_capability() < fp8.SCALED_MM_CAPABILITY:
+        pytest.skip("_scaled_mm needs CUDA capability >= 8.9")
+    if rowwise and not fp8_mm.rowwise_fp32(torch.device("cuda")):
+        pytest.skip("rowwise scales with an fp32 output need capability 9.x and CUDA >= 12.9")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a8, b8 = ((torch.randn(256, 1024, device="cuda", generator=g) * 4).to(torch.float8_e4m3fn) for _ in range(2))
+    scales = ((torch.ones(256, 1, device="cuda"), torch.ones(1, 256, device="cuda")) if rowwise
+              else (torch.ones((), device="cuda"),) * 2)
+    out = torch._scaled_mm(a8, b8.T, scale_a=scales[0], scale_b=scales[1], out_dtype=torch.float32)
+    want = a8.double() @ b8.double().T
+    err = ((out.double() - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt()).item()
+    assert err < 5e-4, f"relative RMS {err:.2e}: the fp32 output was rounded to less than 11 bits"
