@@ -61,14 +61,15 @@ def fp8_points(rows: pd.DataFrame) -> pd.DataFrame:
     return ok.assign(variant=variant_text(ok))
 
 
-def variant_text(points: pd.DataFrame) -> pd.Series:
-    """'tensor', 'block64+H', 'raw', 'tensor (dequant)' ...: the Q/K/V quantization of each FP8 row, and its
-    products' fp8_matmul where one was asked (not auto)."""
+def variant_text(points: pd.DataFrame, with_matmul: bool = True) -> pd.Series:
+    """'tensor', 'block64+H', 'raw', 'tensor (dequant)' ...: the Q/K/V quantization of each FP8 row, and (with_matmul)
+    its products' fp8_matmul where one was asked (not auto)."""
     scaling = points["fp8_scaling"].where(points["fp8_scaling"] != "block",
                                           "block" + points["fp8_block"].astype(int).astype(str))
     scaling = scaling.where(scaling != "none", "raw")
     matmul = points["fp8_matmul"].astype(str)
-    return scaling + np.where(points["hadamard"], "+H", "") + np.where(matmul != "auto", " (" + matmul + ")", "")
+    suffix = np.where((matmul != "auto") & with_matmul, " (" + matmul + ")", "")
+    return scaling + np.where(points["hadamard"], "+H", "") + suffix
 
 
 def _scaled_errors(points: pd.DataFrame) -> pd.DataFrame:

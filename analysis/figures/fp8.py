@@ -12,7 +12,7 @@ from analysis.figures import grid
 from analysis.figures.common import Context, Made, Skipped, save, set_log2_ticks, suptitle
 from analysis.figures.style import precision_color, scale_color
 from analysis.fp8 import BASELINES, FP8_AXES, _scaled_errors, fp8_points, overflow_points, predicted_nonfinite_frac, \
-    predicted_saturated_frac
+    predicted_saturated_frac, variant_text
 from analysis.slices import number_text, plain_rows, scale_text
 
 EXPERIMENT = "fp8"
@@ -25,30 +25,40 @@ def fp8_error(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     part = _scaled_errors(points) if not points.empty else points
     if part.empty:
         return Skipped(name, title, "no quantized FP8 rows", EXPERIMENT)
-    variants = [v for v in VARIANT_ORDER if v in set(part["variant"])] + sorted(set(part["variant"]) - set(VARIANT_ORDER))
-    part = part.assign(outliers=part["input_outliers"].map(lambda p: f"outliers {number_text(float(p))}"),
+    # The products' way (fp8_matmul) is a series of its own, not a category: a GPU's rows come in scaled_mm and
+    # dequant twins of each quantization, and one category per twin crowded the axis with a line zigzagging
+    # between them (the first H200 check).
+    matmuls = sorted(part["fp8_matmul"].astype(str).unique())
+    part = part.assign(variant=variant_text(part, with_matmul=False),
+                       series=part["precision"] + (" (" + part["fp8_matmul"].astype(str) + ")" if len(matmuls) > 1 else ""),
+                       outliers=part["input_outliers"].map(lambda p: f"outliers {number_text(float(p))}"),
                        P=part["p_scale"].map(lambda p: f"p_scale {number_text(float(p))}"))
-    precisions = sorted(part["precision"].unique())
+    variants = [v for v in VARIANT_ORDER if v in set(part["variant"])] + sorted(set(part["variant"]) - set(VARIANT_ORDER))
+    precisions = sorted(part["series"].unique())
+    palette = {s: _shade(precision_color(s.split(" ")[0]), matmuls.index(s.split("(")[-1].rstrip(")")) if "(" in s else 0)
+               for s in precisions}
     g = grid.facets(part, col="outliers", row="P", panel_width=3.2 * 1.3, panel_height=3.2, share_x=True,
                     share_y=True)
-    for ax, cell in g.panels:  # per format, the median over d_k and n with a bar over their range
-        grid.points(ax, cell, x="variant", order=variants, y="rel_rms_err", hue="precision", hue_order=precisions,
-                    palette={p: precision_color(p) for p in precisions}, estimator="median",
-                    dodge=0.3 if len(precisions) > 1 else 0.0)
+    for ax, cell in g.panels:  # per format (and products' way), the median over d_k and n with a bar over their range
+        grid.points(ax, cell, x="variant", order=variants, y="rel_rms_err", hue="series", hue_order=precisions,
+                    palette=palette, estimator="median", dodge=0.3 if len(precisions) > 1 else 0.0)
     base = plain_rows(rows[(rows["status"] == "ok") & rows["precision"].isin(BASELINES) & (rows["backend"] == "naive")
                            & (rows["input_std"] == 1) & rows["seq_len"].isin(part["seq_len"].unique())
                            & rows["head_dim"].isin(part["head_dim"].unique())], vary=FP8_AXES)
+    drawn = set()  # the baselines some panel has rows for (the legend names no line that is not drawn)
     for (p_text, outliers_text), ax in g.axes_dict.items():
         share = float(outliers_text.split()[-1])
         for precision, h in base[base["input_outliers"].fillna(0) == share].groupby("precision"):
             ax.axhline(h["rel_rms_err"].median(), color=precision_color(precision), linestyle="--", linewidth=1)
+            drawn.add(precision)
         ax.set_yscale("log")
         ax.set_title(f"{p_text}, {outliers_text}")
         ax.set_xlabel("Q/K/V quantization (+H: Hadamard)")
         ax.set_ylabel("relative RMS error vs float64")
-    handles = [Line2D([], [], color=precision_color(p), marker="o", label=p) for p in precisions]
+        ax.tick_params(axis="x", labelrotation=30)  # "block64+H" beside "tensor+H" overlap when level
+    handles = [Line2D([], [], color=palette[p], marker="o", label=p) for p in precisions]
     handles += [Line2D([], [], color=precision_color(p), linestyle="--", label=f"{p} (same inputs)")
-                for p in sorted(base["precision"].unique())]
+                for p in sorted(drawn)]
     g.figure.legend(handles=handles, loc="outside right center")
     where = f"naive, n {', '.join(number_text(float(n)) for n in sorted(part['seq_len'].unique()))}, d_k " \
             f"{', '.join(number_text(float(d)) for d in sorted(part['head_dim'].unique()))}, {part['device_label'].iloc[0]}"
@@ -107,6 +117,14 @@ def fp8_overflow(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                 "(logits with and without the 1/√d_k scale; the quantized Q, K, V), lines the Gaussian tail of a "
                 "value of std s (inputs) or s²·√d_k·scale (logits) past those thresholds.",
                 save(fig, ctx, name), [where])
+
+
+def _shade(color: str, step: int) -> tuple[float, ...]:
+    """`color`, lighter by half for each `step` (the second products' way of one format)."""
+    from matplotlib.colors import to_rgb
+
+    mix = 1 - 0.5 ** step
+    return tuple(c + (1 - c) * mix for c in to_rgb(color))
 
 
 def _subplots(n: int):
