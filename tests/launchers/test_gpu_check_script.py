@@ -134,7 +134,7 @@ def test_the_gpu_tests_run_first_and_every_test_has_a_timeout_below_its_stage(dr
         stage_limit = int(line.split()[2])
         per_test = int(line.split("--timeout=")[1].split()[0])
         assert stage_limit == limits[name] and 0 < per_test < stage_limit
-    assert "-n 6" in compiled  # the compiled tests side by side (pytest-xdist on the GPU image)
+    assert "-n 8" in compiled  # the compiled tests side by side (pytest-xdist on the GPU image)
 
 
 def test_the_plan_composes_each_sweep_and_parses_its_points() -> None:
