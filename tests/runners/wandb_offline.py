@@ -13,6 +13,8 @@ def wandb_records(path: Path):
     from wandb.proto import wandb_internal_pb2 as pb
 
     data, block, pos, buf = path.read_bytes(), 32768, 7, b""
+    if len(data) < 7:  # the service has created the file but not yet written its header: read it next time
+        return
     assert data[:4] == b":W&B"
     while pos + 7 <= len(data):
         if block - pos % block < 7:  # a block's tail too short for a header is padding
