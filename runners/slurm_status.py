@@ -9,9 +9,10 @@ job it no longer knows has ended: slurmctld forgets only finished jobs.
 
 So, in the launching process only (the callback's start), when `sacct` fails: one line says so,
 and submitit's SLURM jobs are followed through squeue instead. That watcher subclasses submitit's
-SlurmInfoWatcher through its private fields (`_registered`, `_finished`, `_info_dict`, ...), as submitit 1.4
-and 1.5 have them (`WRITTEN_FOR`; submitit is not pinned): with another submitit, or one whose watcher lacks
-them, the line says that the jobs are followed by submitit's own sacct polling, and nothing is replaced.
+SlurmInfoWatcher through its private fields (`_registered`, `_finished`, `_info_dict`, ...), as submitit
+1.3.3 (pyproject.toml's floor), 1.4 and 1.5 have them (`WRITTEN_FOR`; 1.3.3's InfoWatcher and SlurmInfoWatcher
+are the same code as 1.4.0's): with another submitit, or one whose watcher lacks them, the line says that the
+jobs are followed by submitit's own sacct polling, and nothing is replaced.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 SACCT_PROBE = ["sacct", "--noheader", "-X", "-o", "JobID", "--starttime", "now"]
 GONE = "ENDED_NOT_IN_SQUEUE"  # not one of submitit's incomplete states: the job counts as done
-WRITTEN_FOR = ((1, 4), (1, 5))  # submitit's releases whose SlurmInfoWatcher has the fields below
+WRITTEN_FOR = ((1, 3), (1, 4), (1, 5))  # submitit's releases whose SlurmInfoWatcher has the fields below
 WATCHER_FIELDS = ("_registered", "_finished", "_info_dict", "_num_calls", "_last_status_check")
 WATCHER_METHODS = ("_make_command", "update", "read_info", "is_done")
 
@@ -37,7 +38,7 @@ def watcher_fits() -> str | None:
     found = re.match(r"(\d+)\.(\d+)", str(getattr(submitit, "__version__", "")))
     version = (int(found.group(1)), int(found.group(2))) if found else None
     if version not in WRITTEN_FOR:
-        return f"written for submitit 1.4-1.5, this is {getattr(submitit, '__version__', 'unknown')}"
+        return f"written for submitit 1.3-1.5, this is {getattr(submitit, '__version__', 'unknown')}"
     watcher = SlurmInfoWatcher(delay_s=600)
     missing = [n for n in WATCHER_FIELDS if not hasattr(watcher, n)] + [
         n for n in WATCHER_METHODS if not callable(getattr(watcher, n, None))]

@@ -90,7 +90,7 @@ def test_on_a_submitit_the_watcher_does_not_fit_nothing_is_swapped(bin_dir: Path
     assert slurm_status.watcher_fits() is None  # the installed submitit: the watcher fits
     if change == "version":
         monkeypatch.setattr(submitit, "__version__", "2.0.0")
-        why = "written for submitit 1.4-1.5, this is 2.0.0"
+        why = "written for submitit 1.3-1.5, this is 2.0.0"
     else:  # a submitit whose watcher keeps its state elsewhere
         monkeypatch.setattr(slurm_status, "WATCHER_FIELDS", (*slurm_status.WATCHER_FIELDS, "_job_states"))
         why = "submitit's SlurmInfoWatcher has no _job_states"
