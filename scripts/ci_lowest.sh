@@ -12,6 +12,9 @@ if [[ -z ${LOWEST_KEEP:-} ]]; then trap 'rm -rf "$work"' EXIT; else echo "ci-low
 say() { echo "ci-lowest: $*"; }
 
 python3 -m venv "$work/venv"
+# Active from here on, as a user's venv is: a test that runs a script calling `python3` (scripts/gpu_check.sh)
+# gets the floors too, not whichever python3 the machine has on its PATH.
+export VIRTUAL_ENV=$work/venv PATH=$work/venv/bin:$PATH
 py=$work/venv/bin/python
 mapfile -t pins < <(python3 scripts/floor_pins.py pyproject.toml test triton)
 say "installing the floors: ${pins[*]}"
@@ -23,7 +26,7 @@ say "installed ($((SECONDS - started)) s): $("$py" -m pip list --format=freeze 2
     | tr '\n' ' ')"
 
 # The quick tier, as the main stage runs the whole suite (workers chosen by tests/conftest.py).
-"$py" -m pytest -q -m "not slow" -p no:cacheprovider
+"$py" -m pytest -q -m "not slow" -p no:cacheprovider --durations=10
 
 # 24 rows (3 back ends x 4 sizes x 2 masks): the sweep's own report, then the report command, which must draw every
 # figure these rows call for (--all-figures: exit 1 otherwise) and at least one.
