@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-FIRST = (2, 4)  # pyproject.toml's floor
+FIRST = (2, 4)  # the oldest torch these were written for (pyproject.toml's floor, 2.13, promises no older)
 CHECKED = (2, 13)  # the newest torch every private use here was checked against
 LEGACY_DYNAMO_LAST = (2, 6)  # the last torch whose dynamo limits are named cache_size_limit alone
 

@@ -3,7 +3,7 @@
 Each figure is drawn from the rows alone and written to its own files, so figures can be drawn at the same time;
 most of a report's time is spent drawing them (a grid of panels, a constrained layout and a render each, all Python
 and all holding one core). The workers are forked from the report's process after its rows are loaded: they
-inherit the rows and matplotlib and seaborn, imported just before (nothing is pickled but a figure's index and
+inherit the rows and matplotlib, imported just before (nothing is pickled but a figure's index and
 its Made or Skipped), and draw while the report's process checks the claims. A figure is the same picture in a
 worker as in the report's process: it reads nothing another figure wrote, and the workers are forked after the
 report has fitted the cost lines figures 1-4 read (analysis.report.write_report).
@@ -93,7 +93,7 @@ class Drawing:
         self.idle_s = WORKER_IDLE_S
         workers = min(workers, len(self.figures))
         if workers > 1:
-            # matplotlib and seaborn once, here, rather than once per worker: the workers inherit them
+            # matplotlib once, here, rather than once per worker: the workers inherit it
             import analysis.figures.common  # noqa: F401
 
             _JOB = (self.figures, rows, ctx, warn)
