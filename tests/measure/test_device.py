@@ -98,7 +98,9 @@ def test_a_peak_measured_in_a_bad_moment_is_corrected_before_skipping(monkeypatc
     monkeypatch.setitem(device_module._PEAKS, key, 1e-9)  # as if measured while the CPU was swamped
     row = measure_point(Point(heads=2, seq_len=1024, head_dim=16), Budget(timing_s=0.02, accuracy_rows=16))
     assert row.status == "ok", row.error
-    assert row.device_peak_tflops > 1e-6 and device_module._REMEASURED[key] == 1
+    # Once by the time guard, before it decides; the check after the call (_heal_low_probes) measures once more
+    # where the call beat that peak, as it can when other processes load the CPU while the guard measures.
+    assert row.device_peak_tflops > 1e-6 and device_module._REMEASURED[key] in (1, 2)
 
 
 def test_cpu_bandwidth_is_plausible_and_measured_once(monkeypatch):
