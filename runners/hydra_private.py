@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import hydra
 
-WRITTEN_FOR = (1, 3)  # Hydra's release these were written for and checked against (1.3.2 - 1.3.8)
+WRITTEN_FOR = (1, 3)  # Hydra's release these were written for and checked against (1.3.0, the floor, to 1.3.8)
 
 
 def hydra_version() -> tuple[int, int]:
