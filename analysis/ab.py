@@ -3,6 +3,12 @@
     python -m analysis.compare BEFORE/ AFTER/ --out cmp/              # two sweeps: commits, machines, torch versions
     python -m analysis.compare SWEEP/ --backends sdpa chunked --out cmp/    # one sweep, two back ends
     python -m analysis.compare BEFORE/ AFTER/ --fail-on slower        # CI: exit 1 when any point is slower
+    python -m analysis.compare AB/ --out cmp/                         # the rounds of `python -m runners.ab`
+
+A folder of `python -m runners.ab` (A and B measured interleaved in rounds, with its rounds.csv) is judged by
+the rounds' rule of analysis/rounds.py: how the pairs vary from round to round. Everything else (two finished
+sweeps, one sweep's two back ends) was measured once per side, and this module's rule below judges it from each
+row's own samples, which cannot show how a second run lands: the output says so (`ONE_RUN_NOTE`).
 
 Only `ok` rows compare. Points match by every point field but the compared one: two sweeps match on all of
 them but `device` (a merged side holding several devices keeps `device` in the key and matches by it), a back
@@ -33,7 +39,6 @@ Reads only CSV files.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -69,9 +74,18 @@ EPSILON = {"fp64": 2.2e-16, "fp32": 1.2e-7, "tf32": 9.8e-4, "fp16": 9.8e-4, "bf1
 FP8_EPSILON = 0.125  # e4m3's; e5m2's is 0.25
 VERDICTS = ("faster", "slower", "same", "not significant", "noisy", "too few samples")
 FAIL_ON = ("slower", "faster", "not_significant", "noisy", "less_exact")
+# comparison.csv's columns; the last three are the rounds' (analysis/rounds.py), empty for one run per side
 COLUMNS = ("point", "seq_len", "time_ms_a", "time_ms_b", "ratio", "ratio_lo", "ratio_hi", "p_value", "samples_a",
            "samples_b", "min_ratio", "verdict", "rel_rms_err_a", "rel_rms_err_b", "accuracy", "noise_a", "noise_b",
-           "point_id_a", "point_id_b", "repro_a", "repro_b")
+           "point_id_a", "point_id_b", "repro_a", "repro_b", "rounds", "rounds_run", "left_out")
+ONE_RUN_RULE = (f"slower/faster: p < {ALPHA} in a Mann-Whitney U test and B/A beyond {MIN_RATIO}x on CUDA, "
+                f"{CPU_MIN_RATIO}x on a CPU")
+# Said under every comparison of rows measured once per side: their samples show how each row scattered inside its
+# own timing window, not how far a second run of the same command lands (two sweeps of one command on a 2-core CPU
+# differed by 0.54x-1.54x per point, each "significant").
+ONE_RUN_NOTE = ("A and B were measured once each, not interleaved in rounds (between two machines they cannot be): "
+                "each verdict sees only the two rows' own samples, not how a second run lands. On one machine, "
+                "`python -m runners.ab` measures A and B in alternating rounds and judges by the rounds.")
 
 
 @dataclass
@@ -81,6 +95,9 @@ class Comparison:
     matched: pd.DataFrame  # COLUMNS, one row per matched point
     only_a: list[str]  # points only A has (their descriptions)
     only_b: list[str]
+    rule: str = ONE_RUN_RULE  # the verdict's rule in a line, after the counts
+    note: str = ONE_RUN_NOTE  # how A and B were measured, under the table
+    interval: str = "95% bootstrap intervals"  # what the figure's bars are
 
 
 def samples_of(cell: object) -> np.ndarray:
@@ -127,11 +144,11 @@ def accuracy_verdict(err_a: float, err_b: float, precision: str) -> str:
     return "same"
 
 
-def _key_text(rows: pd.DataFrame, key: Sequence[str]) -> pd.Series:
+def key_text(rows: pd.DataFrame, key: Sequence[str]) -> pd.Series:
     return rows[list(key)].apply(lambda column: column.map(str)).agg("|".join, axis=1)
 
 
-def _describe(row: pd.Series, axes: Sequence[str]) -> str:
+def describe(row: pd.Series, axes: Sequence[str]) -> str:
     parts = []
     for name in axes:
         value = row.get(name)
@@ -141,7 +158,7 @@ def _describe(row: pd.Series, axes: Sequence[str]) -> str:
     return " ".join(parts) or "-"  # nothing but seq_len tells the points apart
 
 
-def _varying(rows: pd.DataFrame, key: Sequence[str]) -> list[str]:
+def varying(rows: pd.DataFrame, key: Sequence[str]) -> list[str]:
     """The key's fields that take more than one value: what tells the points apart in a table."""
     implied = {"q_len": "seq_len", "kv_heads": "heads"}  # null: equal to that axis, so a copy of it
     shown = [name for name in key if name != "backend_options" and rows[name].map(str).nunique() > 1
@@ -149,8 +166,8 @@ def _varying(rows: pd.DataFrame, key: Sequence[str]) -> list[str]:
     return shown or [name for name in ("seq_len",) if name in key]
 
 
-def _one_per_key(rows: pd.DataFrame, key: Sequence[str], side: str) -> pd.DataFrame:
-    duplicated = _key_text(rows, key).duplicated(keep=False)
+def one_per_key(rows: pd.DataFrame, key: Sequence[str], side: str) -> pd.DataFrame:
+    duplicated = key_text(rows, key).duplicated(keep=False)
     if duplicated.any():
         example = rows[duplicated].iloc[0]
         raise ValueError(f"{side}: {int(duplicated.sum())} ok rows share a point once the compared axis is left out "
@@ -161,12 +178,12 @@ def _one_per_key(rows: pd.DataFrame, key: Sequence[str], side: str) -> pd.DataFr
 
 def match(rows_a: pd.DataFrame, rows_b: pd.DataFrame, key: Sequence[str], label_a: str, label_b: str) -> Comparison:
     """Pair A's and B's ok rows by `key` and compare each pair (the module docstring's rule)."""
-    a = _one_per_key(rows_a[rows_a["status"] == "ok"], key, label_a)
-    b = _one_per_key(rows_b[rows_b["status"] == "ok"], key, label_b)
-    a = a.assign(_key=_key_text(a, key).values)
-    b = b.assign(_key=_key_text(b, key).values)
+    a = one_per_key(rows_a[rows_a["status"] == "ok"], key, label_a)
+    b = one_per_key(rows_b[rows_b["status"] == "ok"], key, label_b)
+    a = a.assign(_key=key_text(a, key).values)
+    b = b.assign(_key=key_text(b, key).values)
     both = pd.concat([a, b])
-    shown = _varying(both, key)
+    shown = varying(both, key)
     pairs = a.merge(b, on="_key", suffixes=("_a", "_b"))
     out = []
     for _, pair in pairs.iterrows():
@@ -176,8 +193,8 @@ def match(rows_a: pd.DataFrame, rows_b: pd.DataFrame, key: Sequence[str], label_
     matched = pd.DataFrame(out, columns=list(COLUMNS))
     if not matched.empty:
         matched = matched.sort_values(["point", "seq_len"], kind="stable").reset_index(drop=True)
-    only_a = sorted(_describe(r, shown) for _, r in a[~a["_key"].isin(b["_key"])].iterrows())
-    only_b = sorted(_describe(r, shown) for _, r in b[~b["_key"].isin(a["_key"])].iterrows())
+    only_a = sorted(describe(r, shown) for _, r in a[~a["_key"].isin(b["_key"])].iterrows())
+    only_b = sorted(describe(r, shown) for _, r in b[~b["_key"].isin(a["_key"])].iterrows())
     return Comparison(label_a, label_b, matched, only_a, only_b)
 
 
@@ -191,7 +208,7 @@ def _compare_pair(a: pd.Series, b: pd.Series, shown: Sequence[str]) -> dict:
         p_value = mann_whitney(samples_a, samples_b).p_value
     noisy = bool(a.get("noisy") is True or b.get("noisy") is True)
     return {
-        "point": _describe(a, [s for s in shown if s != "seq_len"]), "seq_len": int(a["seq_len"]),
+        "point": describe(a, [s for s in shown if s != "seq_len"]), "seq_len": int(a["seq_len"]),
         "time_ms_a": float(a["time_ms"]), "time_ms_b": float(b["time_ms"]), "ratio": ratio,
         "ratio_lo": lo, "ratio_hi": hi, "p_value": p_value,
         "samples_a": int(samples_a.size), "samples_b": int(samples_b.size),
@@ -234,58 +251,82 @@ def shared_options(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> tuple[pd.DataF
     return cut(rows_a, options_a), cut(rows_b, options_b)
 
 
+def sweep_key(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> list[str]:
+    """Two sweeps' match key: every point field but `device`, or with it when a side (a merge of several machines'
+    folders) measured one point on several devices, so that they match device by device."""
+    key = [name for name in FIELD_NAMES if name != "device"]
+    if any(key_text(r[r["status"] == "ok"], key).duplicated().any() for r in (rows_a, rows_b)):
+        key = list(FIELD_NAMES)
+    return key
+
+
+BACKEND_KEY = [name for name in FIELD_NAMES if name not in ("backend", "backend_options")]  # two back ends' key
+
+
 def compare_sweeps(path_a: str, path_b: str) -> Comparison:
     """Two sweeps (or results.csv files): matched on every point field; `device` too when a side holds several;
     the back ends' options on those both sides know (`shared_options`)."""
-    rows_a, rows_b = shared_options(_load(path_a, "A"), _load(path_b, "B"))
-    key = [name for name in FIELD_NAMES if name != "device"]
-    if any(_key_text(r[r["status"] == "ok"], key).duplicated().any() for r in (rows_a, rows_b)):
-        key = list(FIELD_NAMES)  # a merged side measured one point on several devices: match device by device
-    return match(rows_a, rows_b, key, str(path_a), str(path_b))
+    rows_a, rows_b = shared_options(load_side(path_a, "A"), load_side(path_b, "B"))
+    return match(rows_a, rows_b, sweep_key(rows_a, rows_b), str(path_a), str(path_b))
 
 
 def compare_backends(path: str, backend_a: str, backend_b: str) -> Comparison:
     """One sweep's two back ends (by name), matched on every point field but the back end and its options."""
-    rows = _load(path, "A")
+    rows = load_side(path, "A")
     names = sorted(set(rows["backend"]))
     for name in (backend_a, backend_b):
         if name not in names:
             raise ValueError(f"--backends: {name!r} is not a back end of {path} (it has {', '.join(names)})")
-    key = [name for name in FIELD_NAMES if name not in ("backend", "backend_options")]
-    return match(rows[rows["backend"] == backend_a], rows[rows["backend"] == backend_b], key, backend_a, backend_b)
+    return match(rows[rows["backend"] == backend_a], rows[rows["backend"] == backend_b], BACKEND_KEY, backend_a,
+                 backend_b)
 
 
-def _load(path: str, side: str) -> pd.DataFrame:
+def load_side(path: str, side: str) -> pd.DataFrame:
     try:
         return load([path], warn=False).rows
     except NoUsableResults as exc:
         raise ValueError(f"{side}: {exc}") from None
 
 
+def _present(value: object) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value)) and value != ""
+
+
 def table_text(cmp: Comparison) -> str:
-    """The terminal's table: a line per matched point, then the counts and the points only one side has."""
+    """The terminal's table: a line per matched point, then the counts, how A and B were measured, and the points
+    only one side has. Rounds (analysis/rounds.py) show how many counted instead of the p-value."""
     m = cmp.matched
     lines = [f"A = {cmp.label_a}", f"B = {cmp.label_b}", ""]
     if m.empty:
         lines.append("no point measured ok on both sides")
     else:
-        cells = [["point", "seq_len", "A ms", "B ms", "B/A [95%]", "p", "verdict", "accuracy"]]
+        by_rounds = bool(m["rounds"].map(_present).any())
+        cells = [["point", "seq_len", "A ms", "B ms", "B/A [95%]", "rounds" if by_rounds else "p", "verdict", "accuracy"]]
         for _, r in m.iterrows():
             interval = "" if math.isnan(r["ratio_lo"]) else f" [{r['ratio_lo']:.2f}, {r['ratio_hi']:.2f}]"
-            p_text = "—" if math.isnan(r["p_value"]) else f"{r['p_value']:.2g}"
-            cells.append([r["point"], str(r["seq_len"]), f"{r['time_ms_a']:.4g}", f"{r['time_ms_b']:.4g}",
-                          f"{r['ratio']:.3f}{interval}", p_text, r["verdict"], r["accuracy"]])
+            if by_rounds:
+                third = f"{int(r['rounds'])}/{int(r['rounds_run'])}"
+            else:
+                third = "—" if math.isnan(r["p_value"]) else f"{r['p_value']:.2g}"
+            ratio = "—" if math.isnan(r["ratio"]) else f"{r['ratio']:.3f}{interval}"
+            cells.append([r["point"], str(r["seq_len"]), f"{r['time_ms_a']:.4g}", f"{r['time_ms_b']:.4g}", ratio,
+                          third, r["verdict"], r["accuracy"]])
         widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
         lines += ["  ".join(c.ljust(w) if i in (0, 6, 7) else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
                   for row in cells]
         counts = m["verdict"].value_counts()
         lines += ["", f"{len(m)} points matched: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v in counts)
-                  + f" (slower/faster: p < {ALPHA} in a Mann-Whitney U test and B/A beyond {MIN_RATIO}x on CUDA, "
-                  f"{CPU_MIN_RATIO}x on a CPU)"]
+                  + f" ({cmp.rule})"]
         less = m[m["accuracy"] == "less exact"]
         if len(less):
             lines.append(f"less exact: {cmp.label_b} at {len(less)} of {len(m)} points (rel_rms_err above "
                          f"{ACCURACY_FACTOR:g}x {cmp.label_a}'s + the precision's epsilon)")
+        left = m[m["left_out"].map(_present)] if by_rounds else m.iloc[0:0]
+        for _, r in left.iterrows():
+            lines.append(f"rounds left out at {r['point']} seq_len={r['seq_len']}: {r['left_out']}")
+    if cmp.note:
+        lines += ["", cmp.note]
+    if not m.empty:
         named = m[m["verdict"].isin(["slower", "faster"]) | (m["accuracy"] == "less exact")]
         if len(named):
             lines += ["", "to measure them again (A, then B):"]
@@ -332,7 +373,7 @@ def ratio_figure(cmp: Comparison, path: Path) -> Path | None:
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if f"{y:.2g}"[0] in "25" else ""))
     ax.set_xlabel("seq_len (n)")
     ax.set_ylabel("time B / time A")
-    ax.set_title(f"B = {cmp.label_b} against A = {cmp.label_a}\n(95% bootstrap intervals)", fontsize=9)
+    ax.set_title(f"B = {cmp.label_b} against A = {cmp.label_a}\n({cmp.interval})", fontsize=9)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -340,47 +381,25 @@ def ratio_figure(cmp: Comparison, path: Path) -> Path | None:
     return path
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m analysis.compare",
-        description="Compare two sweeps (A B: two commits, machines or torch versions) or one sweep's two back ends "
-                    "(A --backends X Y), point by point: ratio B/A of median times with a bootstrap 95%% interval, "
-                    "a Mann-Whitney U test, a verdict (faster/slower/same, not significant, noisy, too few samples) and "
-                    "the accuracy.",
-        epilog=f"Rule: slower when p < {ALPHA} and B/A >= R, faster when p < {ALPHA} and B/A <= 1/R (R = {MIN_RATIO} on "
-               f"CUDA, {CPU_MIN_RATIO} on a CPU), "
-               "same within that ratio, else not significant; a pair with a noisy row is `noisy`, never decided. "
-               "docs/usage.md#comparing")
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="A and B (sweep folders or results.csv files), or one with --backends")
-    parser.add_argument("--backends", nargs=2, metavar=("A", "B"), help="compare these two back ends of one sweep")
-    parser.add_argument("--out", default="comparison", metavar="DIR", help="where comparison.csv and comparison.png go")
-    parser.add_argument("--fail-on", default="", metavar="WHAT",
-                        help=f"exit 1 when any point is this (comma separated: {', '.join(FAIL_ON)})")
-    args = parser.parse_args(argv)
-    fail_on = [w.strip().replace(" ", "_") for w in args.fail_on.split(",") if w.strip()]
-    bad = [w for w in fail_on if w not in FAIL_ON]
+def fail_on_words(text: str) -> list[str]:
+    """`--fail-on`'s comma-separated words (spaces as underscores); ValueError naming the first unknown one."""
+    words = [w.strip().replace(" ", "_") for w in text.split(",") if w.strip()]
+    bad = [w for w in words if w not in FAIL_ON]
     if bad:
-        parser.error(f"--fail-on: expected some of {', '.join(FAIL_ON)}, got {bad[0]!r}")
-    want = 1 if args.backends else 2
-    if len(args.paths) != want:
-        parser.error(f"PATH: expected {want} path{'s' if want > 1 else ''}{' with --backends' if args.backends else ''}, "
-                     f"got {len(args.paths)}")
-    try:
-        cmp = compare_backends(args.paths[0], *args.backends) if args.backends else compare_sweeps(*args.paths)
-    except ValueError as exc:
-        print(f"compare: {exc}", file=sys.stderr)
-        return 2
-    out = Path(args.out)
+        raise ValueError(f"--fail-on: expected some of {', '.join(FAIL_ON)}, got {bad[0]!r}")
+    return words
+
+
+def finish(cmp: Comparison, out: Path, fail_on: Sequence[str]) -> int:
+    """Write comparison.csv and comparison.png into `out`, print the table; 1 when a `fail_on` word was found."""
     out.mkdir(parents=True, exist_ok=True)
     cmp.matched.to_csv(out / "comparison.csv", index=False)
     figure = ratio_figure(cmp, out / "comparison.png")
     print(table_text(cmp))
     print(f"\ncomparison: {out / 'comparison.csv'}" + (f", {figure}" if figure else ""))
     m = cmp.matched
-    found = {w: bool((m["accuracy"] == "less exact").any() if w == "less_exact"
-                     else (m["verdict"] == w.replace("_", " ")).any())
-             for w in fail_on}
-    failing = [w for w, seen in found.items() if seen]
+    failing = [w for w in fail_on
+               if ((m["accuracy"] == "less exact").any() if w == "less_exact" else (m["verdict"] == w.replace("_", " ")).any())]
     if failing:
         print(f"compare: failing on {', '.join(failing)} (--fail-on)", file=sys.stderr)
         return 1

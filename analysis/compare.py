@@ -1,10 +1,16 @@
 """Devices compared: each device's speed relative to a baseline device on the same points (the report's study).
 
-Run as a command, `python -m analysis.compare A B` is the A/B comparison of analysis/ab.py: two sweeps or one
-sweep's two back ends, point by point, with intervals and a rank test's verdict.
+Run as a command, `python -m analysis.compare A B` (`main`) is the A/B comparison: two sweeps or one sweep's two
+back ends, each measured once (analysis/ab.py: a rank test of the rows' own samples), or the interleaved rounds of
+`python -m runners.ab` (analysis/rounds.py: the rounds' variation), point by point.
 """
 
 from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -82,9 +88,47 @@ def speedup_table(speedups: pd.DataFrame) -> pd.DataFrame:
                                       "repro_at_largest_n", "baseline_repro_at_largest_n"])
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    from analysis import ab, rounds  # here: the report imports this module for its device study alone
+
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.compare",
+        description="Compare two sweeps (A B: two commits, machines or torch versions), one sweep's two back ends "
+                    "(A --backends X Y), or the rounds of `python -m runners.ab` (one folder), point by point: ratio "
+                    "B/A of median times with a 95%% interval, a verdict (faster/slower/same, not significant, noisy, "
+                    "too few samples) and the accuracy.",
+        epilog=f"Rule for rows measured once per side: slower when p < {ab.ALPHA} and B/A >= R, faster when p < {ab.ALPHA} "
+               f"and B/A <= 1/R (R = {ab.MIN_RATIO} on CUDA, {ab.CPU_MIN_RATIO} on a CPU), same within that ratio, else not "
+               "significant; a pair with a noisy row is `noisy`, never decided. Rounds: "
+               f"{rounds.RULE}. docs/usage.md#comparing")
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="A and B (sweep folders or results.csv files), one with --backends, or one folder of "
+                             "`python -m runners.ab`")
+    parser.add_argument("--backends", nargs=2, metavar=("A", "B"), help="compare these two back ends of one sweep")
+    parser.add_argument("--out", default="comparison", metavar="DIR", help="where comparison.csv and comparison.png go")
+    parser.add_argument("--fail-on", default="", metavar="WHAT",
+                        help=f"exit 1 when any point is this (comma separated: {', '.join(ab.FAIL_ON)})")
+    args = parser.parse_args(argv)
+    try:
+        fail_on = ab.fail_on_words(args.fail_on)
+    except ValueError as exc:
+        parser.error(str(exc))
+    by_rounds = len(args.paths) == 1 and not args.backends and rounds.is_rounds_folder(args.paths[0])
+    want = 1 if args.backends or by_rounds else 2
+    if len(args.paths) != want:
+        parser.error(f"PATH: expected {want} path{'s' if want > 1 else ''}{' with --backends' if args.backends else ''}, "
+                     f"got {len(args.paths)}" + ("" if args.backends else
+                                                 f" (or one folder of `python -m runners.ab`, holding {rounds.MANIFEST})"))
+    try:
+        if by_rounds:
+            cmp = rounds.compare_rounds(args.paths[0])
+        else:
+            cmp = ab.compare_backends(args.paths[0], *args.backends) if args.backends else ab.compare_sweeps(*args.paths)
+    except ValueError as exc:
+        print(f"compare: {exc}", file=sys.stderr)
+        return 2
+    return ab.finish(cmp, Path(args.out), fail_on)
+
+
 if __name__ == "__main__":
-    import sys
-
-    from analysis.ab import main
-
     sys.exit(main())

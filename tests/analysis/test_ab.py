@@ -123,8 +123,8 @@ def test_backends_of_one_sweep_and_bad_input(tmp_path):
 
 
 def test_noisy_rows_are_not_called_same(tmp_path):
-    rows_a = ab._load(str(rows_csv(tmp_path / "a.csv", "sdpa", 1.0, seed=5)), "A")
-    rows_b = ab._load(str(rows_csv(tmp_path / "b.csv", "sdpa", 1.0, seed=6, noisy=True)), "B")
+    rows_a = ab.load_side(str(rows_csv(tmp_path / "a.csv", "sdpa", 1.0, seed=5)), "A")
+    rows_b = ab.load_side(str(rows_csv(tmp_path / "b.csv", "sdpa", 1.0, seed=6, noisy=True)), "B")
     cmp = ab.match(rows_a, rows_b, ["seq_len", "backend"], "a", "b")
     assert set(cmp.matched["verdict"]) == {"noisy"} and (cmp.matched["noise_b"] != "").all()
 
