@@ -156,6 +156,7 @@ def test_an_existing_rounds_folder_is_not_overwritten(tmp_path, capsys):
     assert "already holds rounds" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_two_checkouts_through_the_command_line(tmp_path):
     """Each side's sweeps run from its own checkout (its code first on the path): B's code is twice as slow."""
     before = fake_checkout(tmp_path / "before", 1.0, "aaaa")
