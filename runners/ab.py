@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -130,7 +131,7 @@ def run_rounds(sides: tuple[Side, Side], overrides: Sequence[str], out: Path, mi
             entries.append({"round": number, "side": side.name, "order": order, "label": side.label,
                             "folder": folder.relative_to(out).as_posix(), "exit_code": code,
                             "seconds": round(seconds, 2), "compared": compared, "cwd": str(side.cwd),
-                            "command": " ".join(command)})
+                            "command": shlex.join(command)})
             _write_manifest(out, entries)
             say(f"round {number}: {side.name} ({side.label}) {seconds:.1f} s, {_ok_rows(folder)} rows ok"
                 + ("" if code == 0 else f", exit {code}"))
