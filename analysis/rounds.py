@@ -203,6 +203,10 @@ def compare_rounds(path: str | Path) -> ab.Comparison:
     run = int(manifest["round"].max())
     note = (f"{run} round{'s' if run != 1 else ''}, A and B alternating (AB, BA, ...), each side's sweep its own "
             f"process: {folder / MANIFEST}")
+    loose = int(((matched["verdict"] == "same") & ~settled(matched)).sum()) if not matched.empty else 0
+    if loose:  # `same` by the median, but the interval does not yet rule a change of the factor's size out
+        note += (f"\n{loose} of the `same` points have an interval reaching past the factor: no change of its size "
+                 "was found, but none is ruled out yet (more rounds narrow it: --max-rounds)")
     return ab.Comparison(str(labels.get("A", "A")), str(labels.get("B", "B")), matched, only_a, only_b,
                          rule=RULE, note=note, interval=f"{CONFIDENCE:.0%} intervals of the median over rounds")
 

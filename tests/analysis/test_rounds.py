@@ -120,7 +120,10 @@ def test_the_same_twice_is_same_and_twice_the_work_slower(tmp_path):
     same = rounds.compare_rounds(write_rounds(tmp_path / "same", jitter))
     assert list(same.matched["verdict"]) == ["same"] * 3 and (same.matched["rounds"] == 6).all()
     assert np.allclose(same.matched["ratio_lo"], 0.96) and np.allclose(same.matched["ratio_hi"], 1.05)
-    assert same.label_a == "A: the same command" and "6 rounds" in same.note
+    assert same.label_a == "A: the same command" and "6 rounds" in same.note and "reaching past" not in same.note
+    loose = rounds.compare_rounds(write_rounds(tmp_path / "loose", [1.0, 0.7, 1.02, 1.4, 0.99, 1.01]))
+    assert list(loose.matched["verdict"]) == ["same"] * 3  # the median; its interval [0.7, 1.4] reaches past 1.3
+    assert "3 of the `same` points have an interval reaching past the factor" in loose.note
     twice = rounds.compare_rounds(write_rounds(tmp_path / "twice", [2 * j for j in jitter], backends=("sdpa", "twice")))
     assert list(twice.matched["verdict"]) == ["slower"] * 3 and (twice.matched["point_id_b"].str.startswith("twice")).all()
     assert np.allclose(twice.matched["p_value"], 2 / 64) and (twice.matched["accuracy"] == "same").all()
