@@ -67,6 +67,8 @@ CPU_MIN_RATIO = 1.3
 def min_ratio_for(device: object) -> float:
     """The factor a change must pass on `device` (a row's `device` cell): MIN_RATIO on CUDA, CPU_MIN_RATIO else."""
     return MIN_RATIO if str(device) == "cuda" else CPU_MIN_RATIO
+
+
 BOOTSTRAP = 2000  # bootstrap draws of the ratio of medians
 SEED = 0  # the bootstrap's: the same rows give the same interval
 ACCURACY_FACTOR = 2.0

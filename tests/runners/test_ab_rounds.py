@@ -7,12 +7,10 @@ through the real command line (two commits: each side from its own folder)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -73,14 +71,15 @@ def fake_run(factors: dict[str, list[float]], calls: list):
     return run
 
 
-def sides(tmp_path: Path, **kw) -> tuple[ab.Side, ab.Side]:
-    return ab.make_sides(kw.get("backends"), kw.get("checkouts"), kw.get("pythons"))
+def sides() -> tuple[ab.Side, ab.Side]:
+    """The same command twice, from this folder and interpreter."""
+    return ab.make_sides(None, None, None)
 
 
 def test_rounds_alternate_and_stop_once_every_point_is_settled(tmp_path):
     calls: list = []
     jitter = [1.0, 1.02, 0.98, 1.01, 0.99, 1.0]
-    cmp = ab.run_rounds(sides(tmp_path), ["seq_len=256,512"], tmp_path / "out",
+    cmp = ab.run_rounds(sides(), ["seq_len=256,512"], tmp_path / "out",
                         run=fake_run({"A": jitter, "B": [2 * j for j in jitter[::-1]]}, calls), say=lambda _: None)
     assert calls[:4] == [(1, "A"), (1, "B"), (2, "B"), (2, "A")] and len(calls) == 12  # AB, BA, ...; 6 rounds
     assert list(cmp.matched["verdict"]) == ["slower", "slower"]
@@ -95,14 +94,14 @@ def test_an_unsettled_point_gets_more_rounds_up_to_the_limit(tmp_path):
     calls: list = []
     lines: list[str] = []
     # B is 1.2x, 1.5x, 1.5x A by turns: the median lies past the CPU factor, the interval reaches back inside it
-    cmp = ab.run_rounds(sides(tmp_path), ["seq_len=256,512"], tmp_path / "out", max_rounds=9,
+    cmp = ab.run_rounds(sides(), ["seq_len=256,512"], tmp_path / "out", max_rounds=9,
                         run=fake_run({"A": [1.0], "B": [1.2, 1.5, 1.5]}, calls), say=lines.append)
     assert len(calls) == 18 and set(cmp.matched["verdict"]) == {"not significant"}
     assert "after round 6: 0 of 2 points settled" in lines and "after round 9: 0 of 2 points settled" in lines
     # the same command twice, one round in three 1.5x apart: `same` by its median, but its interval reaches past
     # the factor, so the rounds go on to the limit (a median of more rounds moves less)
     calls.clear()
-    cmp = ab.run_rounds(sides(tmp_path), ["seq_len=256,512"], tmp_path / "same", max_rounds=8,
+    cmp = ab.run_rounds(sides(), ["seq_len=256,512"], tmp_path / "same", max_rounds=8,
                         run=fake_run({"A": [1.0], "B": [1.0, 1.02, 1.5]}, calls), say=lambda _: None)
     assert len(calls) == 16 and set(cmp.matched["verdict"]) == {"same"}
 
@@ -112,7 +111,7 @@ def test_a_sweep_that_refuses_stops_the_rounds(tmp_path):
         log.write_text("error: seq_len: expected an int\n")
         return 2
     with pytest.raises(ab.SideFailed, match="round 1, A: the sweep exited 2") as failed:
-        ab.run_rounds(sides(tmp_path), ["seq_len=x"], tmp_path / "out", run=refuses, say=lambda _: None)
+        ab.run_rounds(sides(), ["seq_len=x"], tmp_path / "out", run=refuses, say=lambda _: None)
     assert "expected an int" in str(failed.value)
 
 
