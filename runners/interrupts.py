@@ -3,7 +3,8 @@
 `run(main, argv)` installs a handler for SIGINT and SIGTERM that raises `Interrupted` (a
 BaseException, which no measuring code catches) wherever the process is, except while a job
 records its row (`hold()` to `release()`): there the signal waits until the row file, its index entry and
-results.csv are written, so a row is never half there. Every file is replaced whole anyway
+results.csv are written, so a row is never half there; and while the launcher composes a job's config (an
+interrupt raised inside OmegaConf can leave it half set and surface as another error). Every file is replaced whole anyway
 (runners/row_store.py), so a point cut short leaves nothing, and the rerun measures it.
 Then: results.csv is built from the rows there are, one line says how far the sweep got and the
 command that resumes it, and the exit status is 128 + the signal's number (130, 143), no traceback.

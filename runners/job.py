@@ -91,7 +91,9 @@ def run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     """Measure (or, on resume, skip) one point and record it everywhere; returns the row.
 
     Ctrl-C or SIGTERM (runners/interrupts.py) stops the point while it is measured (no row: the
-    rerun measures it); once its row is being written, the job finishes first."""
+    rerun measures it); once its row is being written, the job finishes first. A signal that arrived while
+    the launcher composed this job (hydra_plugins/selfattn_launcher/compose_once.py holds it) is raised here."""
+    interrupts.release()
     interrupts.raise_pending()
     try:
         written = _run_job(cfg, ctx)

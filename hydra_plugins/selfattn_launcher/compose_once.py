@@ -71,15 +71,22 @@ class ComposeOnceLauncher(BasicLauncher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         log.info(f"Launching {len(job_overrides)} jobs locally")
+        from runners import interrupts
+
         runs: list[JobReturn] = []
         for idx, overrides in enumerate(job_overrides):
             idx = initial_job_idx + idx
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
-            sweep_config = self.job_config(list(overrides))
-            with open_dict(sweep_config):
-                sweep_config.hydra.job.id = idx
-                sweep_config.hydra.job.num = idx
+            # While Hydra composes the job's config and sets the job up, Ctrl-C or SIGTERM waits: raised inside
+            # OmegaConf's flag_override, the interrupt left a list half set and its exit raised AttributeError in
+            # its place (a traceback and exit 1, not one line and 143). The job's task releases it at its start
+            # (runners/job.py), so a point being measured is still interrupted at once.
+            interrupts.hold()
             try:
+                sweep_config = self.job_config(list(overrides))
+                with open_dict(sweep_config):
+                    sweep_config.hydra.job.id = idx
+                    sweep_config.hydra.job.num = idx
                 runs.append(run_job(hydra_context=self.hydra_context, task_function=self.task_function,
                                     config=sweep_config, job_dir_key="hydra.sweep.dir",
                                     job_subdir_key="hydra.sweep.subdir"))
@@ -87,6 +94,9 @@ class ComposeOnceLauncher(BasicLauncher):
                 from runners.ledger import job_folder_failed
 
                 job_folder_failed(exc, idx, len(job_overrides))  # the sweep goes on, or stops on a read-only one
+            finally:
+                interrupts.release()
+            interrupts.raise_pending()
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return runs
 

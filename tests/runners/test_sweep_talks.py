@@ -299,3 +299,47 @@ def test_a_signal_while_the_sweep_starts_is_one_line_not_a_traceback():
                              restore_signals=True)
         assert out.returncode == 128 + int(signum), out
         assert out.stderr == "interrupted before the first point; nothing was measured\n", out.stderr
+
+
+WHILE_COMPOSING = '''
+import os, runpy, signal, sys
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+real = OverridesParser.parse_overrides
+calls = []
+
+def parse_overrides(self, *args, **kwargs):  # SIGTERM in the launcher's composition of the second job's config
+    if sys._getframe(1).f_code.co_name == "job_config":
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+            open({mark!r}, "w").write("composition went on")
+    return real(self, *args, **kwargs)
+
+OverridesParser.parse_overrides = parse_overrides  # (Hydra reloads its plugins' modules: the launcher's own is
+sys.argv = [{fake!r}, *{args!r}]                    # replaced by then, Hydra's parser class is not)
+runpy.run_path({fake!r}, run_name="__main__")
+'''
+
+
+@pytest.mark.slow
+def test_a_signal_while_a_job_is_composed_waits_for_the_job_and_is_one_line(tmp_path):
+    """SIGTERM inside the launcher's composition of a job's config (OmegaConf in the middle of setting a value)
+    waits until the job starts, then ends the sweep as anywhere else: one line, 143. Raised at once inside
+    OmegaConf, it left a list half set, and the context manager's exit raised AttributeError in its place."""
+    import subprocess
+    import sys
+
+    from runner_helpers import FAKE, ROOT
+
+    sweep, mark = tmp_path / "sweep", tmp_path / "composed"
+    args = ["-m", "seq_len=16,24,32", "device=cpu", "experiment=smoke", f"hydra.sweep.dir={sweep}"]
+    script = tmp_path / "sweep_signalled.py"
+    script.write_text(WHILE_COMPOSING.format(mark=str(mark), fake=str(FAKE), args=args))
+    out = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+    assert mark.exists(), out.stderr[-2000:]  # the composition finished after the signal came
+    assert out.returncode == 143, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines() == [
+        f"interrupted after 1 of 3 points; the same command resumes: python -m runners.sweep {' '.join(args)}"]
+    assert len(read_csv(sweep / "results.csv")) == 1
