@@ -144,6 +144,19 @@ def small_fs(tmp_path: Path, size: str):
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
+def read_only(fs: Path, within_s: float = 30.0) -> None:
+    """Remount `fs` read-only while a sweep writes to it: the kernel refuses (EBUSY, "mount point is busy") while a
+    file there is open for writing (a job's log, a row being written), so try again until a moment between them."""
+    deadline = time.time() + within_s
+    while True:
+        done = subprocess.run(["mount", "-o", "remount,ro", str(fs)], capture_output=True, text=True)
+        if done.returncode == 0:
+            return
+        if "busy" not in done.stderr or time.time() > deadline:
+            raise AssertionError(f"could not remount {fs} read-only: {done.stderr.strip()}")
+        time.sleep(0.01)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_disk_that_fills_mid_sweep_exits_1_with_the_count_and_a_rebuilt_csv(tmp_path):
@@ -185,7 +198,7 @@ def test_a_file_system_turned_read_only_mid_sweep_stops_it_in_one_line(tmp_path)
         deadline = time.time() + 120
         while len(list((fs / "s").glob("*/row.json"))) < 3 and time.time() < deadline:
             time.sleep(0.05)
-        subprocess.run(["mount", "-o", "remount,ro", str(fs)], check=True)
+        read_only(fs)
         code, out, err = finish(proc)
     assert code == 1 and "Traceback" not in err, err[-2000:]
     line, = error_lines(err)
