@@ -31,11 +31,11 @@ use_fast_accum stays off: Hopper's fast accumulation keeps fewer bits still, its
 the contraction (on an H200, relative RMS 7.5e-5 at 64 terms, 1.3e-3 at 4096).
 
 A CUDA _scaled_mm is not the dequant path to the last bit even so: its fp32 output carries the FP8
-tensor cores' accumulation, about 13 bits (H200, torch 2.11, CUDA 13.0: relative RMS 0.8-1.3e-4 from
+tensor cores' accumulation, about 13 bits (H200, torch 2.11, CUDA 13.0: relative RMS 0.75-1.3e-4 from
 the float64 product of the same fp8 values, per-tensor and rowwise alike, where an fp32 matmul of the
 dequantized values is within 1e-7). Scores that close still round P to a neighbouring fp8 value here
-and there, so an attention output through scaled_mm differs from the float64 emulation by about 3-4%
-of FP8's own error (0.19-0.25% relative RMS), the dequant path by well under 0.5%.
+and there, so an attention output through scaled_mm differs from the float64 emulation by about 3-6%
+of FP8's own error (0.19-0.34% relative RMS), the dequant path by well under 0.5%.
 
 torch's CPU _scaled_mm is a slow reference kernel (orders of magnitude slower than an fp32 product of
 the same shape), so scaled_mm forced on a CPU checks the numbers, not the speed; auto never picks it there.

@@ -35,8 +35,8 @@ def fp8_error(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                        P=part["p_scale"].map(lambda p: f"p_scale {number_text(float(p))}"))
     variants = [v for v in VARIANT_ORDER if v in set(part["variant"])] + sorted(set(part["variant"]) - set(VARIANT_ORDER))
     precisions = sorted(part["series"].unique())
-    palette = {s: _shade(precision_color(s.split(" ")[0]), matmuls.index(s.split("(")[-1].rstrip(")")) if "(" in s else 0)
-               for s in precisions}
+    twins = part[["series", "precision", "fp8_matmul"]].drop_duplicates()
+    palette = {s: _shade(precision_color(p), matmuls.index(str(m))) for s, p, m in twins.itertuples(index=False)}
     g = grid.facets(part, col="outliers", row="P", panel_width=3.2 * 1.3, panel_height=3.2, share_x=True,
                     share_y=True)
     for ax, cell in g.panels:  # per format (and products' way), the median over d_k and n with a bar over their range
