@@ -28,7 +28,7 @@ say "installing the floors: ${pins[*]}"
 "$py" -m pip install -q --disable-pip-version-check --no-deps -e .
 "$py" -m pip check  # the floors and what they pulled in agree with each other
 say "installed ($((SECONDS - started)) s): $("$py" -m pip list --format=freeze 2>/dev/null \
-    | grep -iE '^(torch|numpy|pandas|matplotlib|hydra-core|omegaconf|tabulate|wandb|submitit|scipy|pytest)==' \
+    | grep -iE '^(torch|numpy|pandas|matplotlib|seaborn|scipy|hydra-core|omegaconf|tabulate|wandb|submitit|pytest)==' \
     | tr '\n' ' ')"
 
 # The quick tier, as the main stage runs the whole suite (workers chosen by tests/conftest.py). All of it, not a

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import seaborn as sns
 from matplotlib.lines import Line2D
 
 from analysis.cost import Facet, cost_facets, memory_metric
 from analysis.costmodel import MIN_MODEL_SIZES
-from analysis.figures import grid
 from analysis.figures.common import (
     MASKS, SEED_INTERVAL, Context, Made, Skipped, bytes_formatter, guide_lines, legend_right, line_grid, log_if_spans,
     mark_failed, mask_handle, save, set_log2_ticks, suptitle, tidy_log_axis,
@@ -142,7 +142,9 @@ def time_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
 
 def _predicted(ax, data: pd.DataFrame, **kw) -> None:
     """The analytic memory prediction of each line, where the row carries one."""
-    grid.lines(ax, data[data["predicted_mem_bytes"] > 0], x="seq_len", y="predicted_mem_bytes", **kw)
+    data = data[data["predicted_mem_bytes"] > 0]
+    if not data.empty:
+        sns.lineplot(data=data, x="seq_len", y="predicted_mem_bytes", ax=ax, legend=False, **kw)
 
 
 def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
@@ -154,7 +156,8 @@ def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                        EXPERIMENT)
     g, palette, placed = _grid(facets, metric)
     # The analytic prediction, thin and dotted, so a reader sees where measurement and model part.
-    for ax, part in g.panels:
+    for panel, ax in g.axes_dict.items():
+        part = g.data[g.data["panel"] == panel]
         _predicted(ax, part, hue="label", palette=palette, style="mask", style_order=MASKS,
                    dashes={m: (1, 1.5) for m in MASKS}, estimator="median", errorbar=None, linewidth=0.9, alpha=0.8)
     g.set(yscale="log")

@@ -1,6 +1,7 @@
-"""The figures' panels in plain matplotlib (analysis/figures/grid.py): the median over seeds with its p20-p80 band,
-one line per hue x style level with its colour, dashes and marker, panels keyed as the figures read them; and no
-figure module reaches into matplotlib's or seaborn's private names."""
+"""The figures' panels through seaborn (analysis/figures/common.line_grid is `sns.relplot(kind="line")`): the median
+over seeds with its p20-p80 band, one line per hue x style level with its colour, dashes and marker, panels keyed as
+the figures read them; every figure module draws with seaborn; and none reaches into a private name of matplotlib,
+seaborn or scipy."""
 
 import ast
 from pathlib import Path
@@ -10,10 +11,10 @@ import pandas as pd
 import pytest
 from matplotlib.collections import PolyCollection
 
-from analysis.figures import common, grid
+from analysis.figures import FIGURES, common
 from analysis.figures.common import plt
 
-FIGURES_DIR = Path(grid.__file__).parent
+FIGURES_DIR = Path(common.__file__).parent
 
 
 def _seeds() -> pd.DataFrame:
@@ -27,41 +28,36 @@ def _seeds() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_aggregate_takes_the_median_and_the_seeds_percentile_interval():
-    part = _seeds().query("backend == 'naive' and mask == 'causal'")
-    out = grid.aggregate(part, "seq_len", "time_ms", "median", ("pi", 60))
-    assert list(out["seq_len"]) == [64, 128, 256]
-    assert list(out["estimate"]) == [2.0, 5.0, 7.0]
-    assert out["low"].iloc[0] == pytest.approx(np.percentile([1, 2, 9], 20))
-    assert out["high"].iloc[0] == pytest.approx(np.percentile([1, 2, 9], 80))
-    assert np.isnan(out["low"].iloc[2]) and np.isnan(out["high"].iloc[2])  # one seed: no interval
-    assert list(grid.aggregate(part, "seq_len", "time_ms", "min", None)["estimate"]) == [1.0, 4.0, 7.0]
-    assert grid.aggregate(part, "seq_len", "time_ms", "median", None)["low"].isna().all()
-
-
-def test_one_value_per_x_is_drawn_as_it_is():
-    part = pd.DataFrame({"seq_len": [256, 64, 128], "time_ms": [3.0, 1.0, 2.0]})
-    out = grid.aggregate(part, "seq_len", "time_ms", "median", ("pi", 60))
-    assert list(out["seq_len"]) == [64, 128, 256] and list(out["estimate"]) == [1.0, 2.0, 3.0]
-    assert out["low"].isna().all()
+def test_lines_are_the_median_over_seeds_with_their_p20_p80_band():
+    data = _seeds().query("backend == 'naive' and mask == 'causal'")
+    g = common.line_grid(data, x="seq_len", y="time_ms", hue="backend", palette={"naive": "#ff0000"},
+                         panel_width=3, panel_height=2)
+    ax = g.axes.flat[0]
+    (line,) = ax.lines
+    assert list(line.get_xdata()) == [64, 128, 256] and list(line.get_ydata()) == [2.0, 5.0, 7.0]
+    (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    vertices = band.get_paths()[0].vertices
+    for n, seeds in ((64, [1, 2, 9]), (128, [4, 5, 6])):  # each size's p20 and p80 over its seeds
+        at_n = sorted(set(np.round(vertices[vertices[:, 0] == n][:, 1], 9)))
+        assert at_n == pytest.approx([np.percentile(seeds, 20), np.percentile(seeds, 80)])
+    plt.close(g.figure)
+    g = common.line_grid(data, x="seq_len", y="time_ms", hue="backend", palette={"naive": "#ff0000"}, errorbar=None,
+                         estimator="min", panel_width=3, panel_height=2)
+    ax = g.axes.flat[0]
+    assert not [c for c in ax.collections if isinstance(c, PolyCollection)]  # negative control: no interval asked
+    assert list(ax.lines[0].get_ydata()) == [1.0, 4.0, 7.0]
+    plt.close(g.figure)
 
 
 def test_lines_one_per_hue_and_style_with_their_colour_dashes_and_marker():
     palette = {"naive": "#ff0000", "sdpa": "#0000ff"}
-    fig, ax = plt.subplots()
-    grid.lines(ax, _seeds(), x="seq_len", y="time_ms", hue="backend", palette=palette, style="mask",
-               style_order=list(common.MASKS), markers=common.MASK_MARKERS, dashes=common.MASK_DASHES)
+    g = common.line_grid(_seeds(), x="seq_len", y="time_ms", hue="backend", palette=palette, style="mask",
+                         panel_width=3, panel_height=2)
+    ax = g.axes.flat[0]
     assert len(ax.lines) == 4
     drawn = {(line.get_color(), line.get_marker(), line.get_linestyle()) for line in ax.lines}
     assert drawn == {("#ff0000", "o", "-"), ("#ff0000", "s", "--"), ("#0000ff", "o", "-"), ("#0000ff", "s", "--")}
-    assert list(ax.lines[0].get_xdata()) == [64, 128, 256]
-    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
-    assert len(bands) == 4  # seeds differ: a band per line
-    plt.close(fig)
-    fig, ax = plt.subplots()
-    grid.lines(ax, _seeds(), x="seq_len", y="time_ms", hue="backend", palette=palette, errorbar=None)
-    assert not ax.collections and len(ax.lines) == 2  # negative control: no interval asked, none drawn
-    plt.close(fig)
+    plt.close(g.figure)
 
 
 def test_line_grid_keys_its_panels_as_the_figures_read_them_and_hides_empty_ones():
@@ -70,7 +66,6 @@ def test_line_grid_keys_its_panels_as_the_figures_read_them_and_hides_empty_ones
                          style="mask", col="panel", col_order=["naive", "sdpa", "none"], col_wrap=2,
                          panel_width=3, panel_height=2)
     assert list(g.axes_dict) == ["naive", "sdpa", "none"] and g.axes.shape == (3,)
-    assert tuple(g.figure.get_size_inches()) == (6, 4)
     assert g.axes_dict["none"].axison is False and g.axes_dict["naive"].axison
     assert len(g.axes_dict["naive"].lines) == 2  # that panel's rows only
     plt.close(g.figure)
@@ -82,17 +77,27 @@ def test_line_grid_keys_its_panels_as_the_figures_read_them_and_hides_empty_ones
     plt.close(g.figure)
 
 
-def test_points_put_each_category_at_its_place_with_its_range():
-    data = pd.DataFrame({"variant": ["a", "a", "b", "b"], "err": [1.0, 3.0, 2.0, 2.0], "precision": ["fp8"] * 4})
-    fig, ax = plt.subplots()
-    grid.points(ax, data, x="variant", order=["b", "a"], y="err", hue="precision", hue_order=["fp8"],
-                palette={"fp8": "k"})
-    (line,) = ax.lines
-    assert list(line.get_xdata()) == [0.0, 1.0] and list(line.get_ydata()) == [2.0, 2.0]
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["b", "a"]
-    (bars,) = ax.collections
-    assert [tuple(seg[:, 1]) for seg in bars.get_segments()] == [(2.0, 2.0), (1.0, 3.0)]
-    plt.close(fig)
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names} | {
+        f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names}
+
+
+def test_every_figure_module_draws_with_seaborn():
+    modules = {f.module.rsplit(".", 1)[-1] for f in FIGURES} | {"attention_maps"}
+    for name in sorted(modules):
+        imports = _imports(FIGURES_DIR / f"{name}.py")
+        assert "seaborn" in imports or "analysis.figures.common.line_grid" in imports, name
+    assert "seaborn" in _imports(FIGURES_DIR / "common.py")
+    assert not (FIGURES_DIR / "grid.py").exists() and not (FIGURES_DIR / "draw.py").exists()
+
+
+def test_one_theme_set_through_seaborn():
+    import matplotlib
+
+    assert matplotlib.rcParams["font.size"] == common.RC["font.size"]  # sns.set_theme(rc=RC) at import
+    assert matplotlib.rcParams["xtick.direction"] == "out"  # seaborn's "ticks" style
 
 
 def _private_uses(path: Path) -> list[str]:
@@ -115,17 +120,21 @@ def _private_uses(path: Path) -> list[str]:
 
 
 # the project's own modules, whose underscore names are the project's to use
-_OWN_MODULES = {"common", "style", "grid", "made"}
+_OWN_MODULES = {"common", "style", "made"}
+ANALYSIS_DIR = FIGURES_DIR.parent
 
 
-def test_no_figure_module_uses_a_private_name_of_matplotlib_or_seaborn():
-    for node_path in sorted(FIGURES_DIR.glob("*.py")):
-        tree = ast.parse(node_path.read_text())
-        imports = {alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
-                   for alias in node.names} | {node.module for node in ast.walk(tree)
-                                               if isinstance(node, ast.ImportFrom) and node.module}
-        assert not any(name == "seaborn" or name.startswith("seaborn.") for name in imports), node_path.name
-        assert _private_uses(node_path) == [], node_path.name
+def _private_imports(path: Path) -> list[str]:
+    """Imports of an underscore name (or module) of seaborn, scipy or matplotlib."""
+    return [name for name in _imports(path) if name.split(".")[0] in ("seaborn", "scipy", "matplotlib")
+            and any(part.startswith("_") and not part.startswith("__") for part in name.split("."))]
+
+
+def test_no_analysis_module_uses_a_private_name_of_matplotlib_seaborn_or_scipy():
+    for node_path in sorted([*FIGURES_DIR.glob("*.py"), *ANALYSIS_DIR.glob("*.py")]):
+        assert _private_imports(node_path) == [], node_path.name
+        if node_path.parent == FIGURES_DIR:
+            assert _private_uses(node_path) == [], node_path.name
 
 
 def test_the_private_name_check_sees_one(tmp_path):
@@ -134,3 +143,5 @@ def test_the_private_name_check_sees_one(tmp_path):
     probe.write_text("import sys\nimport matplotlib.text as mtext\nsys.modules['scipy.stats'] = None\n"
                      "mtext.Text._get_layout = None\nx = text.get_figure(root=True).dpi\nhasattr(ax, '_colorbar')\n")
     assert len(_private_uses(probe)) == 4
+    probe.write_text("from seaborn._core.plot import Plot\nfrom scipy.stats._mannwhitneyu import _mwu_choose_method\n")
+    assert len(_private_imports(probe)) == 2
