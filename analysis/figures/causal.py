@@ -6,9 +6,12 @@ import numpy as np
 import pandas as pd
 
 from analysis.cost import causal_ratios, cost_facets, ideal_causal_ratio
-from analysis.figures.common import Context, Made, Skipped, legend_right, line_grid, mask_handle, save, set_log2_ticks, suptitle
+from analysis.figures.common import (
+    Context, Made, Skipped, hollow_points, legend_right, line_grid, mask_handle, save, set_log2_ticks, suptitle,
+)
 from analysis.figures.style import backend_palette, precision_order
 from analysis.judged import facet_notes
+from analysis.noise import unsure_mask
 
 
 def causal_saving(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
@@ -39,7 +42,12 @@ def causal_saving(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_xlabel("sequence length n (tokens)")
         ax.set_ylabel("time without mask / time with mask (×)")
         ax.set_title(f"{facet.title}\n{facet.slice_text}")
-        legend_right(ax, lead_handles=handles)
+        # a ratio read from a noisy or fewer-thread row (either mask) is drawn hollow
+        unsure = facet.slice_rows[unsure_mask(facet.slice_rows)]
+        keys = set(zip(unsure["label"], unsure["seq_len"].astype(float)))
+        flagged = ratios[[(label, float(n)) in keys for label, n in zip(ratios["label"], ratios["seq_len"])]]
+        hollow = hollow_points(ax, flagged, "seq_len", "ratio", lambda r: palette[r["label"]], lambda r: "o")
+        legend_right(ax, hollow, lead_handles=handles)
     suptitle(g.figure, "Speed-up from a causal mask (time without / time with); skipping the masked half "
                        "of the scores would give 2")
     return Made(name, title,

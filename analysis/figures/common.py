@@ -206,10 +206,10 @@ def _drop_touching_tick_labels(fig, placed, pad_px: float = 3.0) -> bool:
 
 
 def size_text(n: float) -> str:
-    """1024 -> '1K', 131072 -> '128K', 300 -> '300'."""
+    """One style for every size: 300 -> '300', 1024 -> '1K', 1536 -> '1.5K', 131072 -> '128K'."""
     n = int(round(n))
-    if n >= 1024 and n % 1024 == 0:
-        return f"{n // 1024}K"
+    if n >= 1024:
+        return f"{n / 1024:.3g}K"
     return str(n)
 
 
@@ -257,15 +257,44 @@ def _spaced_ticks(ax, ticks: list[float], axis: str, text) -> list[float]:
     return sorted(kept)
 
 
+def bytes_text(value: float) -> str:
+    """Bytes in binary units, as every figure and table gives them: 1536 -> '1.5 KiB', 2**30 -> '1 GiB'."""
+    if not value > 0:
+        return ""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.3g} B"
+
+
 def bytes_formatter() -> ticker.FuncFormatter:
-    def fmt(value, _pos):
-        if value <= 0:
-            return ""
-        for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-            if value >= size:
-                return f"{value / size:g} {unit}"
-        return f"{value:g} B"
-    return ticker.FuncFormatter(fmt)
+    return ticker.FuncFormatter(lambda value, _pos: bytes_text(value))
+
+
+def bytes_axis(ax, axis: str = "y") -> None:
+    """A byte axis in binary units: on a log scale its ticks at powers of 4 (1 KiB, 4 KiB, 16 KiB, ...), so no
+    label reads '1.05 MiB'; the minor ticks unlabelled."""
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    if (ax.get_yscale() if axis == "y" else ax.get_xscale()) == "log":
+        target.set_major_locator(ticker.LogLocator(base=4, numticks=8))
+        target.set_minor_locator(ticker.NullLocator())
+    target.set_major_formatter(bytes_formatter())
+
+
+UNSURE_LABEL = "hollow: noisy, or timed on fewer threads"
+
+
+def hollow_points(ax, points: pd.DataFrame, x: str, y: str, color_of, marker_of) -> list[Line2D]:
+    """Each row of `points` (the unsure ones: analysis.noise.unsure_mask) as a hollow marker over its line, and
+    the legend entry that says what hollow means (none when there is no such row)."""
+    shown = points[np.isfinite(points[y]) & (points[y] > 0)] if len(points) else points
+    for _, row in shown.iterrows():
+        ax.plot(row[x], row[y], marker=marker_of(row), markersize=6, markerfacecolor="white",
+                markeredgecolor=color_of(row), markeredgewidth=1.3, linestyle="none", zorder=4)
+    if shown.empty:
+        return []
+    return [Line2D([], [], marker="o", markersize=6, markerfacecolor="white", markeredgecolor="0.3",
+                   markeredgewidth=1.3, linestyle="none", label=UNSURE_LABEL)]
 
 
 def log_if_spans(ax, values: Iterable[float], axis: str = "y", decades: float = 1.3) -> bool:
@@ -332,8 +361,9 @@ def mark_failed(ax, failed, y_column: str | None, color_of, top_fraction: float 
 
 def legend_right(ax, extra_handles: Sequence[Line2D] = (), lead_handles: Sequence[Line2D] = (),
                  loc: str = "right") -> None:
-    """The axis's legend: `lead_handles` (the data lines), its own labelled artists, then extras;
-    to the right of the axis, or inside it at `loc` when that is not "right"."""
+    """The axis's legend: `lead_handles` (the data lines), its own labelled artists, then extras; outside the
+    data, to the right of the axis (a figure whose legends are wide gives its panels the room: `panel_width`
+    counts it), or inside it at `loc` when that is not "right"."""
     handles, _ = ax.get_legend_handles_labels()
     handles = list(lead_handles) + list(handles) + list(extra_handles)
     if not handles:

@@ -7,7 +7,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.lines import Line2D
 
-from analysis.figures.common import Context, Made, Skipped, bytes_formatter, plt, save, set_log2_ticks, suptitle
+from analysis.figures.common import Context, Made, Skipped, bytes_axis, plt, save, set_log2_ticks, suptitle
 from analysis.figures.style import backend_palette
 from analysis.masks import gqa_study, ideal_line, mask_study
 from analysis.slices import number_text
@@ -68,7 +68,7 @@ def masks_vs_density(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                 ax.set_ylim(bottom=0)
             elif metric == "alloc_per_seq_bytes":
                 ax.set_yscale("log")  # memory spans orders of magnitude between back ends
-                ax.yaxis.set_major_formatter(bytes_formatter())
+                bytes_axis(ax)
             ax.set_xlabel("mask density (fraction of query-key pairs left)")  # seaborn named them after the columns
             ax.set_ylabel(ylabel)
         handles = [Line2D([], [], color=palette[lab], linewidth=2, label=lab) for lab in sorted(part["label"].unique())]
@@ -106,7 +106,7 @@ def gqa_vs_kv_heads(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     axes[0].set_yscale("log")
     axes[0].set_ylabel("time per call, median (ms)")
     axes[1].set_ylabel("bytes")
-    axes[1].yaxis.set_major_formatter(bytes_formatter())
+    bytes_axis(axes[1])
     suptitle(fig, f"Fewer K/V heads at n={number_text(float(study['seq_len'].max()))}: time per back end, and the K/V bytes")
     return Made(name, title,
                 "Left: time per call against the number of K/V heads (solid forward, dashed forward+backward); the "

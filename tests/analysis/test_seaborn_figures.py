@@ -145,3 +145,46 @@ def test_the_private_name_check_sees_one(tmp_path):
     assert len(_private_uses(probe)) == 4
     probe.write_text("from seaborn._core.plot import Plot\nfrom scipy.stats._mannwhitneyu import _mwu_choose_method\n")
     assert len(_private_imports(probe)) == 2
+
+
+def _cost_rows(fabricate, tmp_path, **flag):
+    from analysis.load import load
+
+    frame = fabricate().quadratic_cost(sizes=(256, 512, 1024, 2048)).frame()
+    frame["noisy"], frame["num_threads"] = False, 2
+    at = (frame["backend"] == "sdpa") & (frame["seq_len"] == 1024) & ~frame["causal"].astype(bool)
+    for column, value in flag.items():
+        frame.loc[at, column] = value
+    frame.to_csv(tmp_path / "results.csv", index=False)
+    return load([tmp_path / "results.csv"], warn=False).rows
+
+
+def _hollow_markers(fig) -> list:
+    return [line for ax in fig.axes for line in ax.lines
+            if line.get_markerfacecolor() in ("white", "w", (1.0, 1.0, 1.0, 1.0)) and line.get_xdata().size == 1]
+
+
+@pytest.mark.parametrize("flag", [{"noisy": True}, {"num_threads": 1}, {}], ids=["noisy", "fewer-threads", "none"])
+def test_noisy_and_fewer_thread_rows_are_hollow_with_a_legend_entry(tmp_path, fabricate, monkeypatch, flag):
+    from analysis.figures import cost
+    from analysis.figures.made import Context
+
+    drawn = {}
+    monkeypatch.setattr(cost, "save", lambda fig, ctx, name: drawn.setdefault(name, fig) and [])
+    rows = _cost_rows(fabricate, tmp_path, **flag)
+    for make in (cost.time_vs_seq_len, cost.throughput_vs_seq_len):
+        made = make(rows, Context(tmp_path / "figures"))
+        fig = drawn[made.name]
+        legend_texts = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+        if flag:
+            assert len(_hollow_markers(fig)) == 1, made.name  # the one flagged row, over its line
+            assert common.UNSURE_LABEL in legend_texts and "Hollow markers" in made.how_to_read
+        else:  # negative control: nothing flagged, nothing hollow, no legend entry for it
+            assert _hollow_markers(fig) == [] and common.UNSURE_LABEL not in legend_texts
+        plt.close(fig)
+
+
+def test_sizes_and_bytes_read_in_one_style():
+    assert [common.size_text(n) for n in (512, 1024, 1536, 2048, 2816, 131072)] == \
+        ["512", "1K", "1.5K", "2K", "2.75K", "128K"]
+    assert [common.bytes_text(b) for b in (512, 1536, 2**20, 3 * 2**30)] == ["512 B", "1.5 KiB", "1 MiB", "3 GiB"]
