@@ -14,7 +14,7 @@ seconds and the machine's load, which the last line prints.
 1. A 24-row sweep's report (benchmarks/data/report_24_rows.csv: real rows of
    `python -m runners.sweep -m backend=naive,sdpa,chunked seq_len=64,128,256,512 causal=true,false`, which
    draws 5 figures): at most 10 s wall on the project's 2-core machine.
-2. The default sweep's report step (the rows of `python -m runners.sweep -m experiment=quick`, 219 points, 9
+2. The default sweep's report step (the rows of `python -m runners.sweep -m experiment=quick`, 219 points, 10
    figures): at most 20 s wall there.
 With --baseline-checkout, that checkout's report of the same rows takes turns with this one's (no target: a
 paired ratio, since a burst of load hits both sides alike).
