@@ -166,13 +166,14 @@ def _hollow_markers(fig) -> list:
 
 @pytest.mark.parametrize("flag", [{"noisy": True}, {"num_threads": 1}, {}], ids=["noisy", "fewer-threads", "none"])
 def test_noisy_and_fewer_thread_rows_are_hollow_with_a_legend_entry(tmp_path, fabricate, monkeypatch, flag):
-    from analysis.figures import cost
+    from analysis.figures import causal, cost
     from analysis.figures.made import Context
 
     drawn = {}
-    monkeypatch.setattr(cost, "save", lambda fig, ctx, name: drawn.setdefault(name, fig) and [])
+    for module in (cost, causal):
+        monkeypatch.setattr(module, "save", lambda fig, ctx, name: drawn.setdefault(name, fig) and [])
     rows = _cost_rows(fabricate, tmp_path, **flag)
-    for make in (cost.time_vs_seq_len, cost.throughput_vs_seq_len):
+    for make in (cost.time_vs_seq_len, cost.throughput_vs_seq_len, causal.causal_saving):
         made = make(rows, Context(tmp_path / "figures"))
         fig = drawn[made.name]
         legend_texts = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
