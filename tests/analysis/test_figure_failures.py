@@ -161,3 +161,5 @@ def test_a_figure_that_cannot_be_drawn_says_why_in_one_line_and_logs_its_traceba
     assert lines[1].endswith(f"(traceback in {tmp_path / 'out' / report.LOG_NAME})")
     assert "Traceback (most recent call last)" in (tmp_path / "out" / report.LOG_NAME).read_text()
     assert "Traceback" not in "".join(_report_lines(capsys))
+    text = written.path.read_text()  # report.md names it where the figure would be, with the log to read
+    assert "### 1. masks_vs_density" in text and f"(the traceback is in {report.LOG_NAME})" in text
