@@ -190,9 +190,10 @@ def _cuda_auto(device_index: int, causal: bool, x_heads: int) -> tuple[int, int]
 
 def auto_sizes(masks: Masks, device: torch.device | str, x_heads: int) -> tuple[int, int] | None:
     """The automatic (q_chunk, kv_chunk) of a mask without a window on `device`: CUDA's from its memory budget
-    (cuda_chunk_sizes); None elsewhere, i.e. the CPU's measured DEFAULT_CHUNKS and CAUSAL_CHUNKS."""
+    (cuda_chunk_sizes); None elsewhere, i.e. the CPU's measured DEFAULT_CHUNKS and CAUSAL_CHUNKS (so does a CUDA
+    prediction on a machine without CUDA: it has no free memory to read)."""
     device = torch.device(device)
-    if device.type != "cuda":
+    if device.type != "cuda" or not torch.cuda.is_available():
         return None
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _cuda_auto(index, masks.causal, x_heads)

@@ -103,3 +103,20 @@ def test_naive_mask_is_kept_per_masks_and_shape_and_drops_old_ones():
     assert naive.additive_mask(masks, 64, 64, torch.float32, "cpu")[0] is not first[0]  # dropped, made again
     mask, sees = naive.additive_mask(Masks(causal=True), 3, 2, torch.float32, "cpu")  # q_len > seq_len: a row sees none
     assert mask.shape == (1, 3, 2) and sees.tolist() == [[[0.0], [1.0], [1.0]]] and torch.isfinite(mask[0, 0]).all()
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_chunked_memory_model_under_its_cuda_plan_grows_linearly(cuda_plan, causal, mode):
+    """The sizes do not depend on n, so from n = 4096 on (a query block no taller than the rows) the predicted peak
+    at most doubles when n doubles; and it is far below naive's n x n."""
+    from selfattn.measure import predict_mem_bytes
+    from selfattn.point import Point
+
+    peaks = {n: predict_mem_bytes(Point(backend="chunked", device="cuda", precision="bf16", seq_len=n, heads=H,
+                                        causal=causal, mode=mode)) for n in (4096, 8192, 16384, 32768)}
+    for small, large in zip(list(peaks), list(peaks)[1:]):
+        assert peaks[large] <= 2 * peaks[small], peaks
+    naive = predict_mem_bytes(Point(backend="naive", device="cuda", precision="bf16", seq_len=16384, heads=H,
+                                    causal=causal, mode=mode))
+    assert peaks[16384] < naive / 4, (peaks[16384], naive)
