@@ -9,6 +9,8 @@ The checks (failing ones make the exit status 1):
 - chunked at least half of naive's TFLOP/s at every n >= 4096 both ran, per mode and mask (CHUNKED_SHARE);
 - chunked's peak memory grows at most linearly: from one n to the next, peak(n2) / peak(n1) <= n2 / n1 times
   LINEAR_SLACK (its blocks are sized by a memory budget, not by n: selfattn/backends/chunked.py).
+Printed beside them, not failing: naive's causal / plain time per n against NAIVE_CAUSAL_TARGET (its mask is made
+once per point, so a causal call should cost little more than a plain one).
 Rows that are not `ok` (naive's skipped_budget at the largest n) are shown with their status and are not compared.
 Measured here, each point is one `selfattn.measure.measure_point` row, as a sweep makes it (the harness's CUDA
 timer, peak memory from the allocator, FLOPs counted from the visible pairs, fwd_bwd as 3.5x forward).
@@ -25,6 +27,7 @@ SIZES = (1024, 2048, 4096, 8192, 16384)
 CHUNKED_SHARE = 0.5  # chunked's TFLOP/s at least this share of naive's from CHECK_FROM_N on
 CHECK_FROM_N = 4096
 LINEAR_SLACK = 1.15  # allowed above linear growth between two sizes (allocator rounding, O(1) buffers)
+NAIVE_CAUSAL_TARGET = 1.2  # naive's causal call at most this times its plain one (its mask made once per point)
 
 
 def side_by_side(rows) -> str:
@@ -48,6 +51,20 @@ def side_by_side(rows) -> str:
             cells.append(f"{row['time_ms']:8.3f} ms {row['tflops']:6.1f} TF {peak_text}")
         lines.append(f"{mode:8s} {str(bool(causal)).lower():6s} {int(n):6d}  " + "  ".join(cells))
     return "\n".join(lines)
+
+
+def naive_causal_ratios(rows) -> list[str]:
+    """naive's causal / plain time per mode and n, beside NAIVE_CAUSAL_TARGET (printed, not a failure: the mask
+    is made outside the call, so the rest is the add and the softmax over -inf entries)."""
+    ok = rows[(rows["status"] == "ok") & (rows["backend"] == "naive")]
+    lines = []
+    for (mode, n), group in ok.groupby(["mode", "seq_len"], sort=True):
+        times = dict(zip(group["causal"].astype(bool), group["time_ms"]))
+        if True in times and False in times:
+            ratio = times[True] / times[False]
+            lines.append(f"naive causal / plain {mode} n={int(n)}: {ratio:.2f}x (target <= {NAIVE_CAUSAL_TARGET:g}x: "
+                         f"{'PASS' if ratio <= NAIVE_CAUSAL_TARGET else 'MISS'})")
+    return lines
 
 
 def failures(rows) -> list[str]:
@@ -84,6 +101,8 @@ def report(rows, sizes=SIZES, checks: bool = True) -> int:
         print(f"side by side: no rows of naive, chunked, triton or sdpa at n = {', '.join(map(str, sizes))}")
         return 1
     print(side_by_side(rows))
+    for line in naive_causal_ratios(rows):
+        print(line)
     if not checks:
         return 0
     problems = failures(rows)

@@ -78,3 +78,11 @@ def test_print_only_shows_the_table_of_a_cpus_sizes_without_judging(side, capsys
     assert side.report(small, sizes=(128, 512, 2048), checks=False) == 0
     assert "FAIL" not in capsys.readouterr().out
     assert side.report(small, sizes=(128, 512, 2048)) == 1  # judged, the same rows fail
+
+
+def test_naive_causal_against_plain_is_printed_beside_its_target(side):
+    table = rows()
+    table.loc[(table["backend"] == "naive") & table["causal"], "time_ms"] = 1.5  # causal 1.5x plain
+    lines = side.naive_causal_ratios(table)
+    assert len(lines) == 6 and all("1.50x (target <= 1.2x: MISS)" in line for line in lines)
+    assert side.report(table) == 0  # printed, not a failure of the stage
