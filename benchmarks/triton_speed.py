@@ -3,6 +3,10 @@
     python benchmarks/triton_speed.py             # n = 1024..16384, bf16, causal and not (batch 1, 16 heads, d 64)
     python benchmarks/triton_speed.py --quick     # n = 1024, 2048: does it run
 
+Forward and backward (the project's backward kernels, triton_bwd.py): bf16, head_dim 64 and 128, n = 4096 and
+16384 (--bwd-sizes), causal and not, one call = forward + dQ/dK/dV for a dense upstream, the same for sdpa's
+flash kernel; the target is triton / flash <= BWD_TARGET, printed beside each ratio.
+
 Each size runs both kernels interleaved, repeat after repeat, each call timed by the harness's CUDA timer
 (selfattn.measure.timing.time_cuda: triton.testing.do_bench, an L2 flush between calls, the median), and
 every ratio triton / sdpa is taken within a repeat (the median over repeats is printed, the spread beside it).
@@ -29,6 +33,7 @@ import selfattn
 from selfattn.inputs import make_qkv
 
 SAMPLED_ROWS = 64  # query rows the float64 reference computes (evenly spread, last row included)
+BWD_TARGET = 1.5  # triton's forward + backward within 1.5x of sdpa flash's (bf16, n = 4096 and 16384, d 64 and 128)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -39,10 +44,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds per size")
     parser.add_argument("--timing-s", type=float, default=0.2, help="seconds of timed calls per kernel and round")
     parser.add_argument("--fp32-size", type=int, default=4096, help="seq_len of the fp32 (ieee vs tf32) line")
+    parser.add_argument("--bwd-sizes", type=int, nargs="+", default=[4096, 16384], help="seq_len of the fwd_bwd lines")
     parser.add_argument("--quick", action="store_true", help="n = 1024, 2048, two rounds")
     args = parser.parse_args(argv)
     if args.quick:
-        args.sizes, args.repeats, args.timing_s = [1024, 2048], 2, 0.05
+        args.sizes, args.repeats, args.timing_s, args.bwd_sizes = [1024, 2048], 2, 0.05, [1024]
     return args
 
 
@@ -74,6 +80,30 @@ def compare(n: int, causal: bool, dtype: torch.dtype, args: argparse.Namespace,
     return times
 
 
+def compare_fwd_bwd(n: int, causal: bool, head_dim: int, args: argparse.Namespace) -> dict[str, list[float]]:
+    """Per-round median ms of forward + backward (dq, dk, dv of a dense upstream), triton against sdpa flash,
+    and one line with each one's largest gradient error against float64 (on the whole, small enough at these n)."""
+    q, k, v = make_qkv(1, args.heads, n, n, head_dim, dtype=torch.bfloat16, device="cuda", seed=n, requires_grad=True)
+    upstream = torch.randn_like(q)
+    kernels = {"triton": {"backend": "triton"}, "sdpa": {"backend": "sdpa", "kernel": "flash"}}
+
+    def call(kw: dict):
+        out = selfattn.attention(q, k, v, causal=causal, **kw)
+        return torch.autograd.grad(out, (q, k, v), upstream)
+
+    calls = {name: (lambda kw=kw: call(kw)) for name, kw in kernels.items()}
+    grads = {name: fn() for name, fn in calls.items()}  # compiles triton's kernels
+    diff = max((a.float() - b.float()).abs().max().item() for a, b in zip(grads["triton"], grads["sdpa"]))
+    torch.cuda.synchronize()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(args.repeats):
+        for name, fn in calls.items():
+            times[name].append(_time_ms(fn, args.timing_s))
+    print(f"  n={n:>6} d={head_dim:<4} {'causal' if causal else 'full  '} " + "  ".join(
+        f"{name} {fmt_ms(times[name])} ms" for name in calls) + f"  max |d triton - d flash| {diff:.2g}", flush=True)
+    return times
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print_header("triton (the project's FA2 forward) vs sdpa flash, on a GPU")
@@ -99,6 +129,17 @@ def main(argv: list[str] | None = None) -> int:
     print("\ntriton / sdpa(flash) forward time, median of the per-round ratios [min-max over rounds]")
     for n, causal, ratio, low, high in ratios:
         print(f"  n={n:>6} {'causal' if causal else 'full  '}  {ratio:.2f}x  [{low:.2f}-{high:.2f}]")
+    print("\nbf16, forward + backward: per-round median times, the gradients' largest difference from flash's")
+    bwd_ratios = []
+    for head_dim in (64, 128):
+        for causal in (False, True):
+            for n in args.bwd_sizes:
+                times = compare_fwd_bwd(n, causal, head_dim, args)
+                bwd_ratios.append((n, head_dim, causal, paired_ratio(times["triton"], times["sdpa"])))
+    print(f"\ntriton / sdpa(flash) forward + backward time (target <= {BWD_TARGET:g}x)")
+    for n, head_dim, causal, ratio in bwd_ratios:
+        verdict = "PASS" if ratio <= BWD_TARGET else "MISS"
+        print(f"  n={n:>6} d={head_dim:<4} {'causal' if causal else 'full  '}  {ratio:.2f}x  {verdict}")
     print(f"\nfp32, causal, n={args.fp32_size}: the dot's precision (sdpa flash takes no fp32: efficient instead)")
     compare(args.fp32_size, True, torch.float32, args,
             {"triton-ieee": {"backend": "triton", "dot_precision": "ieee"},

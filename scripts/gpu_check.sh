@@ -89,7 +89,8 @@ say() { printf '%s\n' "$*"; }
 # so while the floors fit the total every stage gets at least its floor, a stage that ends early
 # leaves its time to the next ones, and the limits never add up to more than --total-s. The dry
 # run computes them as if each stage used all of its limit.
-ORDER=(tests_gpu tests_compiled quadratic_cost sdpa_kernels scaling_stability flex compile_option fp8 results report)
+ORDER=(tests_gpu tests_compiled quadratic_cost sdpa_kernels scaling_stability flex compile_option fp8 results side_by_side
+       report)
 declare -A WEIGHT=() PER_TEST=() SKIP=()
 FINAL_RESERVE_S=10  # packing, the size check and the summary after the last stage
 MIN_STAGE_S=5       # a stage with less than this is skipped: it could not even start Python
@@ -154,9 +155,11 @@ LIMITS=()
 if ((ALLOW_CPU)); then
   DEVICE=cpu COST_SEQ=128,256 COST_PREC=fp32 KERNEL_SEQ=128 KERNEL_PREC=fp32,tf32,bf16
   STAB_SEQ=128 STAB_DIMS=16,64 STAB_STD=1.0 MAX_POINT_S=10 COMPILED_SEQ=256 COMPILED_PREC=fp32 FP8_SEQ=256
+  SIDE_CHECKS=--print-only  # a CPU's sizes are below chunked's blocks: the table only
 else
-  DEVICE=cuda COST_SEQ=1024,2048,4096,8192,16384 COST_PREC=bf16 KERNEL_SEQ=4096 KERNEL_PREC=fp32,tf32,bf16,fp16
+  DEVICE=cuda COST_SEQ=1024,4096,16384 COST_PREC=bf16 KERNEL_SEQ=4096 KERNEL_PREC=fp32,tf32,bf16,fp16
   STAB_SEQ=2048 STAB_DIMS=16,128,1024 STAB_STD=1.0 MAX_POINT_S=5 COMPILED_SEQ=4096 COMPILED_PREC=bf16 FP8_SEQ=4096
+  SIDE_CHECKS=
 fi
 if ((PACK)); then
   WORK=$( ((DRY)) && echo "/tmp/gpu_check_sweeps.XXXXXX" || mktemp -d "${TMPDIR:-/tmp}/gpu_check_sweeps.XXXXXX")
@@ -255,10 +258,12 @@ fi
 # sweeps: one folder each, never the report (step 7 draws it once from all rows).
 COMMON=(device=$DEVICE report=false budget.max_point_s=$MAX_POINT_S budget.accuracy_rows=32 "$WANDB")
 # quadratic_cost with the triton back end too: its bf16 rows beside sdpa's (auto runs flash there: the kernel column
-# says "auto:flash"), causal and not, each with its error against float64 (benchmarks/triton_speed.py prints the
-# ratios); 0.1 s of timed calls per point (hundreds of calls at these sizes) leaves room for its two kernel compiles.
-SWEEP_COST=(experiment=quadratic_cost backend=naive,sdpa,chunked,triton precision=$COST_PREC seq_len=$COST_SEQ
-            budget.timing_s=0.1 "${COMMON[@]}" hydra.sweep.dir="$WORK/quadratic_cost")
+# says "auto:flash"), causal and not, forward and forward+backward (the project's backward kernels beside flash's),
+# each with its error against float64 (benchmarks/triton_speed.py prints the ratios); n in 4x steps (1K, 4K, 16K:
+# enough for the exponent and the side_by_side stage's checks; 2K and 8K do not fit beside fwd_bwd); 0.08 s of timed
+# calls per point (dozens to hundreds of calls at these sizes) leaves room for its kernel compiles.
+SWEEP_COST=(experiment=quadratic_cost backend=naive,sdpa,chunked,triton mode=fwd,fwd_bwd precision=$COST_PREC
+            seq_len=$COST_SEQ budget.timing_s=0.08 "${COMMON[@]}" hydra.sweep.dir="$WORK/quadratic_cost")
 SWEEP_KERNELS=(experiment=quadratic_cost name=sdpa_kernels backend=sdpa backend.kernel=auto,flash,efficient,math,cudnn
                precision=$KERNEL_PREC seq_len=$KERNEL_SEQ causal=true budget.timing_s=0.1 "${COMMON[@]}"
                hydra.sweep.dir="$WORK/sdpa_kernels")
@@ -290,7 +295,7 @@ PLAN_ARGS=(:: fixed env :: fixed deps :: fixed plan
            :: sweep quadratic_cost "${SWEEP_COST[@]}" :: sweep sdpa_kernels "${SWEEP_KERNELS[@]}"
            :: sweep scaling_stability "${SWEEP_STABILITY[@]}"
            :: sweep flex "${SWEEP_FLEX[@]}" :: sweep compile_option "${SWEEP_COMPILE[@]}" :: sweep fp8 "${SWEEP_FP8[@]}"
-           :: fixed results :: fixed report)
+           :: fixed results :: fixed side_by_side :: fixed report)
 PLAN_TEXT="" plan_rc=0
 LIMITS+=("plan ${FIXED_LIMIT[plan]}s")
 if ((DRY)); then
@@ -313,8 +318,8 @@ if ((plan_rc != 0)) || [[ -z ${WEIGHT[report]:-} ]]; then
   say "# plan failed (exit $plan_rc): using the floors of the last dry run"
   STAGES+=("plan|exit $plan_rc: the last dry run's floors used|0|${FIXED_LIMIT[plan]}"); FAILED=1
   # every stage of ORDER (tests/launchers/test_gpu_check_script.py checks): one left out got 0 s and was skipped
-  WEIGHT=([tests_gpu]=69 [tests_compiled]=80 [quadratic_cost]=37 [sdpa_kernels]=21 [scaling_stability]=22
-          [flex]=60 [compile_option]=60 [fp8]=15 [results]=6 [report]=25)
+  WEIGHT=([tests_gpu]=69 [tests_compiled]=80 [quadratic_cost]=46 [sdpa_kernels]=21 [scaling_stability]=22
+          [flex]=60 [compile_option]=60 [fp8]=15 [results]=6 [side_by_side]=5 [report]=25)
   PER_TEST=([tests_gpu]=30 [tests_compiled]=60)
   SKIP=()
 fi
@@ -348,6 +353,12 @@ stage fp8 "$OUT/sweep.log" "$PY" -m runners.sweep "${SWEEP_FP8[@]}"
 # 6. results: every sweep's results.csv rebuilt from its row files (a sweep cut off by its limit
 # has rows but no whole CSV), then one table, even of sweeps cut short.
 stage results "$OUT/sweep.log" "$PY" "$HELPER" merge "$OUT/results.csv" "${SWEEP_DIRS[@]}"
+
+# 6b. side_by_side: quadratic_cost's naive, chunked, triton and sdpa rows as one table (time, TFLOP/s, peak memory;
+# fwd and fwd_bwd, causal or not), failing when chunked is below half of naive's TFLOP/s at n >= 4096 or its peak
+# memory grows faster than linearly (benchmarks/gpu_side_by_side.py, which can also measure the grid by itself).
+stage side_by_side "$OUT/sweep.log" "$PY" "$ROOT/benchmarks/gpu_side_by_side.py" --csv "$WORK/quadratic_cost" \
+  --sizes ${COST_SEQ//,/ } $SIDE_CHECKS
 
 # 7. report: figures, fitted exponents and the chapter's claims, from the merged rows.
 stage report "$OUT/sweep.log" "$PY" -m analysis.report "$OUT/results.csv" --out "$REPORT" --formats png

@@ -52,6 +52,9 @@ COMPILE_S = {"fwd": 15.0, "fwd_bwd": 30.0}  # a cold compile (flex, compile=true
 TRITON_COMPILE_S = 3.0   # backend=triton: triton compiles its kernel once per variant (dtype, mask flags, block
                          # sizes), seconds each (fp32 with head_dim 128 longer); timed apart as compile_s,
                          # later points reuse it from triton's cache
+TRITON_BACKWARD_COMPILE_S = 3.0  # and its three backward kernels with it (the back end's prepare compiles them
+                                 # for every point: it is not told the mode); assumed as long as the forward's,
+                                 # not measured on a GPU yet
 TEST_S = 0.6             # a CUDA test at small sizes, on average: most take 0.1-0.5 s (a host-sync count,
                          # a forced kernel, a memory peak), a few 2-10 s (do_bench agreement, the OOM
                          # test's fresh process)
@@ -71,6 +74,8 @@ FIXED_S = {              # steps whose work does not depend on a grid
     "plan": (35.0, "this plan: Hydra composes each sweep, pytest collects each test stage (at once; one collection "
                    "alone took 14 s on an H200 machine)"),
     "results": (6.0, "runners.rows rebuilds each sweep's results.csv from its row files, then the merge"),
+    "side_by_side": (5.0, "benchmarks/gpu_side_by_side.py: quadratic_cost's rows as one table and its two checks "
+                          "(pandas, no torch)"),
     "report": (25.0, "python -m analysis.report: claims and PNG figures from ~100 merged rows"),
 }
 PER_TEST_TIMEOUT_S = 30.0  # pytest-timeout per test; a stage of compiled tests gives each its whole floor
@@ -177,14 +182,16 @@ def plan_sweep(name: str, args: list[str]) -> StagePlan:
         if job.point.backend == "triton":  # one kernel compile per variant, then triton's cache
             triton_variants.add((job.point.precision, job.point.causal, job.point.window is not None,
                                  job.point.pad_frac, job.point.documents, tuple(sorted(job.point.backend_options.items()))))
-    seconds += TRITON_COMPILE_S * len(triton_variants)
+    triton_compile_s = TRITON_COMPILE_S + TRITON_BACKWARD_COMPILE_S
+    seconds += triton_compile_s * len(triton_variants)
     stage.points, stage.estimate_s = len(jobs), seconds
     timing = sorted({f"{POINT_FIXED_S:g} + {POINT_TIMING_FACTOR:g} x timing_s {j.budget.timing_s:g}"
                      for j in jobs if j.point is not None})
     parts = [f"{SWEEP_START_S:g} s start", f"{len(plain)} points x {max(plain, default=0):.2f} s ({'; '.join(timing)})"]
     parts += [f"{n} cold {mode} compiles x {COMPILE_S[mode]:g} s" for mode, n in sorted(compiled.items())]
     if triton_variants:
-        parts.append(f"{len(triton_variants)} triton kernel compiles x {TRITON_COMPILE_S:g} s")
+        parts.append(f"{len(triton_variants)} triton kernel compiles x {triton_compile_s:g} s "
+                     f"(forward {TRITON_COMPILE_S:g} + backward {TRITON_BACKWARD_COMPILE_S:g})")
     if invalid:
         parts.append(f"{invalid} invalid (no time)")
     stage.why = " + ".join(parts)

@@ -8,8 +8,10 @@ q_chunk x kv_chunk scores exist per (batch, head) at once.
 Masks (selfattn/masks.py): key blocks that every query of a block is blind to are never computed,
 the others are trimmed to the keys the block's queries see (a causal block stops at its last query),
 and only blocks on a boundary are masked. The block sizes are options; left at null (auto) they are
-sized to the mask (chunk_sizes: a window gets blocks of about half its width; packed documents get
-blocks that end at document starts), and the plan is decided once per masks (Masks.decision).
+sized to the mask and the device (chunk_sizes: on a CPU the measured 512 x 512, 256 x 512 causal; on CUDA
+the largest query blocks whose scores fit a share of the free memory, against 1024 keys, cuda_chunk_sizes;
+a window gets blocks of about half its width; packed documents get blocks that end at document starts),
+and the plan is decided once per masks (Masks.decision).
 A window's interior blocks all see one pattern of keys shifted by the block size; the forward
 computes runs of them as a few batched products over strided views of K and V (band runs,
 selfattn/backends/chunked_band.py) instead of block by block.
@@ -82,8 +84,9 @@ EFFICIENCY = 0.6
 @dataclass(frozen=True)
 class Options(fp8_path.Fp8Options):
     q_chunk: int | None = spec(None, ge=1, help="query rows per block; null: auto, sized to the mask (chunk_sizes: the "
-                                                "tuned 512 x 512, or 256 x 512 causal, a window's own size, blocks "
-                                                "cut at document starts)")
+                                                "tuned 512 x 512, or 256 x 512 causal, on a CPU; on CUDA from a memory "
+                                                "budget, cuda_chunk_sizes; a window's own size, blocks cut at "
+                                                "document starts)")
     kv_chunk: int | None = spec(None, ge=1, help="key rows per block; null: auto, sized to the mask like q_chunk")
     compute: str = spec("auto", choices=("auto", "fp32", "input"),
                         help="fp16/bf16 block matmuls: fp32 (upcast copies) | input (the input dtype accumulating in "
@@ -106,11 +109,14 @@ CAUSAL_CHUNKS: tuple[int, int] = (256, 512)
 WINDOW_CHUNK_MAX = 512
 
 
-def chunk_sizes(masks: Masks, q_chunk: int | None, kv_chunk: int | None) -> tuple[int, int]:
+def chunk_sizes(masks: Masks, q_chunk: int | None, kv_chunk: int | None,
+                auto: tuple[int, int] | None = None) -> tuple[int, int]:
     """The (q_chunk, kv_chunk) a call runs: a size given is used as is; one left at None (auto) is
-    chosen from the mask's flags alone, so the memory model knows it before any call.
+    chosen from the mask's flags alone (and on CUDA the device's memory budget, `auto`), so the memory
+    model knows it before any call.
 
-    No window: DEFAULT_CHUNKS, or CAUSAL_CHUNKS for a causal mask. A window w <= WINDOW_CHUNK_MAX:
+    No window: `auto` when given (auto_sizes: CUDA's budget), else the CPU's DEFAULT_CHUNKS, or
+    CAUSAL_CHUNKS for a causal mask. A window w <= WINDOW_CHUNK_MAX:
     blocks of about w/2 (at least 64) on both axes (WINDOW_CHUNK_SHARE): a query block [m0, m1)
     sees keys m0 - w + 1 .. m1 - 1, so with key blocks trimmed to that range (masks.blocks) it
     computes (w/2) x 1.5 w scores for a band of (w/2) x w, instead of the 256 x 1024 that 256 x 512
@@ -121,7 +127,7 @@ def chunk_sizes(masks: Masks, q_chunk: int | None, kv_chunk: int | None) -> tupl
     Packed documents keep the default sizes; their blocks end at document starts instead
     (`_block_plans`), so that blocks do not straddle documents.
     """
-    q_auto, kv_auto = CAUSAL_CHUNKS if masks.causal else DEFAULT_CHUNKS
+    q_auto, kv_auto = auto or (CAUSAL_CHUNKS if masks.causal else DEFAULT_CHUNKS)
     width = window_width(masks)
     if width is not None and width <= WINDOW_CHUNK_MAX:
         q_auto = kv_auto = max(WINDOW_CHUNK_MIN, round(width * WINDOW_CHUNK_SHARE))
@@ -139,6 +145,58 @@ def window_width(masks: Masks) -> int | None:
 
 WINDOW_CHUNK_SHARE = 0.5  # a window's block side, as a share of its width (chunk_sizes)
 WINDOW_CHUNK_MIN = 64  # smaller blocks cost more in per-op overhead than they save in masked work
+
+# CUDA's automatic sizes (cuda_chunk_sizes). A GPU has no cache for a block to fit in; what it pays per block is
+# the dozen kernel launches from Python, so a call should run few, large blocks: the key blocks are
+# CUDA_KV_CHUNK long, and a block has as many queries as its scores fit CUDA_SCORE_SHARE of the device's free
+# memory, counting CUDA_SCORE_BYTES per score (the forward's fp32 scores and bias, P in the input dtype; the
+# backward's fp32 P, dP and dS), a power of two between CUDA_Q_CHUNK_MIN and the cap (CUDA_Q_CHUNK_MAX, or
+# CUDA_CAUSAL_Q_CHUNK_MAX causal: a causal query block computes its diagonal key blocks whole, so a taller one
+# wastes more). At n = 16384, B1 H8, that is 4 x 16 blocks (causal: 8 query blocks of about 9), against 32 x 32
+# of the CPU's sizes. The sizes do not depend on n: memory stays O(n) (a block's scores are at most
+# q_chunk x kv_chunk per flattened head, the rest is O(n d)).
+# What that buys, counted on a CPU (tests/backends/test_dispatch_counts.py, meta tensors under the CUDA plan): a
+# forward call dispatches at most CUDA_OPS_PER_BLOCK operations that launch a kernel per (query block, key block)
+# plus CUDA_OPS_FIXED (measured 12.6 and ~14 a block: 805 at n = 16384, 1033 causal; fwd_bwd 1431 and 1807).
+CUDA_OPS_PER_BLOCK = {"fwd": 16, "fwd_bwd": 32}
+CUDA_OPS_FIXED = {"fwd": 64, "fwd_bwd": 128}
+CUDA_KV_CHUNK = 1024
+CUDA_SCORE_SHARE = 1 / 8
+CUDA_SCORE_BYTES = 16
+CUDA_Q_CHUNK_MAX = 4096
+CUDA_CAUSAL_Q_CHUNK_MAX = 2048
+CUDA_Q_CHUNK_MIN = 128
+
+
+def cuda_chunk_sizes(causal: bool, x_heads: int, free_bytes: int) -> tuple[int, int]:
+    """(q_chunk, kv_chunk) for a call over `x_heads` flattened heads (batch x K/V heads) on a GPU with
+    `free_bytes` free: kv_chunk = CUDA_KV_CHUNK, q_chunk the largest power of two whose block of scores,
+    x_heads x q_chunk x kv_chunk x CUDA_SCORE_BYTES, fits CUDA_SCORE_SHARE of free_bytes, kept within
+    [CUDA_Q_CHUNK_MIN, CUDA_Q_CHUNK_MAX] (CUDA_CAUSAL_Q_CHUNK_MAX when causal)."""
+    fit = int(CUDA_SCORE_SHARE * free_bytes) // (max(1, x_heads) * CUDA_KV_CHUNK * CUDA_SCORE_BYTES)
+    cap = CUDA_CAUSAL_Q_CHUNK_MAX if causal else CUDA_Q_CHUNK_MAX
+    q_chunk = 1 << (fit.bit_length() - 1) if fit >= 1 else 0
+    return max(CUDA_Q_CHUNK_MIN, min(cap, q_chunk)), CUDA_KV_CHUNK
+
+
+@functools.lru_cache(maxsize=64)
+def _cuda_auto(device_index: int, causal: bool, x_heads: int) -> tuple[int, int]:
+    """cuda_chunk_sizes with the device's free memory when the first call (or prediction) of these flags and heads
+    planned on it, then kept: the same sizes for the memory model, every call and the label, and no driver call
+    inside a timed call."""
+    free_bytes, _total = torch.cuda.mem_get_info(device_index)
+    return cuda_chunk_sizes(causal, x_heads, free_bytes)
+
+
+def auto_sizes(masks: Masks, device: torch.device | str, x_heads: int) -> tuple[int, int] | None:
+    """The automatic (q_chunk, kv_chunk) of a mask without a window on `device`: CUDA's from its memory budget
+    (cuda_chunk_sizes); None elsewhere, i.e. the CPU's measured DEFAULT_CHUNKS and CAUSAL_CHUNKS (so does a CUDA
+    prediction on a machine without CUDA: it has no free memory to read)."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _cuda_auto(index, masks.causal, x_heads)
 
 
 def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
@@ -177,11 +235,12 @@ def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor,
     key blocks or head_dim send a product back; None when the label says it all."""
     parts = []
     if q_chunk is None or kv_chunk is None:
-        q_run, kv_run = chunk_sizes(masks, q_chunk, kv_chunk)
+        auto = _auto_of(masks, q_BHMD, k_BKND)
+        q_run, kv_run = chunk_sizes(masks, q_chunk, kv_chunk, auto)
         label = f"q{q_run}-kv{kv_run}" + ("-cut" if masks.document_ids is not None else "")
         if band_applies(q_BHMD.device, q_BHMD.dtype, compute, compile, fp8_path.active(fp8_options)):
             group = q_BHMD.shape[1] // k_BKND.shape[1]
-            forward_plans = _block_plans(masks, group, q_BHMD.shape[2], k_BKND.shape[2], q_chunk, kv_chunk)[3]
+            forward_plans = _block_plans(masks, group, q_BHMD.shape[2], k_BKND.shape[2], q_chunk, kv_chunk, auto)[3]
             if any(isinstance(kv, chunked_band.BandRun) for plan in forward_plans for _, _, kv in plan):
                 label += "-band"
         parts.append(label)
@@ -198,9 +257,15 @@ def _fp8_products(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, masks: Masks, q_ch
     if fp8_mm.SCALED_MM not in options.get("fp8_products", ()):
         return fp8_mm.DEQUANT, fp8_mm.DEQUANT
     group = q_BHMD.shape[1] // k_BKND.shape[1]
-    plans = _block_plans(masks, group, q_BHMD.shape[2], k_BKND.shape[2], q_chunk, kv_chunk)[0]
+    plans = _block_plans(masks, group, q_BHMD.shape[2], k_BKND.shape[2], q_chunk, kv_chunk,
+                         _auto_of(masks, q_BHMD, k_BKND))[0]
     key_bounds = {bound for plan in plans for _, _, kv in plan for n0, n1, _ in kv for bound in (n0, n1)}
     return fp8_mm.call_products(options, q_BHMD.shape[-1], key_bounds)
+
+
+def _auto_of(masks: Masks, q_BHMD: torch.Tensor, k_BKND: torch.Tensor) -> tuple[int, int] | None:
+    """auto_sizes for a call on these tensors (its flattened heads: batch x K/V heads)."""
+    return auto_sizes(masks, q_BHMD.device, k_BKND.shape[0] * k_BKND.shape[1])
 
 
 def compiles(options: Mapping[str, Any]) -> bool:
@@ -288,19 +353,21 @@ class _Plan:
 
 def _plan(masks: Masks, batch: int, kv_heads: int, group: int, q_len: int, seq_len: int,
           q_chunk: int | None, kv_chunk: int | None, device: torch.device) -> _Plan:
+    auto = auto_sizes(masks, device, batch * kv_heads) if q_chunk is None or kv_chunk is None else None
     lo, hi = masks.intervals(q_len, seq_len, device)  # (B or 1, q_len)
     lo, hi = lo.repeat(1, group), hi.repeat(1, group)  # virtual rows: every group sees the same keys
     if lo.shape[0] == 1:  # one plan for the whole batch
         pieces = [(slice(0, batch * kv_heads), lo, hi)]
     else:  # padding or documents: each sequence skips its own blocks
         pieces = [(slice(b * kv_heads, (b + 1) * kv_heads), lo[b:b + 1], hi[b:b + 1]) for b in range(batch)]
-    kv_plans, empty_rows, kv_bounds, forward_plans = _block_plans(masks, group, q_len, seq_len, q_chunk, kv_chunk)
+    kv_plans, empty_rows, kv_bounds, forward_plans = _block_plans(masks, group, q_len, seq_len, q_chunk, kv_chunk,
+                                                                  auto)
     return _Plan(x_slices=[p[0] for p in pieces], lo=[p[1] for p in pieces], hi=[p[2] for p in pieces],
                  blocks=kv_plans, forward_blocks=forward_plans, empty_rows=empty_rows, kv_bounds=kv_bounds)
 
 
-def _block_plans(masks: Masks, group: int, q_len: int, seq_len: int, q_chunk: int | None,
-                 kv_chunk: int | None) -> tuple[list[list], list[bool], list[list[int]], list[list]]:
+def _block_plans(masks: Masks, group: int, q_len: int, seq_len: int, q_chunk: int | None, kv_chunk: int | None,
+                 auto: tuple[int, int] | None = None) -> tuple[list[list], list[bool], list[list[int]], list[list]]:
     """Per piece of _plan (the batch, or each sequence): its query blocks with their key blocks, whether
     some row sees no key, the key blocks' boundaries, and the forward's plan with band runs
     (chunked_band.forward_plan: only auto sizes get them, so set sizes time the block loop itself). Python values read from the intervals, so
@@ -314,7 +381,7 @@ def _block_plans(masks: Masks, group: int, q_len: int, seq_len: int, q_chunk: in
     """
 
     def decide(device: torch.device | str) -> tuple[list[list], list[bool], list[list[int]], list[list]]:
-        q_size, kv_size = chunk_sizes(masks, q_chunk, kv_chunk)
+        q_size, kv_size = chunk_sizes(masks, q_chunk, kv_chunk, auto)
         lo, hi = masks.intervals(q_len, seq_len, device)
         lo, hi = lo.repeat(1, group), hi.repeat(1, group)
         rows = group * q_len
@@ -329,11 +396,11 @@ def _block_plans(masks: Masks, group: int, q_len: int, seq_len: int, q_chunk: in
             plans.append(_with_mask_ids(plan, p_lo, p_hi))
             empties.append(bool((p_lo > p_hi).any()))
             all_kv_bounds.append(kv_bounds)
-            auto = q_chunk is None and kv_chunk is None
-            forward_plans.append(chunked_band.forward_plan(plans[-1], p_lo, p_hi) if auto else plans[-1])
+            both_auto = q_chunk is None and kv_chunk is None
+            forward_plans.append(chunked_band.forward_plan(plans[-1], p_lo, p_hi) if both_auto else plans[-1])
         return plans, empties, all_kv_bounds, forward_plans
 
-    return masks.decision(("chunked_blocks", group, q_len, seq_len, q_chunk, kv_chunk), decide)
+    return masks.decision(("chunked_blocks", group, q_len, seq_len, q_chunk, kv_chunk, auto), decide)
 
 
 def _document_starts(masks: Masks, b: int) -> list[int]:
@@ -368,7 +435,8 @@ def prepare(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *,
             compile: bool = False, **fp8_options: Any) -> dict[str, float]:
     """Decide the block plan of these inputs' masks before the timed calls (no row column: it is quick)."""
     group = q_BHMD.shape[1] // k_BKND.shape[1]
-    _block_plans(masks, group, q_BHMD.shape[2], k_BKND.shape[2], q_chunk, kv_chunk)
+    auto = _auto_of(masks, q_BHMD, k_BKND) if q_chunk is None or kv_chunk is None else None
+    _block_plans(masks, group, q_BHMD.shape[2], k_BKND.shape[2], q_chunk, kv_chunk, auto)
     return {}
 
 
@@ -817,8 +885,11 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     bh, d = point.batch * point.heads, point.head_dim
     q_len, seq_len = point.q_len_resolved, point.seq_len
     group = point.heads // point.kv_heads_resolved
-    q_size, kv_size = chunk_sizes(Masks(causal=point.causal, window=point.window), options.get("q_chunk"),
-                                  options.get("kv_chunk"))
+    point_masks = Masks(causal=point.causal, window=point.window)
+    auto = None
+    if device == "cuda" and (options.get("q_chunk") is None or options.get("kv_chunk") is None):
+        auto = auto_sizes(point_masks, "cuda", point.batch * point.kv_heads_resolved)  # the calls' own sizes
+    q_size, kv_size = chunk_sizes(point_masks, options.get("q_chunk"), options.get("kv_chunk"), auto)
     q_chunk = min(q_size, group * q_len)  # blocks of virtual rows (cuts only make blocks smaller)
     kv_chunk = min(kv_size, seq_len)
     bkv = point.batch * point.kv_heads_resolved  # K and V are per K/V head (GQA shares them)

@@ -1,7 +1,10 @@
 """naive: the chapter's steps literally, materializing the (q_len x seq_len) matrix per head.
 
 scores = Q K^T, multiply by the scale, add the -inf causal mask, softmax, A V, all in the
-input dtype (so fp16 logits can overflow exactly as the chapter warns). `upcast_softmax=True`
+input dtype (so fp16 logits can overflow exactly as the chapter warns). The mask is made once per
+point, outside the timed call (`additive_mask`: an additive -inf mask per masks, shape and dtype,
+kept as a model keeps its causal mask in a buffer), and step 3 adds it: one operation, so a causal
+call costs one pass over the scores more than an unmasked one, not four (build, fill, add). `upcast_softmax=True`
 runs the softmax of fp16/bf16 scores in float32 (a no-op for fp32/fp64), the usual fix, so
 an ablation can show both. (torch's CPU softmax already accumulates bf16/fp16 in float32
 internally, so on a CPU the two differ only by the final rounding.)
@@ -22,6 +25,8 @@ softmax. Each costs what it materializes (predict_mem_bytes).
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -29,12 +34,12 @@ import torch
 
 from selfattn import fp8 as fp8_path
 from selfattn.backends.contract import backend
-from selfattn import fp8_mm
+from selfattn import fp8_mm, torch_private
 from selfattn.compile import compiled
 from selfattn.fields import defaults, spec
 from selfattn.fp8_formats import fp8_format
 from selfattn.point import CUDA_SOFTMAX_BACKWARD, FP32_BYTES, Point
-from selfattn.masks import Masks, keep_from_intervals, no_empty_rows
+from selfattn.masks import Masks, no_empty_rows
 from selfattn.score_mods import alibi_bias, softmax_with_sink
 
 # Mostly a matmul, plus memory-bound passes over the score matrix (scale, mask, softmax): the
@@ -57,7 +62,6 @@ class How(NamedTuple):
 
     upcast_softmax: bool = False
     scale_at: str = "logits"
-    empty_rows: bool = False  # some query row sees no key: its mask row is opened, its output zeroed
     softcap: float | None = None
     alibi: bool = False
     sink: float | None = None
@@ -73,15 +77,16 @@ def attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, 
     how = How(upcast_softmax, scale_at, softcap=masks.softcap, alibi=masks.alibi, sink=masks.sink)
     if fp8_path.active(fp8_options):
         return _fp8_attention(q_BHMD, k_BKND, v_BKND, masks, scale, how, fp8_options)
-    lo_bM, hi_bM, how = _intervals(q_BHMD, k_BKND, masks, how)
-    return (compiled(_steps) if compile else _steps)(q_BHMD, k_BKND, v_BKND, lo_bM, hi_bM, scale, how)
+    mask_bMN, sees_bM1 = additive_mask(masks, q_BHMD.shape[2], k_BKND.shape[2], q_BHMD.dtype, q_BHMD.device)
+    return (compiled(_steps) if compile else _steps)(q_BHMD, k_BKND, v_BKND, mask_bMN, sees_bM1, scale, how)
 
 
-def _steps(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, lo_bM: torch.Tensor | None,
-           hi_bM: torch.Tensor | None, scale: float, how: How = How()) -> torch.Tensor:
-    """The chapter's five steps, materializing the (q_len x seq_len) scores of every head; lo/hi (batch or 1,
-    q_len): the keys each query sees, lo..hi (None: all). Every tensor stays alive until the output is made,
-    as the memory model (predict_mem_bytes) counts them."""
+def _steps(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, mask_bMN: torch.Tensor | None,
+           sees_bM1: torch.Tensor | None, scale: float, how: How = How()) -> torch.Tensor:
+    """The chapter's five steps, materializing the (q_len x seq_len) scores of every head; mask_bMN (batch or 1,
+    q_len, seq_len): 0 where query i sees key j, -inf where not (None: no mask), made once per point
+    (`additive_mask`); sees_bM1: which rows see a key (None: all do). Every tensor stays alive until the output
+    is made, as the memory model (predict_mem_bytes) counts them."""
     b, h, q_len, d = q_BHMD.shape
     kv_heads, seq_len = k_BKND.shape[1], k_BKND.shape[2]
     # GQA without copying K/V: the query heads that share a K/V head become one taller matrix of queries
@@ -94,13 +99,7 @@ def _steps(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, lo_
         bias_KRN = alibi_bias(h, q_len, seq_len, device=q_BHMD.device, dtype=scores_BKRN.dtype).view(
             kv_heads, -1, seq_len)
         scores_BKRN = scores_BKRN + bias_KRN
-    sees_bM1 = None
-    if lo_bM is not None:  # step 3: add -inf where the key is hidden
-        keep_bMN = keep_from_intervals(lo_bM, hi_bM, seq_len)
-        if how.empty_rows:  # a row of -inf would be 0/0: open it, and zero its output below
-            keep_bMN, sees_bM1 = no_empty_rows(keep_bMN)
-        mask_bMN = torch.zeros(keep_bMN.shape, dtype=scores_BKRN.dtype, device=q_BHMD.device)
-        mask_bMN.masked_fill_(~keep_bMN, float("-inf"))
+    if mask_bMN is not None:  # step 3: add -inf where the key is hidden (one add; in place, autograd would copy)
         scores_BKRN = (scores_BKRN.view(b, kv_heads, -1, q_len, seq_len) + mask_bMN[:, None, None]).view(
             b, kv_heads, -1, seq_len)
     if how.upcast_softmax and scores_BKRN.dtype in (torch.float16, torch.bfloat16):  # step 4: softmax over keys
@@ -135,15 +134,60 @@ def _weighted_values(weights_BKRN: torch.Tensor, v_BKND: torch.Tensor, how: How)
     return weights_BKRN @ v_BKND
 
 
-def _intervals(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, masks: Masks,
-               how: How) -> tuple[torch.Tensor | None, torch.Tensor | None, How]:
-    """The keys each query sees (None, None without a mask) and whether a row sees none. Decided outside the
-    steps, so they have no data-dependent branch for the compiler to break on, and once per masks
-    (Masks.decision), so a timed call does not wait on the device to read it."""
+# The masks made (additive_mask), the latest MASKS_KEPT of them, as a model keeps its causal mask in a buffer: keyed
+# on the flags, the shapes, and the padding and document tensors' identities and version counters (an entry holds
+# those tensors, so their ids cannot be reused while it lives), so repeated calls with the same arguments share one,
+# and a sweep's points do not pile them up.
+_KEPT_MASKS: OrderedDict[tuple, tuple[tuple, tuple[torch.Tensor | None, torch.Tensor | None]]] = OrderedDict()
+MASKS_KEPT = 2
+_kept_masks_lock = threading.Lock()
+
+
+def additive_mask(masks: Masks, q_len: int, seq_len: int, dtype: torch.dtype,
+                  device: torch.device | str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(mask_bMN, sees_bM1) of step 3, made once per masks, shape, dtype and device and then reused, so that a
+    timed call neither builds a (q_len x seq_len) mask nor reads the masks' values on the host: mask_bMN is
+    (batch or 1, q_len, seq_len) in `dtype`, 0 where query i sees key j and -inf where not; a row that sees no
+    key is opened to every key instead (a row of -inf would be 0/0) and sees_bM1 (batch or 1, q_len, 1) zeroes
+    its output. (None, None) without a mask."""
     if not masks.causal and masks.only_causal:
-        return None, None, how
-    lo_bM, hi_bM = masks.intervals(q_BHMD.shape[2], k_BKND.shape[2], device=q_BHMD.device)
-    return lo_bM, hi_bM, how._replace(empty_rows=masks.empty_rows(q_BHMD.shape[2], k_BKND.shape[2]))
+        return None, None
+    device = torch.device(device)
+
+    def build(_decided_on: torch.device | str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        keep_bMN = masks.keep(q_len, seq_len, device=device)
+        sees_bM1 = None
+        if masks.empty_rows(q_len, seq_len):  # a row of -inf would be 0/0: open it, and zero its output
+            keep_bMN, sees_bM1 = no_empty_rows(keep_bMN)
+            sees_bM1 = sees_bM1.to(dtype)
+        mask_bMN = torch.zeros(keep_bMN.shape, dtype=dtype, device=device).masked_fill_(~keep_bMN, float("-inf"))
+        return mask_bMN, sees_bM1
+
+    key = ("naive_mask", q_len, seq_len, dtype, str(device))
+    tensors = tuple(t for t in (masks.key_lengths, masks.document_ids) if t is not None)
+    versions = tuple(torch_private.tensor_version(t) for t in tensors)
+    if None in versions:  # no version counter to notice an in-place change: kept on these Masks only
+        return masks.decision(key, build)
+    kept_key = (masks.causal, masks.window, *(id(t) for t in tensors), *versions, *key)
+    with _kept_masks_lock:
+        if kept_key in _KEPT_MASKS:
+            _KEPT_MASKS.move_to_end(kept_key)
+            return _KEPT_MASKS[kept_key][1]
+    built = build(device)
+    with _kept_masks_lock:
+        _KEPT_MASKS[kept_key] = (tensors, built)
+        while len(_KEPT_MASKS) > MASKS_KEPT:
+            _KEPT_MASKS.popitem(last=False)
+    return built
+
+
+def prepare(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
+            upcast_softmax: bool = False, scale_at: str = "logits", compile: bool = False,
+            **fp8_options: Any) -> dict[str, float]:
+    """Make the point's mask (`additive_mask`) before the timed calls (no row column: a mask is quick)."""
+    dtype = torch.float32 if fp8_path.active(fp8_options) else q_BHMD.dtype  # FP8 runs its steps in fp32
+    additive_mask(masks, q_BHMD.shape[2], k_BKND.shape[2], dtype, q_BHMD.device)
+    return {}
 
 
 def _fp8_attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, masks: Masks, scale: float,
@@ -156,8 +200,8 @@ def _fp8_attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Ten
     q8_BHMD, k8_BKND, v8_BKND = (x8.float() * x_scale for x8, x_scale in ops)
     fp8_products = _Fp8Products(products, ops, options, k8_BKND.shape[1]) if fp8_mm.SCALED_MM in products else None
     how = how._replace(p_cast=fp8_path.p_cast(options), fp8_products=fp8_products)
-    lo_bM, hi_bM, how = _intervals(q8_BHMD, k8_BKND, masks, how)
-    return _steps(q8_BHMD, k8_BKND, v8_BKND, lo_bM, hi_bM, scale, how).to(q_BHMD.dtype)
+    mask_bMN, sees_bM1 = additive_mask(masks, q8_BHMD.shape[2], k8_BKND.shape[2], q8_BHMD.dtype, q8_BHMD.device)
+    return _steps(q8_BHMD, k8_BKND, v8_BKND, mask_bMN, sees_bM1, scale, how).to(q_BHMD.dtype)
 
 
 class _Fp8Products:
@@ -225,34 +269,34 @@ def compiles(options: Mapping[str, Any]) -> bool:
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
     """(q_len x seq_len) per head: two live at once forward (scores and their scaled copy, then
     scores and weights), three in backward (saved weights, their gradient, the scores' gradient).
-    scale_at=query adds a scaled copy of Q (the size of the output) instead of the scaled scores."""
+    scale_at=query adds a scaled copy of Q (the size of the output) instead of the scaled scores.
+
+    A call allocates no mask: the point's additive mask (additive_mask: q_len x seq_len in the scores' dtype, per
+    sequence with padding or documents) is made once by `prepare`, before the measured calls, and kept like the
+    inputs; step 3's add makes the masked scores while the scaled ones die, still two matrices at once."""
     s = point.element_bytes
     scores, out, grads = point.score_elements, point.out_bytes, point.grad_bytes
-    # the bool keep mask and the additive -inf mask, per sequence when padding or documents differ
-    masks_per = point.batch if point.masks_per_sequence else 1
     if fp8_format(point.precision):  # fp32: the scores and softmax stay alive while P's cast makes its fp32
         # copy and the copy divided by p_scale (measured B1 H4 N1024 D64: 70.3 MB peak allocated, this model 75.2 MB); fp32 output
-        mask = masks_per * point.q_len_resolved * point.seq_len * (1 + FP32_BYTES) if point.masked else 0
-        return scores * 4 * FP32_BYTES + mask + out * FP32_BYTES + fp8_path.mem_bytes(point, options)
+        return scores * 4 * FP32_BYTES + out * FP32_BYTES + fp8_path.mem_bytes(point, options)
     out += out if options.get("scale_at", "logits") == "query" else 0
-    mask = masks_per * point.q_len_resolved * point.seq_len * (1 + s) if point.masked else 0
     upcast = bool(options.get("upcast_softmax", False)) and point.precision not in ("fp32", "tf32")
     if upcast:  # scores (s) + fp32 copy (4) + fp32 softmax (4), then softmax (4) + weights (s)
         per = max(s + 2 * FP32_BYTES, 2 * s + FP32_BYTES)
     else:
         per = 2 * s
-    forward = scores * per + mask + out + _variant_bytes(point, s, mask)
+    forward = scores * per + out + _variant_bytes(point, s)
     if point.mode == "fwd":
         return forward
     # backward: the saved weights, their gradient, the scores' gradient; a soft-cap also saves tanh's output.
     # On CUDA the softmax's backward holds one more (q_len x seq_len) matrix in its dtype (CUDA_SOFTMAX_BACKWARD).
     per = 3 * s + (2 * FP32_BYTES if upcast else 0) + (s if point.softcap is not None else 0)
     per += (FP32_BYTES if upcast else s) * CUDA_SOFTMAX_BACKWARD if device == "cuda" else 0
-    return max(forward, scores * per + mask + out + grads)
+    return max(forward, scores * per + out + grads)
 
 
-def _variant_bytes(point: Point, s: int, mask: int) -> int:
-    """What the score transforms add to the forward's peak (two score matrices and the mask), the largest of
+def _variant_bytes(point: Point, s: int) -> int:
+    """What the score transforms add to the forward's peak (two score matrices), the largest of
     their steps' extra: the soft-cap holds its input, tanh's output and the product at once (one more
     matrix; and with a backward tanh's output stays saved into the softmax); ALiBi builds |p - j| as two
     int64 (q_len x seq_len) matrices, then its (heads x q_len x seq_len) bias in the scores' dtype, which
@@ -264,8 +308,8 @@ def _variant_bytes(point: Point, s: int, mask: int) -> int:
     grad = point.mode != "fwd"
     bias = point.heads * cells * s if point.alibi else 0
     softmax = (scores if point.sink is not None else 0) + bias + (scores if point.softcap is not None and grad else 0)
-    softcap = scores - mask if point.softcap is not None else 0  # before the mask exists
-    alibi = scores + max(16 * cells, cells * s + bias, scores + bias) - 2 * scores - mask if point.alibi else 0
+    softcap = scores if point.softcap is not None else 0
+    alibi = scores + max(16 * cells, cells * s + bias, scores + bias) - 2 * scores if point.alibi else 0
     return max(0, softmax, softcap, alibi)
 
 
@@ -273,4 +317,4 @@ backend(attention, takes_masks=True, options=Options, efficiency=EFFICIENCY,
         dtypes=("fp64", "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"), scores=("dot", "additive"),
         variants=("asymmetric_window", "softcap", "alibi", "sink"),  # selfattn/variants.py: all of them
         mem_model=predict_mem_bytes, kernel_label=kernel_label, resolve_options=resolve_options, compiles=compiles,
-        kernel_ran=kernel_ran)
+        kernel_ran=kernel_ran, prepare=prepare)

@@ -33,6 +33,7 @@ pytest.importorskip("triton")
 pytest.importorskip("numpy")  # the interpreter executes tiles in numpy
 
 KERNEL_MODULE = "selfattn.backends.triton_fwd"
+KERNEL_MODULES = (KERNEL_MODULE, "selfattn.backends.triton_bwd")  # both decided at import: imported afresh together
 ABS_TOL_FP32 = 1e-5  # as tests/backends/test_accuracy.py for fp32
 FA_EPS = {torch.bfloat16: 1e-3, torch.float16: 2e-4}  # and its FlashAttention rule for fp16/bf16
 DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -68,7 +69,7 @@ def blas_threads(count: int):
 def kernel():
     """The kernel module imported with the interpreter on; environment and sys.modules restored after."""
     saved_env = os.environ.get("TRITON_INTERPRET")
-    saved_module = sys.modules.pop(KERNEL_MODULE, None)
+    saved_modules = {name: sys.modules.pop(name, None) for name in KERNEL_MODULES}
     os.environ["TRITON_INTERPRET"] = "1"
     try:
         module = importlib.import_module(KERNEL_MODULE)
@@ -76,13 +77,19 @@ def kernel():
         with blas_threads(1):
             yield module
     finally:
-        sys.modules.pop(KERNEL_MODULE, None)
-        if saved_module is not None:
-            sys.modules[KERNEL_MODULE] = saved_module
+        _restore(saved_modules)
         if saved_env is None:
             os.environ.pop("TRITON_INTERPRET", None)
         else:
             os.environ["TRITON_INTERPRET"] = saved_env
+
+
+def _restore(saved_modules: dict) -> None:
+    """sys.modules' kernel modules as they were before a fixture imported them afresh."""
+    for name, saved in saved_modules.items():
+        sys.modules.pop(name, None)
+        if saved is not None:
+            sys.modules[name] = saved
 
 
 # (batch, heads, kv_heads, q_len, seq_len, head_dim, dtype, masks[, options]); masks: "-"-joined of full, causal,
@@ -187,7 +194,7 @@ def test_causal_and_window_skip_key_blocks(kernel, monkeypatch):
     assert torch.isnan(poisoned[:, :, :64]).any()  # the negative control: a block that is loaded sees the NaN
 
 
-def test_fp64_backward_and_cpu_without_interpreter_are_unsupported(kernel, monkeypatch):
+def test_fp64_head_dim_and_cpu_without_interpreter_are_unsupported(kernel, monkeypatch):
     from selfattn.backends import triton as backend
     from selfattn.errors import Unsupported
 
@@ -197,15 +204,13 @@ def test_fp64_backward_and_cpu_without_interpreter_are_unsupported(kernel, monke
     q, k, v = make_qkv(1, 2, 8, 8, 264)
     with pytest.raises(Unsupported, match=r"head_dim 264 \(declared: at most 256\)"):
         selfattn.attention(q, k, v, backend="triton")
-    q, k, v = make_qkv(1, 2, 8, 8, 16, requires_grad=True)
-    with pytest.raises(Unsupported, match=r"a backward pass \(declared backward=False\)"):
-        selfattn.attention(q, k, v, backend="triton")
+    q, k, v = make_qkv(1, 2, 8, 8, 16)
     assert backend.missing("cpu") is None  # the kernel module was decorated under the interpreter
     monkeypatch.setitem(sys.modules, KERNEL_MODULE, type(sys)("stand-in"))
     sys.modules[KERNEL_MODULE].INTERPRETED = False  # as if imported without TRITON_INTERPRET
     assert backend.missing("cpu") == backend.CPU_NEEDS_INTERPRETER
     with pytest.raises(Unsupported, match="TRITON_INTERPRET=1"):
-        selfattn.attention(q.detach(), k.detach(), v.detach(), backend="triton")
+        selfattn.attention(q, k, v, backend="triton")
 
 
 def test_labels_and_memory_model():
@@ -222,6 +227,11 @@ def test_labels_and_memory_model():
     small, large = (backend.predict_mem_bytes(Point(backend="triton", seq_len=n, head_dim=64), {}, "cuda")
                     for n in (4096, 8192))
     assert large == 2 * small
+    # and with the backward kernels: the saved output and log-sum-exp, D, dq, dk, dv; nothing n x n
+    small_bwd, large_bwd = (backend.predict_mem_bytes(Point(backend="triton", seq_len=n, head_dim=64, mode="fwd_bwd"),
+                                                      {}, "cuda") for n in (4096, 8192))
+    point = Point(backend="triton", seq_len=4096, head_dim=64, mode="fwd_bwd")
+    assert large_bwd == 2 * small_bwd == 2 * (small + point.grad_bytes + 4 * point.batch * point.heads * 4096)
     # the variants add no O(n) buffer: ALiBi's one fp32 slope per head, the others nothing
     plain, varied = (backend.predict_mem_bytes(Point(backend="triton", seq_len=4096, head_dim=64, heads=8, **kw), {}, "cuda")
                      for kw in ({}, {"window": (255, 0), "softcap": 30.0, "alibi": True, "sink": 0.5}))
@@ -230,9 +240,9 @@ def test_labels_and_memory_model():
 
 @pytest.mark.parametrize("kw, status, reason", [
     ({}, "ok", None),
-    ({"mode": "fwd_bwd"}, "unsupported", "a backward pass (declared backward=False)"),
+    ({"mode": "fwd_bwd"}, "ok", None),
     ({"precision": "fp64"}, "unsupported", "precision fp64 (declared: fp32, fp16, bf16)"),
-], ids=["fwd-ok", "fwd_bwd-unsupported", "fp64-unsupported"])
+], ids=["fwd-ok", "fwd_bwd-ok", "fp64-unsupported"])
 def test_a_sweep_point_gives_its_row(kernel, kw, status, reason):
     from selfattn.measure import Budget, measure_point
     from selfattn.point import Point
@@ -244,7 +254,8 @@ def test_a_sweep_point_gives_its_row(kernel, kw, status, reason):
         assert reason in row.error
     else:
         assert row.max_abs_err <= ABS_TOL_FP32 and row.kernel == "fa2-m64-n64-ieee:interpreter"
-        assert row.flops == 4 * 2 * 32 * 33 // 2 * 32  # the causal pairs only: n(n+1)/2 per head
+        forward = 4 * 2 * 32 * 33 // 2 * 32  # the causal pairs only: n(n+1)/2 per head
+        assert row.flops == (3.5 * forward if kw.get("mode") == "fwd_bwd" else forward)
 
 
 def test_a_sweep_point_with_every_variant_gives_an_ok_row(kernel):
@@ -288,15 +299,13 @@ def jit_kernel(monkeypatch):
     """The kernel module imported afresh without the interpreter (the module fixture's interpreted one is put
     back after): on CUDA the back end must run the compiled kernel, not the interpreter on copies."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    saved_module = sys.modules.pop(KERNEL_MODULE, None)
+    saved_modules = {name: sys.modules.pop(name, None) for name in KERNEL_MODULES}
     try:
         module = importlib.import_module(KERNEL_MODULE)
         assert not module.INTERPRETED
         yield module
     finally:
-        sys.modules.pop(KERNEL_MODULE, None)
-        if saved_module is not None:
-            sys.modules[KERNEL_MODULE] = saved_module
+        _restore(saved_modules)
 
 
 # One CUDA test: it compiles the kernel (triton's JIT, seconds per variant), so "compiled" is in its name and

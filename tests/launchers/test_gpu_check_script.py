@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import re
 import subprocess
 import sys
 import tarfile
@@ -37,7 +38,7 @@ def _helper():
 
 
 STAGES = ["env", "deps", "plan", "tests_gpu", "tests_compiled", "quadratic_cost", "sdpa_kernels",
-          "scaling_stability", "flex", "compile_option", "fp8", "results", "report"]
+          "scaling_stability", "flex", "compile_option", "fp8", "results", "side_by_side", "report"]
 RESERVE_S = 10
 DEFAULT_TOTAL_S = 480  # 8 minutes: with start-up, a rerun still fits in 15 minutes of GPU time
 
@@ -92,10 +93,17 @@ def test_dry_run_prints_the_plan_and_every_stage_and_writes_nothing(dry_run) -> 
     # the plan: every stage, its points counted from the composed configs and collected tests
     plan = _plan(text)
     assert list(plan) == STAGES
-    assert plan["quadratic_cost"]["points"] == "40" and plan["sdpa_kernels"]["points"] == "20"
-    # the project's triton kernel beside sdpa (flash in bf16) over n = 1024..16384, causal and not, its compiles planned
-    assert "experiment=quadratic_cost backend=naive,sdpa,chunked,triton precision=bf16 seq_len=1024,2048,4096,8192,16384" in joined
-    assert "2 triton kernel compiles x" in plan["quadratic_cost"]["why"]
+    assert plan["quadratic_cost"]["points"] == "48" and plan["sdpa_kernels"]["points"] == "20"
+    # the project's triton kernels beside sdpa (flash in bf16) over n = 1024..16384, causal and not, forward and
+    # forward+backward, their compiles planned (the backward's with the forward's)
+    assert ("experiment=quadratic_cost backend=naive,sdpa,chunked,triton mode=fwd,fwd_bwd precision=bf16 "
+            "seq_len=1024,4096,16384") in joined
+    assert "2 triton kernel compiles x 6 s (forward 3 + backward 3)" in plan["quadratic_cost"]["why"]
+    # the side-by-side check reads quadratic_cost's rows, after the results stage rebuilt their CSV
+    side = [c for c in commands if "gpu_side_by_side.py" in c]
+    assert len(side) == 1 and re.search(r"gpu_side_by_side\.py --csv \S+/quadratic_cost --sizes 1024 4096 16384 >",
+                                        side[0])
+    assert commands.index(side[0]) > next(i for i, c in enumerate(commands) if "gpu_check_helper.py merge" in c)
     assert plan["flex"]["points"] == "2" and plan["compile_option"]["points"] == "2"
     assert plan["fp8"]["points"] == "8" and "precision=fp8_e4m3 " in joined  # the FP8 grid, cut to fit
     assert "backend.fp8_matmul=auto,dequant" in joined  # auto (scaled_mm on the GPU) beside its dequant twins
