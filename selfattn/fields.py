@@ -233,8 +233,8 @@ def check_fields(cls: type, node: Mapping[str, Any] | None, *, prefix: str = "",
 def default_of(f: dataclasses.Field) -> Any:
     if f.default is not _MISSING:
         return f.default
-    if f.default_factory is not _MISSING:  # type: ignore[misc]
-        return f.default_factory()  # type: ignore[misc]
+    if f.default_factory is not _MISSING:
+        return f.default_factory()
     raise ValueError(f"{f.name}: required")
 
 

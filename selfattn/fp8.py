@@ -69,7 +69,7 @@ class Fp8Options:
 
 
 FP8_OPTION_NAMES = tuple(name for name in Fp8Options.__dataclass_fields__ if name != "fp8")
-_DEFAULTS = {name: f.default for name, f in Fp8Options.__dataclass_fields__.items()}
+_DEFAULTS: dict[str, Any] = {name: f.default for name, f in Fp8Options.__dataclass_fields__.items()}
 
 
 def resolve(options: Mapping[str, Any], dtype: torch.dtype, device: torch.device | str = "cpu") -> dict[str, Any]:

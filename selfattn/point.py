@@ -305,7 +305,7 @@ class Point:
                           backend_path=self.backend if is_path(self.backend) else "")
         values["q_len"] = self.q_len_resolved
         if isinstance(self.window, (tuple, list)):  # a pair's cell: "[left, right]", as it is typed
-            values["window"] = window_text(tuple(self.window))
+            values["window"] = window_text((self.window[0], self.window[1]))
         values["kv_heads"] = self.kv_heads_resolved
         try:
             values["backend_options"] = json.dumps(dict(self.backend_options), sort_keys=True, default=str)

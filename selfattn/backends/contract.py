@@ -186,11 +186,11 @@ class Declaration:
 
     def dtypes_on(self, device_type: str) -> tuple[str, ...]:
         """The precisions it takes on `device_type` (fp32 standing for tf32 too)."""
-        return self.dtypes.get(device_type, ()) if isinstance(self.dtypes, dict) else self.dtypes
+        return self.dtypes.get(device_type, ()) if isinstance(self.dtypes, Mapping) else self.dtypes
 
     def all_dtypes(self) -> tuple[str, ...]:
         """Every precision it takes on some device type."""
-        if not isinstance(self.dtypes, dict):
+        if not isinstance(self.dtypes, Mapping):
             return self.dtypes
         return tuple(dict.fromkeys(p for values in self.dtypes.values() for p in values))
 

@@ -95,7 +95,7 @@ def _steps(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, lo_
             kv_heads, -1, seq_len)
         scores_BKRN = scores_BKRN + bias_KRN
     sees_bM1 = None
-    if lo_bM is not None:  # step 3: add -inf where the key is hidden
+    if lo_bM is not None and hi_bM is not None:  # (both or neither) step 3: add -inf where the key is hidden
         keep_bMN = keep_from_intervals(lo_bM, hi_bM, seq_len)
         if how.empty_rows:  # a row of -inf would be 0/0: open it, and zero its output below
             keep_bMN, sees_bM1 = no_empty_rows(keep_bMN)

@@ -49,6 +49,7 @@ KERNELS: dict[str, SDPBackend | None] = {
     "math": SDPBackend.MATH,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
 }
+FORCED: dict[str, SDPBackend] = {name: kind for name, kind in KERNELS.items() if kind is not None}
 # Per-thread scratch of torch's CPU flash kernel: a q_split x kv_split fp32 block and row stats.
 CPU_FLASH_Q_SPLIT = 256
 CPU_FLASH_KV_SPLIT = 512
@@ -189,7 +190,7 @@ def _is_causal_bias(mask: Any) -> bool:
 
 
 def _fused_choice(q, k, v, mask, is_causal: bool, scale: float, gqa: bool) -> str:
-    extra = {"enable_gqa": True} if gqa else {}
+    extra: dict[str, Any] = {"enable_gqa": True} if gqa else {}
     choice = torch_private.fused_sdp_choice(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=is_causal, scale=scale,
                                             **extra)
     return "unknown" if choice is None else _CHOICES.get(choice, "unknown")
@@ -221,7 +222,7 @@ def _causal_bias_kernel(q, k, v, bias, scale: float, gqa: bool) -> str:
 
 def _forced(kernel: str, q, k, v, mask, is_causal: bool, scale: float, gqa: bool, masks: Masks) -> torch.Tensor:
     # Forced kernel: torch warns about why each kernel was refused, then raises RuntimeError.
-    with warnings.catch_warnings(record=True) as caught, sdpa_kernel(KERNELS[kernel]):
+    with warnings.catch_warnings(record=True) as caught, sdpa_kernel(FORCED[kernel]):
         warnings.simplefilter("always")
         try:
             return _call(q, k, v, mask, is_causal, scale, gqa)
@@ -241,7 +242,7 @@ def _forced(kernel: str, q, k, v, mask, is_causal: bool, scale: float, gqa: bool
 
 
 def _call(q, k, v, mask, is_causal: bool, scale: float, gqa: bool) -> torch.Tensor:
-    extra = {"enable_gqa": True} if gqa else {}
+    extra: dict[str, Any] = {"enable_gqa": True} if gqa else {}
     if mask is not None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **extra)
     return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, **extra)

@@ -273,7 +273,7 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
     )
     row.timer = timing.timer
     _noise_columns(timing, device, row, budget)
-    row.tflops = row.flops / (timing.median_ms * 1e-3) / 1e12 if timing.median_ms > 0 else None
+    row.tflops = row.flops / (timing.median_ms * 1e-3) / 1e12 if row.flops is not None and timing.median_ms > 0 else None
     if row.bytes_moved is not None and timing.median_ms > 0:
         row.gbps = row.bytes_moved / (timing.median_ms * 1e-3) / 1e9
     if budget.measure_device_peak:
