@@ -235,60 +235,11 @@ class Point:
         return self.causal or self.window is not None or self.masks_per_sequence
 
     def validate(self) -> None:
-        """Raise ValueError with one line naming the field and what is allowed."""
+        """Raise ValueError with one line naming the field and what is allowed (the first rule broken)."""
         validate_instance(self)
-        if self.scope in ("layer", "train") and self.q_len is not None and self.q_len != self.seq_len:
-            raise ValueError(f"q_len: scope={self.scope} is self-attention over X, so q_len must be null or seq_len, got {self.q_len!r}")
-        if self.heads % self.kv_heads_resolved:
-            raise ValueError(f"kv_heads: must divide heads={self.heads}, got {self.kv_heads!r}")
-        if self.documents is not None:
-            if self.q_len_resolved != self.seq_len:
-                raise ValueError(f"documents: packed documents need q_len == seq_len, got q_len={self.q_len!r}")
-            if self.documents > self.seq_len:
-                raise ValueError(f"documents: at most seq_len={self.seq_len} documents fit, got {self.documents!r}")
-        if self.scope != "generate":  # otherwise two ids would name one measurement
-            for name in ("new_tokens", "kv_cache"):
-                if getattr(self, name) != axis_default(name):
-                    raise ValueError(f"{name}: only scope=generate uses it, got {getattr(self, name)!r} with scope={self.scope}")
-        for name in ("steps", "lr"):  # only a training run reads them: two ids would name one measurement
-            if self.scope != "train" and getattr(self, name) != axis_default(name):
-                raise ValueError(f"{name}: only scope=train uses it, got {getattr(self, name)!r} with scope={self.scope}")
-        if self.scope == "train" and self.mode != "fwd_bwd":
-            raise ValueError(f"mode: scope=train runs forward and backward, so mode must be fwd_bwd, got {self.mode!r}")
-        if self.scope == "generate":  # autoregressive: causal, one query per new token, no other mask
-            if not self.causal:
-                raise ValueError("causal: scope=generate is autoregressive, so causal must be true, got False")
-            for name, plain in (("q_len", None), ("window", None), ("pad_frac", 0.0), ("documents", None)):
-                if getattr(self, name) != plain:
-                    raise ValueError(f"{name}: scope=generate takes the prompt length from seq_len and no mask but causal, got {getattr(self, name)!r}")
-        if self.input_outliers and self.scope != "core":
-            raise ValueError(f"input_outliers: only scope=core draws Q, K, V itself, got {self.input_outliers!r} with scope={self.scope}")
-        if not self.input_outliers and self.outlier_std != axis_default("outlier_std"):
-            raise ValueError(f"outlier_std: only input_outliers > 0 uses it, got {self.outlier_std!r} without outliers")
-        if isinstance(self.backend_options, Mapping) and self.backend_options.get("fp8") not in (None, "none"):
-            raise ValueError(f"backend.fp8: set by precision=fp8_e4m3|fp8_e5m2, not a config key, got {self.backend_options['fp8']!r}")
-        if self.scope in ("layer", "train"):  # the layer runs self-attention over X, causal or not, with no other mask
-            for name, plain in (("window", None), ("pad_frac", 0.0), ("documents", None)):
-                if getattr(self, name) != plain:
-                    raise ValueError(f"{name}: scope={self.scope} supports the causal mask only, got {getattr(self, name)!r}")
-        for name in ("softcap", "alibi", "sink"):  # the score transforms are measured on the attention core
-            if getattr(self, name) != axis_default(name):
-                if self.scope != "core":
-                    raise ValueError(f"{name}: the score transforms are measured on the attention core, so they "
-                                     f"need scope=core, got scope={self.scope}")
-                if self.score != "dot":
-                    raise ValueError(f"{name}: transforms the scaled dot product's logits, so it needs score=dot, "
-                                     f"got score={self.score}")
-        _check_scores_positions(self)
-
-        if self.scope in RNN_GATES:  # no attention in it: an attention-only axis would name a second id for one measurement
-            for name in ATTENTION_ONLY:
-                value = getattr(self, name)
-                plain = (value in (None, self.heads) if name == "kv_heads" else
-                         value in (None, self.seq_len) if name == "q_len" else value == axis_default(name))
-                if not plain:
-                    raise ValueError(f"{name}: scope={self.scope} is a recurrent layer with no attention, so {name} "
-                                     f"must stay {axis_default(name)!r}, got {value!r}")
+        for check in (_check_shape, _check_scope_axes, _check_inputs, _check_layer_masks, _check_score_transforms,
+                      _check_scores_positions, _check_recurrent):
+            check(self)
 
     def with_device(self, device: str) -> Point:
         return self if self.device == device else replace(self, device=device)
@@ -335,6 +286,79 @@ class Point:
                    scale=scale_label(self.scale))
         return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
+
+
+def _check_shape(point: Point) -> None:
+    """q_len of a self-attention over X, kv_heads dividing heads, packed documents' room."""
+    if point.scope in ("layer", "train") and point.q_len is not None and point.q_len != point.seq_len:
+        raise ValueError(f"q_len: scope={point.scope} is self-attention over X, so q_len must be null or seq_len, got {point.q_len!r}")
+    if point.heads % point.kv_heads_resolved:
+        raise ValueError(f"kv_heads: must divide heads={point.heads}, got {point.kv_heads!r}")
+    if point.documents is not None:
+        if point.q_len_resolved != point.seq_len:
+            raise ValueError(f"documents: packed documents need q_len == seq_len, got q_len={point.q_len!r}")
+        if point.documents > point.seq_len:
+            raise ValueError(f"documents: at most seq_len={point.seq_len} documents fit, got {point.documents!r}")
+
+
+def _check_scope_axes(point: Point) -> None:
+    """The axes only generate or train read stay at their defaults elsewhere (two ids would name one
+    measurement); train runs fwd_bwd; generate is causal with one query per new token and no other mask."""
+    for name, scope in (("new_tokens", "generate"), ("kv_cache", "generate"), ("steps", "train"), ("lr", "train")):
+        if point.scope != scope and getattr(point, name) != axis_default(name):
+            raise ValueError(f"{name}: only scope={scope} uses it, got {getattr(point, name)!r} with scope={point.scope}")
+    if point.scope == "train" and point.mode != "fwd_bwd":
+        raise ValueError(f"mode: scope=train runs forward and backward, so mode must be fwd_bwd, got {point.mode!r}")
+    if point.scope == "generate":
+        if not point.causal:
+            raise ValueError("causal: scope=generate is autoregressive, so causal must be true, got False")
+        for name, plain in (("q_len", None), ("window", None), ("pad_frac", 0.0), ("documents", None)):
+            if getattr(point, name) != plain:
+                raise ValueError(f"{name}: scope=generate takes the prompt length from seq_len and no mask but causal, got {getattr(point, name)!r}")
+
+
+def _check_inputs(point: Point) -> None:
+    """Outliers (scope=core draws Q, K, V itself) and the FP8 format (the precision's, never typed)."""
+    if point.input_outliers and point.scope != "core":
+        raise ValueError(f"input_outliers: only scope=core draws Q, K, V itself, got {point.input_outliers!r} with scope={point.scope}")
+    if not point.input_outliers and point.outlier_std != axis_default("outlier_std"):
+        raise ValueError(f"outlier_std: only input_outliers > 0 uses it, got {point.outlier_std!r} without outliers")
+    if isinstance(point.backend_options, Mapping) and point.backend_options.get("fp8") not in (None, "none"):
+        raise ValueError(f"backend.fp8: set by precision=fp8_e4m3|fp8_e5m2, not a config key, got {point.backend_options['fp8']!r}")
+
+
+def _check_layer_masks(point: Point) -> None:
+    """The layer runs self-attention over X, causal or not, with no other mask."""
+    if point.scope in ("layer", "train"):
+        for name, plain in (("window", None), ("pad_frac", 0.0), ("documents", None)):
+            if getattr(point, name) != plain:
+                raise ValueError(f"{name}: scope={point.scope} supports the causal mask only, got {getattr(point, name)!r}")
+
+
+def _check_score_transforms(point: Point) -> None:
+    """The score transforms are measured on the attention core, on the scaled dot product's logits."""
+    for name in ("softcap", "alibi", "sink"):
+        if getattr(point, name) == axis_default(name):
+            continue
+        if point.scope != "core":
+            raise ValueError(f"{name}: the score transforms are measured on the attention core, so they "
+                             f"need scope=core, got scope={point.scope}")
+        if point.score != "dot":
+            raise ValueError(f"{name}: transforms the scaled dot product's logits, so it needs score=dot, "
+                             f"got score={point.score}")
+
+
+def _check_recurrent(point: Point) -> None:
+    """No attention in a recurrent scope: an attention-only axis would name a second id for one measurement."""
+    if point.scope not in RNN_GATES:
+        return
+    for name in ATTENTION_ONLY:
+        value = getattr(point, name)
+        plain = (value in (None, point.heads) if name == "kv_heads" else
+                 value in (None, point.seq_len) if name == "q_len" else value == axis_default(name))
+        if not plain:
+            raise ValueError(f"{name}: scope={point.scope} is a recurrent layer with no attention, so {name} "
+                             f"must stay {axis_default(name)!r}, got {value!r}")
 
 def _check_scores_positions(point: Point) -> None:
     """score and pos_enc: which scopes each exists for (a back end that cannot run one is `unsupported`)."""

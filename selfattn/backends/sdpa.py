@@ -285,26 +285,29 @@ def _bias_bytes(point: Point) -> tuple[int, int, int]:
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
     """Fused kernels keep O(n) per head; the math kernel materializes like naive."""
-    s = point.element_bytes
-    b, h, d = point.batch, point.heads, point.head_dim
-    q_len, seq_len = point.q_len_resolved, point.seq_len
-    kv = point.kv_heads_resolved
-    scores, out, grads = point.score_elements, point.out_bytes, point.grad_bytes
     kernel = options.get("kernel", "auto")
     math_kernel = kernel == "math" or (kernel == "auto" and auto_runs_math(point, device))
     if point.alibi or point.sink is not None:  # one float bias instead of any mask or flag
         return _biased_mem_bytes(point, math_kernel, device)
-    # A non-square causal mask goes to SDPA as torch's lower-right CausalBias: fused CUDA kernels
-    # take it natively; elsewhere torch materializes it (bool, then an additive mask in the dtype).
-    native_mask = device == "cuda" and not math_kernel
-    mask = q_len * seq_len * (1 + s) if point.causal and q_len != seq_len and not native_mask else 0
-    if point.window is not None or point.masks_per_sequence or (
-            point.causal and options.get("bool_mask")):
+    mask = _mask_bytes(point, options, native_causal=device == "cuda" and not math_kernel)
+    return _math_mem_bytes(point, mask, device) if math_kernel else _fused_mem_bytes(point, mask, device)
+
+
+def _mask_bytes(point: Point, options: Mapping[str, Any], native_causal: bool) -> int:
+    """The mask the kernels are handed, in bytes."""
+    s, q_len, seq_len = point.element_bytes, point.q_len_resolved, point.seq_len
+    if point.window is not None or point.masks_per_sequence or (point.causal and options.get("bool_mask")):
         # any other mask is a boolean attn_mask (keep, and keep with empty rows opened), which the
         # kernels turn into an additive mask in the dtype: per sequence when padding or documents differ
         masks_per = point.batch if point.masks_per_sequence else 1
-        mask = masks_per * q_len * seq_len * (2 + s)
-    if math_kernel:
+        return masks_per * q_len * seq_len * (2 + s)
+    # A non-square causal mask goes to SDPA as torch's lower-right CausalBias: fused CUDA kernels
+    # take it natively; elsewhere torch materializes it (bool, then an additive mask in the dtype).
+    return q_len * seq_len * (1 + s) if point.causal and q_len != seq_len and not native_causal else 0
+
+
+def _math_mem_bytes(point: Point, mask: int, device: str) -> int:
+    """The math kernel's peak: it materializes the scores."""
         # ATen's math kernel computes in fp32 at least (c bytes): fp16/bf16 inputs are upcast. Measured
         # on a CPU (the same ATen code as CUDA's; torch 2.13, the profiler's allocation events, fp64/
         # fp32/bf16/fp16, B1-2 H2-4, q_len 256-2048 x seq_len 512-2048, fits exact to the byte):
@@ -317,17 +320,25 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
         # With GQA (measured the same way, kv_heads 2 and 1 of 4): the math kernel repeats the (upcast)
         # K and V to every query head (repeat_interleave, 2 c bytes per element at H heads), and
         # backward makes dK and dV at every head before summing them per K/V head.
-        c = max(s, FP32_BYTES)
-        gqa = kv != h
-        if point.mode == "fwd":
-            upcast = b * (2 * h * q_len + 2 * kv * seq_len) * d * c if s < c else out
-            repeat = 2 * b * h * seq_len * d * c if gqa else 0
-            square_causal = point.causal and q_len == seq_len and not mask
-            return scores * (2 * c + 1) + upcast + repeat + (q_len * seq_len * c if square_causal else mask)
-        grads_all_heads = grads + 2 * b * (h - kv) * seq_len * d * s
-        # on CUDA the softmax's backward holds one more score matrix (selfattn.point.CUDA_SOFTMAX_BACKWARD)
-        per = 3 + (CUDA_SOFTMAX_BACKWARD if device == "cuda" else 0)
-        return scores * per * c + out + grads_all_heads * (2 if s < c else 1) + mask
+    s, b, h, d = point.element_bytes, point.batch, point.heads, point.head_dim
+    q_len, seq_len, kv = point.q_len_resolved, point.seq_len, point.kv_heads_resolved
+    scores, out, grads = point.score_elements, point.out_bytes, point.grad_bytes
+    c = max(s, FP32_BYTES)
+    if point.mode == "fwd":
+        upcast = b * (2 * h * q_len + 2 * kv * seq_len) * d * c if s < c else out
+        repeat = 2 * b * h * seq_len * d * c if kv != h else 0
+        square_causal = point.causal and q_len == seq_len and not mask
+        return scores * (2 * c + 1) + upcast + repeat + (q_len * seq_len * c if square_causal else mask)
+    grads_all_heads = grads + 2 * b * (h - kv) * seq_len * d * s
+    # on CUDA the softmax's backward holds one more score matrix (selfattn.point.CUDA_SOFTMAX_BACKWARD)
+    per = 3 + (CUDA_SOFTMAX_BACKWARD if device == "cuda" else 0)
+    return scores * per * c + out + grads_all_heads * (2 if s < c else 1) + mask
+
+
+def _fused_mem_bytes(point: Point, mask: int, device: str) -> int:
+    """The fused kernels' peak: O(n) per head, plus a CPU flash kernel's per-thread scratch."""
+    s, b, h, d = point.element_bytes, point.batch, point.heads, point.head_dim
+    q_len, seq_len, out = point.q_len_resolved, point.seq_len, point.out_bytes
     lse = b * h * q_len * FP32_BYTES
     if device == "cuda":
         scratch = 0  # flash/efficient keep their tiles in shared memory
@@ -337,7 +348,7 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
         return out + lse + scratch + mask
     # backward: (B, L, H, D) transposed copies of q, k, v, out, grad_out and fp32 accumulators
     copies = b * h * (2 * q_len + 3 * seq_len) * d * s
-    return out + lse + grads + copies + 2 * scratch + mask
+    return out + lse + point.grad_bytes + copies + 2 * scratch + mask
 
 
 def _biased_mem_bytes(point: Point, math_kernel: bool, device: str) -> int:
