@@ -280,7 +280,7 @@ def mask_bytes(point: Point) -> int:
 def before_counting(point: Point) -> int:
     """Bytes beyond its call's own peak that the point needs at the least, from closed forms alone: its inputs and
     its mask geometry, alive together while it runs. The guard's first pass, before anything that grows with the
-    point is made (run.py, with the call's predicted peak added); the full guard then adds the accuracy pass and
+    point is made (guard.py, with the call's predicted peak added); the full guard then adds the accuracy pass and
     judges the time."""
     return input_bytes(point) + mask_bytes(point)
 
