@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from selfattn.backends.discovery import backend_name, backend_source, check_backend, is_path
 from selfattn.fields import default_of, spec, validate_instance
 from selfattn.fp8_formats import fp8_format
+from selfattn.scopes import SCOPES, names_where
 from selfattn.variants import parse_alibi, parse_sink, parse_softcap, parse_window, variants_used, window_text
 
 # precision -> bytes per element (tf32 is float32 storage with TF32 matmuls; fp8_* is what an FP8
@@ -35,16 +36,12 @@ FP64_BYTES = 8
 CUDA_SOFTMAX_BACKWARD = 1
 DEVICES = ("auto", "cpu", "cuda")
 # The recurrent baselines (selfattn/recurrent.py): scope -> gates of its cell (torch.nn.LSTM, nn.GRU).
-RNN_GATES: dict[str, int] = {"lstm": 4, "gru": 3}
-# Defaults that follow the scope: where a scope cannot take a field's own default, this value, for a
-# config that does not give the field (runners/config.py: typed, or set by an experiment or a grid).
-# Only such fields, so a point that was valid before keeps its values and its id (point_id).
-SCOPE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "generate": {"causal": True},  # autoregressive: a new token sees the tokens before it
-    # a training run steps the optimizer after a backward pass; its sequences hold 8 (key, value) pairs
-    # and the query (selfattn/train/task.py takes at most 64 pairs), as the training experiment's do
-    "train": {"mode": "fwd_bwd", "seq_len": 9},
-}
+RNN_GATES: dict[str, int] = {name: scope.gates for name, scope in SCOPES.items() if scope.gates}
+# Defaults that follow the scope (each scope's declaration, selfattn/scopes/): where a scope cannot take a field's
+# own default, this value, for a config that does not give the field (runners/config.py: typed, or set by an
+# experiment or a grid). Only such fields, so a point that was valid before keeps its values and its id (point_id).
+SCOPE_DEFAULTS: dict[str, dict[str, Any]] = {name: dict(scope.defaults) for name, scope in SCOPES.items()
+                                             if scope.defaults}
 SCORES = ("dot", "additive")
 POS_ENCODINGS = ("none", "sinusoidal", "learned", "rope")
 
@@ -117,7 +114,7 @@ class Point:
     scale: Any = spec("auto", parse=_check_scale, plain=False,
                       help="auto (1/sqrt(head_dim)) | none (1.0, the unscaled ablation) | a positive number")
     mode: str = spec("fwd", choices=("fwd", "fwd_bwd"), plain=False, help="forward only, or forward and backward")
-    scope: str = spec("core", choices=("core", "layer", "generate", *RNN_GATES, "train"), plain=False,
+    scope: str = spec("core", choices=tuple(SCOPES), plain=False,
                       help="core (Q, K, V given) | layer (X with Q/K/V/O projections) | "
                            "generate (new_tokens tokens after a seq_len-token prompt, selfattn/decode.py) | "
                            "lstm, gru (one torch.nn.LSTM / nn.GRU layer over X, hidden size d_model: the recurrent baselines) | "
@@ -290,7 +287,7 @@ class Point:
 
 def _check_shape(point: Point) -> None:
     """q_len of a self-attention over X, kv_heads dividing heads, packed documents' room."""
-    if point.scope in ("layer", "train") and point.q_len is not None and point.q_len != point.seq_len:
+    if SCOPES[point.scope].over_x and point.q_len is not None and point.q_len != point.seq_len:
         raise ValueError(f"q_len: scope={point.scope} is self-attention over X, so q_len must be null or seq_len, got {point.q_len!r}")
     if point.heads % point.kv_heads_resolved:
         raise ValueError(f"kv_heads: must divide heads={point.heads}, got {point.kv_heads!r}")
@@ -304,23 +301,26 @@ def _check_shape(point: Point) -> None:
 def _check_scope_axes(point: Point) -> None:
     """The axes only generate or train read stay at their defaults elsewhere (two ids would name one
     measurement); train runs fwd_bwd; generate is causal with one query per new token and no other mask."""
-    for name, scope in (("new_tokens", "generate"), ("kv_cache", "generate"), ("steps", "train"), ("lr", "train")):
-        if point.scope != scope and getattr(point, name) != axis_default(name):
-            raise ValueError(f"{name}: only scope={scope} uses it, got {getattr(point, name)!r} with scope={point.scope}")
-    if point.scope == "train" and point.mode != "fwd_bwd":
-        raise ValueError(f"mode: scope=train runs forward and backward, so mode must be fwd_bwd, got {point.mode!r}")
-    if point.scope == "generate":
+    scope = SCOPES[point.scope]
+    for other in SCOPES.values():
+        for name in other.own_axes if other is not scope else ():
+            if getattr(point, name) != axis_default(name):
+                raise ValueError(f"{name}: only scope={other.name} uses it, got {getattr(point, name)!r} with scope={point.scope}")
+    if scope.trains and point.mode != "fwd_bwd":
+        raise ValueError(f"mode: scope={scope.name} runs forward and backward, so mode must be fwd_bwd, got {point.mode!r}")
+    if scope.autoregressive:
         if not point.causal:
-            raise ValueError("causal: scope=generate is autoregressive, so causal must be true, got False")
+            raise ValueError(f"causal: scope={scope.name} is autoregressive, so causal must be true, got False")
         for name, plain in (("q_len", None), ("window", None), ("pad_frac", 0.0), ("documents", None)):
             if getattr(point, name) != plain:
-                raise ValueError(f"{name}: scope=generate takes the prompt length from seq_len and no mask but causal, got {getattr(point, name)!r}")
+                raise ValueError(f"{name}: scope={scope.name} takes the prompt length from seq_len and no mask but causal, got {getattr(point, name)!r}")
 
 
 def _check_inputs(point: Point) -> None:
     """Outliers (scope=core draws Q, K, V itself) and the FP8 format (the precision's, never typed)."""
-    if point.input_outliers and point.scope != "core":
-        raise ValueError(f"input_outliers: only scope=core draws Q, K, V itself, got {point.input_outliers!r} with scope={point.scope}")
+    if point.input_outliers and not SCOPES[point.scope].gives_qkv:
+        raise ValueError(f"input_outliers: only scope={' or '.join(names_where('gives_qkv'))} draws Q, K, V itself, "
+                         f"got {point.input_outliers!r} with scope={point.scope}")
     if not point.input_outliers and point.outlier_std != axis_default("outlier_std"):
         raise ValueError(f"outlier_std: only input_outliers > 0 uses it, got {point.outlier_std!r} without outliers")
     if isinstance(point.backend_options, Mapping) and point.backend_options.get("fp8") not in (None, "none"):
@@ -329,7 +329,7 @@ def _check_inputs(point: Point) -> None:
 
 def _check_layer_masks(point: Point) -> None:
     """The layer runs self-attention over X, causal or not, with no other mask."""
-    if point.scope in ("layer", "train"):
+    if SCOPES[point.scope].over_x:
         for name, plain in (("window", None), ("pad_frac", 0.0), ("documents", None)):
             if getattr(point, name) != plain:
                 raise ValueError(f"{name}: scope={point.scope} supports the causal mask only, got {getattr(point, name)!r}")
@@ -340,9 +340,9 @@ def _check_score_transforms(point: Point) -> None:
     for name in ("softcap", "alibi", "sink"):
         if getattr(point, name) == axis_default(name):
             continue
-        if point.scope != "core":
+        if not SCOPES[point.scope].gives_qkv:
             raise ValueError(f"{name}: the score transforms are measured on the attention core, so they "
-                             f"need scope=core, got scope={point.scope}")
+                             f"need scope={' or '.join(names_where('gives_qkv'))}, got scope={point.scope}")
         if point.score != "dot":
             raise ValueError(f"{name}: transforms the scaled dot product's logits, so it needs score=dot, "
                              f"got score={point.score}")
@@ -350,7 +350,7 @@ def _check_score_transforms(point: Point) -> None:
 
 def _check_recurrent(point: Point) -> None:
     """No attention in a recurrent scope: an attention-only axis would name a second id for one measurement."""
-    if point.scope not in RNN_GATES:
+    if SCOPES[point.scope].attention:
         return
     for name in ATTENTION_ONLY:
         value = getattr(point, name)
@@ -362,16 +362,19 @@ def _check_recurrent(point: Point) -> None:
 
 def _check_scores_positions(point: Point) -> None:
     """score and pos_enc: which scopes each exists for (a back end that cannot run one is `unsupported`)."""
-    if point.score == "additive" and point.scope != "core":
-        raise ValueError(f"score: additive scores are measured on the attention core, so they need scope=core, got scope={point.scope}")
+    scope = SCOPES[point.scope]
+    if point.score == "additive" and not scope.gives_qkv:
+        raise ValueError(f"score: additive scores are measured on the attention core, so they need "
+                         f"scope={' or '.join(names_where('gives_qkv'))}, got scope={point.scope}")
     if point.score == "additive" and point.pos_enc != "none":
         raise ValueError(f"pos_enc: RoPE rotates q and k for a dot product (q·k then depends on m - n); additive scores are measured without an encoding, got {point.pos_enc}")
     if point.score == "additive" and point.scale != axis_default("scale"):
         raise ValueError(f"scale: additive scores v^T tanh(W_q q + W_k k) are not scaled, so scale must stay auto, got {point.scale!r}")
-    if point.pos_enc in ("sinusoidal", "learned") and point.scope != "layer":
-        raise ValueError(f"pos_enc: {point.pos_enc} is added to the layer's input X, so it needs scope=layer, got scope={point.scope}")
-    if point.pos_enc == "rope" and point.scope not in ("core", "layer"):
-        raise ValueError(f"pos_enc: rope rotates q and k of one attention call (scope=core or layer), got scope={point.scope}")
+    takes = tuple(name for name, s in SCOPES.items() if point.pos_enc in s.pos_encodings)
+    if point.pos_enc in ("sinusoidal", "learned") and point.pos_enc not in scope.pos_encodings:
+        raise ValueError(f"pos_enc: {point.pos_enc} is added to the layer's input X, so it needs scope={' or '.join(takes)}, got scope={point.scope}")
+    if point.pos_enc == "rope" and point.pos_enc not in scope.pos_encodings:
+        raise ValueError(f"pos_enc: rope rotates q and k of one attention call (scope={' or '.join(takes)}), got scope={point.scope}")
     if point.pos_enc == "rope" and point.head_dim % 2:
         raise ValueError(f"pos_enc: rope rotates pairs of features, so head_dim must be even, got {point.head_dim}")
 

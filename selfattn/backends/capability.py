@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from selfattn.backends.contract import FP8_PRECISIONS
+from selfattn.scopes import SCOPES, scope_of
 from selfattn.variants import unsupported_variants
 
-RNN_SCOPES = ("lstm", "gru")  # selfattn.point.RNN_GATES' names: no attention back end runs in them
+RNN_SCOPES = tuple(name for name, scope in SCOPES.items() if not scope.attention)  # no attention back end runs in them
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,15 @@ def ask_of_point(point: Any, device: str, options: Mapping[str, Any], compiled: 
             "document_ids": point.documents is not None}
     return Ask(device=device, precision=point.precision, head_dim=point.head_dim, heads=point.heads,
                kv_heads=point.kv_heads_resolved, masks=tuple(name for name, on in used.items() if on),
-               variants=point.variants, backward=point.mode == "fwd_bwd" or point.scope == "train",
+               variants=point.variants, backward=point.mode == "fwd_bwd" or _trains(point.scope),
                score=point.score, scope=point.scope, compiled=compiled, options=dict(options),
                changed_options=changed_options)
+
+
+def _trains(scope: Any) -> bool:
+    """A training run's backward runs whatever `mode` says (its declaration: selfattn/scopes/train.py)."""
+    declared = scope_of(scope)
+    return declared is not None and declared.trains
 
 
 def ask_of_call(q: Any, k: Any, masks: Any, precision: str, options: Mapping[str, Any], compiled: bool) -> Ask:

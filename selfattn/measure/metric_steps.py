@@ -34,14 +34,15 @@ from selfattn.measure.accuracy import compare
 from selfattn.measure.budget import Budget
 from selfattn.measure.device import device_peak_gbps, peak_source
 from selfattn.measure.memory import alloc_peak_bytes, measure_peak
-from selfattn.measure.path_length import PATH_SCOPES, far_near_ratio, input_sensitivity, sensitivity_json
+from selfattn.measure.path_length import far_near_ratio, input_sensitivity, sensitivity_json
 from selfattn.measure.permutation import permutation_max_abs_diff
 from selfattn.measure.stability import stability as stability_of
 from selfattn.measure.traffic import bytes_moved
 from selfattn.measure.workload import Result, Workload
 from selfattn.metrics import BY_NAME
-from selfattn.point import RNN_GATES, Point
+from selfattn.point import Point
 from selfattn.positions import rope_shift_max_abs_diff
+from selfattn.scopes import SCOPES
 
 BEFORE_TIMER, AFTER_TIMER, WARMUP_OUTPUT, AFTER_VERDICT, EVERY_THREAD = (
     "before_timer", "after_timer", "warmup_output", "after_verdict", "every_thread")
@@ -157,7 +158,7 @@ def stability(m: Measured) -> dict[str, Any]:
     return found.to_dict()
 
 
-@measures("permutation", applies=lambda m: (not m.resolved.compiles and m.point.scope not in RNN_GATES
+@measures("permutation", applies=lambda m: (not m.resolved.compiles and SCOPES[m.point.scope].attention
                                             and m.point.score == "dot"))
 def permutation(m: Measured) -> dict[str, Any]:
     """Permutation equivariance on a short sequence (<= PERM_TOKENS tokens)."""
@@ -180,7 +181,7 @@ def compiled_permutation(m: Measured) -> dict[str, Any]:
     return {"perm_max_abs_diff": diff}
 
 
-@measures("path_length", applies=lambda m: m.point.scope in PATH_SCOPES)
+@measures("path_length", applies=lambda m: SCOPES[m.point.scope].path_length)
 def path_length(m: Measured) -> dict[str, Any]:
     """How the output's gradient decays with the distance to an input (float64, at the point's n and d_model)."""
     sensitivity = input_sensitivity(m.point, torch.device(m.device), m.resolved.backend)

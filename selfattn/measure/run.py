@@ -52,9 +52,10 @@ from selfattn.measure.timing import Timing, kept_samples, time_call, wall_call
 from selfattn.measure import workload as workloads
 from selfattn.measure.workload import Result, Workload
 from selfattn.metrics import ALL as ALL_METRICS, metrics_label
-from selfattn.point import RNN_GATES, Point
+from selfattn.point import Point
 from selfattn.precision import precision_context
 from selfattn.results import Row
+from selfattn.scopes import SCOPES
 
 
 def measure_point(point: Point, budget: Budget | None = None, metrics: Iterable[str] = ALL_METRICS) -> Row:
@@ -112,7 +113,7 @@ def _resolve(point: Point, device: str, row: Row) -> tuple[Point, Resolved]:
     point = point.with_device(device)
     resolved = resolve_point(point, device)
     row.kernel = resolved.label
-    if point.scope not in RNN_GATES:  # what the back end said of itself, and what the harness supplied
+    if SCOPES[point.scope].attention:  # what the back end said of itself, and what the harness supplied
         row.mem_model = "declared" if resolved.backend.mem_model_declared else "assumed"
         row.backend_defaulted = ",".join(resolved.backend.defaulted)
     return point, resolved
@@ -287,7 +288,7 @@ def _incorrect(point: Point, reason: str) -> str:
 @contextmanager
 def _recurrence_on_one_thread(point: Point, device: str, row: Row) -> Iterator[None]:
     """scope=lstm/gru: every call on one thread on a CPU (see above), said in the row's num_threads."""
-    if point.scope not in RNN_GATES:
+    if not SCOPES[point.scope].one_thread_on_cpu:
         yield
         return
     with _single_threaded_on_cpu(device):
