@@ -25,6 +25,9 @@ from selfattn.variants import parse_alibi, parse_sink, parse_softcap, parse_wind
 
 # precision -> bytes per element (tf32 is float32 storage with TF32 matmuls; fp8_* is what an FP8
 # kernel reads and a KV cache holds, though this harness keeps Q, K, V in fp32 and quantizes them in the call)
+# The precisions, the one list (its order is the configs'): bytes per element of each. selfattn.precision (their
+# dtypes), the back ends' declarations (selfattn/backends/contract.py) and the configs read it;
+# tests/test_precisions.py holds every table keyed by precision to it.
 ELEMENT_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
 PRECISIONS: tuple[str, ...] = tuple(ELEMENT_BYTES)
 FP32_BYTES = 4

@@ -21,6 +21,7 @@ from typing import Callable, Iterator
 import torch
 
 from selfattn.errors import Unsupported
+from selfattn.point import PRECISIONS
 
 DTYPES: dict[str, torch.dtype] = {
     "fp64": torch.float64,
@@ -32,7 +33,6 @@ DTYPES: dict[str, torch.dtype] = {
     "fp8_e5m2": torch.float8_e5m2,
 }
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-PRECISIONS: tuple[str, ...] = tuple(DTYPES)
 TF32_MIN_CAPABILITY = (8, 0)  # Ampere: the first GPUs with TF32 tensor cores
 
 
