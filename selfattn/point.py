@@ -20,16 +20,12 @@ from typing import Any, Mapping
 from selfattn.backends.discovery import backend_name, backend_source, check_backend, is_path
 from selfattn.fields import default_of, spec, validate_instance
 from selfattn.fp8_formats import fp8_format
+from selfattn.precision_names import ELEMENT_BYTES, PRECISIONS
 from selfattn.scopes import SCOPES, names_where
 from selfattn.variants import parse_alibi, parse_sink, parse_softcap, parse_window, variants_used, window_text
 
 # precision -> bytes per element (tf32 is float32 storage with TF32 matmuls; fp8_* is what an FP8
 # kernel reads and a KV cache holds, though this harness keeps Q, K, V in fp32 and quantizes them in the call)
-# The precisions, the one list (its order is the configs'): bytes per element of each. selfattn.precision (their
-# dtypes), the back ends' declarations (selfattn/backends/contract.py) and the configs read it;
-# tests/test_precisions.py holds every table keyed by precision to it.
-ELEMENT_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
-PRECISIONS: tuple[str, ...] = tuple(ELEMENT_BYTES)
 FP32_BYTES = 4
 FP64_BYTES = 8
 # Score-sized (q_len x seq_len) matrices the softmax's backward keeps alive on CUDA beyond a CPU's three (the saved

@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 import torch
 
 from selfattn.errors import Unsupported
-from selfattn.point import PRECISIONS
+from selfattn.precision_names import PRECISIONS
 
 DTYPES: dict[str, torch.dtype] = {
     "fp64": torch.float64,

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from selfattn.fp8_formats import FORMAT_OF
-from selfattn.point import PRECISIONS
+from selfattn.precision_names import PRECISIONS
 from selfattn.variants import VARIANT_NAMES
 
 MASK_ARGUMENTS = ("causal", "window", "key_lengths", "document_ids")
