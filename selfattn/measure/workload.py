@@ -80,17 +80,13 @@ def _on_rows(upstream: torch.Tensor, rows: torch.Tensor, row_dim: int) -> torch.
     return sparse
 
 
-def build(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor,
-          values_seed: int | None = None, resolved: Resolved | None = None) -> Workload:
+def build(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor, *, resolved: Resolved,
+          values_seed: int | None = None) -> Workload:
     """The point's workload; `values_seed` draws its inputs' values from another seed (the verdict's second input).
-    `resolved`: the point's back end as measure_point resolved it (None: resolved here, one registry lookup)."""
+    `resolved`: the point's back end as measure_point resolved it (resolve_point, once per point)."""
     seed = point.seed if values_seed is None else values_seed
     if point.scope in RNN_GATES:
         return _build_recurrent(point, dtype, device, rows)
-    if resolved is None:
-        from selfattn.backends.resolved import resolve_point
-
-        resolved = resolve_point(point, device.type)
     if point.scope == "layer":
         return _build_layer(point, dtype, device, rows, seed, resolved)
     if point.scope == "generate":
