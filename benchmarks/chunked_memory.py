@@ -63,7 +63,7 @@ def child(backend: str, mode: str, seq_len: int, args: argparse.Namespace) -> di
 
     def workload(n: int):
         point = Point(backend=backend, seq_len=n, heads=args.heads, head_dim=args.head_dim, causal=args.causal, mode=mode)
-        return point, build(point, torch.float32, torch.device("cpu"), sample_rows(n, 32, 0))
+        return point, build(point, torch.float32, torch.device("cpu"), sample_rows(n, 32, 0), resolved=resolve_point(point, "cpu"))
 
     _, warm = workload(WARMUP_SEQ_LEN)
     warm.call()

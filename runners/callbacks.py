@@ -21,7 +21,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -121,7 +121,8 @@ class SweepCallback(Callback):
         for path in row_store.take_corrupt():  # left out of results.csv; its point has no row
             print(f"warning: {path} holds no whole row; left out of results.csv", file=sys.stderr, flush=True)
         columns = list(dict.fromkeys([*COLUMNS, *(k for r in all_rows for k in r)]))
-        wandb_conf = OmegaConf.to_container(config.wandb, resolve=True) if "wandb" in config else {}
+        # a DictConfig's container is a dict
+        wandb_conf = cast(dict[str, Any], OmegaConf.to_container(config.wandb, resolve=True)) if "wandb" in config else {}
         group = sweep_id(config, sweep_dir)
         if note := progress.SKIPPED.line(interrupts.STATE.total):  # a resumed sweep with nothing left to measure
             print(note, flush=True)

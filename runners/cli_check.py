@@ -21,7 +21,7 @@ import sys
 from dataclasses import fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, cast
 
 from runners import cli_syntax
 from selfattn.fields import config_fields, nearest, unknown_key
@@ -211,18 +211,18 @@ def _values(override: Any) -> list[Any]:
 
 def experiment_grids(name: str, extra: Sequence[Path] = ()) -> list[dict[str, Any]]:
     """experiment/NAME.yaml's `grids` (each a {key: [values]}), read without resolving anything."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     files = [Path(root) / "experiment" / f"{name}.yaml" for root in [conf_dir(), *extra] if root is not None]
     found = [f for f in files if f.is_file()]
     if not found:
         return []
     node = OmegaConf.load(found[-1])  # a search path's file wins over conf/'s, as in Hydra
-    grids = node.get("grids") if hasattr(node, "get") else None
+    grids = node.get("grids") if isinstance(node, DictConfig) else None
     if grids is None:
         return []
-    grids = OmegaConf.to_container(grids, resolve=False)
-    return list(grids.values()) if isinstance(grids, Mapping) else list(grids)
+    container = OmegaConf.to_container(grids, resolve=False)
+    return list(container.values()) if isinstance(container, Mapping) else list(cast(Iterable[dict[str, Any]], container))
 
 
 def _as_list(value: Any) -> list[Any]:

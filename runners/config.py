@@ -253,7 +253,7 @@ def grid_points(grids: Any) -> list[dict[str, Any]]:
         return []
     if isinstance(grids, Mapping):
         grids = list(grids.values())
-    points = []
+    points: list[dict[str, Any]] = []
     for grid in grids:
         keys = list(grid)
         values = [list(v) if isinstance(v, Sequence) and not isinstance(v, str) else [v] for v in grid.values()]

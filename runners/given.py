@@ -38,7 +38,7 @@ def given_keys(hydra: Any) -> list[str] | None:
 def experiment_keys(experiment: str, sources: tuple[tuple[str, str, str], ...]) -> tuple[str, ...] | None:
     """The top-level keys `experiment`'s file sets (it is `# @package _global_`), read from the first of
     `sources` (schema, provider, path: Hydra's search path, in order) that has it; None if none has it."""
-    kinds = {kind.scheme(): kind for kind in Plugins.instance().discover(ConfigSource)}
+    kinds = {kind.scheme(): kind for kind in Plugins.instance().discover(ConfigSource) if issubclass(kind, ConfigSource)}
     path = f"{GROUP}/{experiment}"
     for schema, provider, where in sources:
         if schema not in kinds:

@@ -57,7 +57,8 @@ _HEADER = struct.Struct("!Q")
 def parse_isolate(value: Any) -> bool | str:
     """`isolate`'s rule: true, false or plugins (text forms too); else ValueError naming the key."""
     text = str(value).strip().lower() if not isinstance(value, bool) else value
-    canonical = {"true": True, "false": False, "plugins": "plugins", True: True, False: False}.get(text)
+    forms: dict[str | bool, bool | str] = {"true": True, "false": False, "plugins": "plugins", True: True, False: False}
+    canonical = forms.get(text)
     if canonical is None:
         raise ValueError(f"isolate: expected true, false or plugins, got {value!r}")
     return canonical

@@ -63,7 +63,7 @@ def measure(parsed: ParsedJob, metrics: tuple[str, ...] | None = None) -> Row:
     """The point's row: measure_point's (which never raises for a failure of the point), else why not.
 
     `metrics`: what it measures beyond its time; None: the config's `metrics`."""
-    if parsed.point is None:
+    if parsed.point is None or parsed.budget is None:  # both or neither
         return failed_row(parsed, "invalid", parsed.problem)
     global _isolated_traceback
     _isolated_traceback = ""
@@ -125,7 +125,7 @@ def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     ledger.LEDGER.ran(parsed.point_id)
     done = None if stored is None else str(stored.get("status"))
     metrics = tuple(parsed.runner["metrics"])
-    if done == "ok":
+    if stored is not None and done == "ok":
         had = ran_metrics(stored.get("metrics"))
         if set(metrics) - had:  # measured before with fewer metrics: again, with what it had as well (nothing is lost)
             metrics = tuple(m for m in ALL_METRICS if m in had or m in metrics)

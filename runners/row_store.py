@@ -334,7 +334,7 @@ def _relative(sweep_dir: Path, path: Path) -> str:
         return str(Path(path).resolve())  # a job folder outside the sweep folder: keep it whole
 
 
-def ensure_index(sweep_dir: Path, built: Callable[[list[dict[str, Any]]], None] | None = None) -> Path:
+def ensure_index(sweep_dir: Path, built: Callable[[list[dict[str, Any]]], object] | None = None) -> Path:
     """The sweep's point index, made on first use from the row files already there.
 
     Costs a stat when it exists. A folder from before the index (or any folder with rows but

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence, overload
 
 from runners import row_store
 from runners.row_store import INDEX_NAME, best_rows
@@ -124,6 +124,10 @@ def _write_csv(sweep_dir: Path, all_rows: list[dict[str, Any]], files: int, inde
     return kept
 
 
+@overload
+def rebuild_csv(sweep_dir: Path, wait: Literal[True] = True) -> tuple[Path, list[dict[str, Any]]]: ...
+@overload
+def rebuild_csv(sweep_dir: Path, wait: bool) -> tuple[Path, list[dict[str, Any]]] | None: ...
 def rebuild_csv(sweep_dir: Path, wait: bool = True) -> tuple[Path, list[dict[str, Any]]] | None:
     """Build <sweep_dir>/results.csv from the row files, under the lock; returns (path, rows).
 
@@ -183,11 +187,11 @@ def rebuild_final(sweep_dir: Path) -> tuple[Path, list[dict[str, Any]]]:
     """results.csv at a sweep's end (or interruption): built from the rows; on a full disk, again in the room
     set aside at the start. The room is given back either way; OSError when even that does not fit."""
     try:
-        return rebuild_csv(sweep_dir)  # type: ignore[return-value]  (waits: always builds)
+        return rebuild_csv(sweep_dir)  # waits: always builds
     except OSError:
         if not release_room(sweep_dir):
             raise
-        return rebuild_csv(sweep_dir)  # type: ignore[return-value]
+        return rebuild_csv(sweep_dir)
     finally:
         release_room(sweep_dir)
 
@@ -260,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         for folder in folders:
             start = time.perf_counter()
-            path, kept = rebuild_csv(folder)  # type: ignore[misc]  (wait=True always builds)
+            path, kept = rebuild_csv(folder)  # waits: always builds
             print(f"results: {len(kept)} rows -> {path} ({time.perf_counter() - start:.1f} s)")
     for bad in row_store.take_corrupt():  # a row file cut short: left out, and the sweep's rerun measures its point
         print(f"warning: {bad} holds no whole row; left out of results.csv", file=sys.stderr)

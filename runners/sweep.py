@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn, cast
 
 from runners import interrupts
 
@@ -61,7 +61,7 @@ def main(cfg: DictConfig) -> None:
     if not ctx.multirun and (problem := claim(cfg, ctx.sweep_dir, "hydra.run.dir", shared=True)):
         refuse(problem)  # a sweep's callback claims its folder before its first job
     try:
-        values = OmegaConf.to_container(cfg, resolve=True)
+        values = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))  # a DictConfig's container is a dict
     except OmegaConfBaseException as exc:  # `seq_len=${oops}` in a file: the key and why, one line
         refuse(f"{getattr(exc, 'full_key', '') or 'config'}: {str(exc).splitlines()[0]}")
     try:

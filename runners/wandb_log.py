@@ -25,7 +25,7 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from analysis.wandb_report import SETTINGS as _SETTINGS  # no sampler: it would steal CPU from the timed calls
 from selfattn.point import POINT_COLUMNS
@@ -107,7 +107,7 @@ class WandbSink:
         except Exception as exc:
             self.give_up(f"log failed: {type(exc).__name__}")
 
-    def log_table(self, conf: Mapping[str, Any], rows: list[Mapping[str, Any]], columns: list[str], *,
+    def log_table(self, conf: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], columns: list[str], *,
                   group: str, out_dir: Path, own_run: bool = True) -> None:
         """The whole results table once, in this process's open run, or in a run of its own when `own_run`
         (false when a report run follows: it holds the table, so no run is opened for it alone)."""

@@ -85,7 +85,7 @@ class _Counted:
 def _signature(values: Any) -> tuple:
     import torch
 
-    out = []
+    out: list[Any] = []
     for value in values:
         if isinstance(value, torch.Tensor):
             out.append((tuple(value.shape), value.dtype, value.device.type, value.requires_grad))

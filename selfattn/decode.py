@@ -59,8 +59,9 @@ class Generation:
         self.tokens[:, :p] = prompt_BPD
         total = p + new_tokens
         shape = (b, layer.kv_heads, total, layer.head_dim)
-        self.cache_k = prompt_BPD.new_zeros(shape) if kv_cache else None
-        self.cache_v = prompt_BPD.new_zeros(shape) if kv_cache else None
+        # the KV-cache; without one, empty tensors no step reads
+        self.cache_k = prompt_BPD.new_zeros(shape if kv_cache else (0,))
+        self.cache_v = prompt_BPD.new_zeros(shape if kv_cache else (0,))
         with torch.no_grad():  # prefill: the prompt's pass, untimed and the same for both loops
             q, k, v = layer.project_qkv(prompt_BPD)
             if kv_cache:

@@ -18,6 +18,7 @@ import dataclasses
 import difflib
 import functools
 import math
+import operator
 import types
 import typing
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -156,29 +157,31 @@ def check_value(key: str, value: Any, f: dataclasses.Field, annotation: Any) -> 
         if nullable or base is Any:
             return None
         raise bad()
-    if base is bool and not isinstance(value, bool):
-        raise bad()
-    if base is int and (isinstance(value, bool) or not isinstance(value, int)):
+    if not _of_type(value, base):
         raise bad()
     if base is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise bad()
         value = float(value)
-    if base is str and not isinstance(value, str):
-        raise bad()
     if meta.get("choices") is not None and value not in meta["choices"]:
         near = nearest(value, [c for c in meta["choices"] if isinstance(c, str)]) if isinstance(value, str) else None
         raise ValueError(f"{bad()}; did you mean {near}?") if near else bad()
-    if base in (int, float):
-        if meta.get("gt") is not None and not value > meta["gt"]:
-            raise bad()
-        if meta.get("ge") is not None and not value >= meta["ge"]:
-            raise bad()
-        if meta.get("le") is not None and not value <= meta["le"]:
-            raise bad()
-        if meta.get("lt") is not None and not value < meta["lt"]:
-            raise bad()
+    if base in (int, float) and not all(holds(value, meta[name]) for name, holds in _BOUNDS.items()
+                                        if meta.get(name) is not None):
+        raise bad()
     return value
+
+
+_BOUNDS = {"gt": operator.gt, "ge": operator.ge, "le": operator.le, "lt": operator.lt}  # a field's bounds, checked
+
+
+def _of_type(value: Any, base: Any) -> bool:
+    """Whether a non-None `value` is of the field's base type (a bool is no number; a float is finite)."""
+    if base is bool or base is str:
+        return isinstance(value, base)
+    if base is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if base is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return True
 
 
 def nearest(key: str, candidates: Iterable[str]) -> str | None:
@@ -233,8 +236,8 @@ def check_fields(cls: type, node: Mapping[str, Any] | None, *, prefix: str = "",
 def default_of(f: dataclasses.Field) -> Any:
     if f.default is not _MISSING:
         return f.default
-    if f.default_factory is not _MISSING:  # type: ignore[misc]
-        return f.default_factory()  # type: ignore[misc]
+    if f.default_factory is not _MISSING:
+        return f.default_factory()
     raise ValueError(f"{f.name}: required")
 
 

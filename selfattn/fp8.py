@@ -26,7 +26,7 @@ _scaled_mm) is how the tests check it against the float64 emulation. The kernel 
 send a product back to dequant adds ":dequant-shapes" (kernel_ran). Only the forward exists: a backward asked
 for is an `unsupported` point (selfattn/backends/capability.py).
 
-`diagnostics` gives a point's FP8 columns (selfattn/measure/run.py): saturated and non-finite
+`diagnostics` gives a point's FP8 columns (the fp8 metric, selfattn/measure/metric_steps.py): saturated and non-finite
 fractions of the quantized Q, K, V, the probability mass the P cast loses, and what a raw cast of
 the logits does (the overflow study of analysis/fp8.py predicts them from the Gaussian tail).
 """
@@ -69,7 +69,7 @@ class Fp8Options:
 
 
 FP8_OPTION_NAMES = tuple(name for name in Fp8Options.__dataclass_fields__ if name != "fp8")
-_DEFAULTS = {name: f.default for name, f in Fp8Options.__dataclass_fields__.items()}
+_DEFAULTS: dict[str, Any] = {name: f.default for name, f in Fp8Options.__dataclass_fields__.items()}
 
 
 def resolve(options: Mapping[str, Any], dtype: torch.dtype, device: torch.device | str = "cpu") -> dict[str, Any]:
@@ -236,7 +236,7 @@ def p_cast(options: Mapping[str, Any]) -> Callable[[torch.Tensor], torch.Tensor]
     return cast
 
 
-# --- a point's FP8 columns, from its sampled rows (selfattn/measure/run.py) ---
+# --- a point's FP8 columns, from its sampled rows (the fp8 metric, selfattn/measure/metric_steps.py) ---
 
 def diagnostics(q_rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float,
                 options: Mapping[str, Any]) -> dict[str, float]:

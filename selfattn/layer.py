@@ -66,8 +66,12 @@ class MultiHeadSelfAttention(nn.Module):
         self.w_v = nn.Linear(d_model, kv_dim, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
         self.pos_enc, self.max_len = self._check_positions(pos_enc, max_len)
+        self.table_rows = self.max_len or 0  # the positions the tables hold (0: pos_enc=none has none)
+        self.pos_table: torch.Tensor  # learned: a Parameter; sinusoidal: a buffer (rope: rope_cos, rope_sin)
+        self.rope_cos: torch.Tensor
+        self.rope_sin: torch.Tensor
         if pos_enc == "learned":
-            self.pos_table = nn.Parameter(torch.empty(max_len, d_model))
+            self.pos_table = nn.Parameter(torch.empty(self.table_rows, d_model))
         self.reset_parameters(seed=0)
         self.reset_positions()
 
@@ -95,10 +99,10 @@ class MultiHeadSelfAttention(nn.Module):
         """The sinusoidal or RoPE tables of positions 0..max_len-1, computed in float64, in the layer's dtype."""
         like = self.w_q.weight
         if self.pos_enc == "sinusoidal":
-            table = positions.sinusoidal_table(self.max_len, self.d_model, dtype=like.dtype, device=like.device)
+            table = positions.sinusoidal_table(self.table_rows, self.d_model, dtype=like.dtype, device=like.device)
             self.register_buffer("pos_table", table, persistent=False)
         elif self.pos_enc == "rope":
-            cos, sin = positions.rope_tables(torch.arange(self.max_len), self.head_dim, dtype=like.dtype,
+            cos, sin = positions.rope_tables(torch.arange(self.table_rows), self.head_dim, dtype=like.dtype,
                                              device=like.device)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
@@ -120,14 +124,14 @@ class MultiHeadSelfAttention(nn.Module):
             if linear.bias is not None:
                 linear.bias.zero_()
         if self.pos_enc == "learned":  # drawn apart from the weights: W_Q..W_O are those of pos_enc=none
-            self.pos_table.copy_(positions.learned_table(self.max_len, self.d_model, seed=seed))
+            self.pos_table.copy_(positions.learned_table(self.table_rows, self.d_model, seed=seed))
 
     def encode(self, x_BLD: torch.Tensor) -> torch.Tensor:
         """X with the sinusoidal or learned encoding of positions 0..L-1 added (X itself otherwise)."""
         if self.pos_enc not in positions.ADDED:
             return x_BLD
         length = x_BLD.shape[1]
-        if length > self.max_len:
+        if length > self.table_rows:
             raise ValueError(f"x: pos_enc={self.pos_enc} holds max_len={self.max_len} positions, got {length} tokens")
         return x_BLD + self.pos_table[:length]
 

@@ -20,12 +20,12 @@ from typing import Any, Mapping
 from selfattn.backends.discovery import backend_name, backend_source, check_backend, is_path
 from selfattn.fields import default_of, spec, validate_instance
 from selfattn.fp8_formats import fp8_format
+from selfattn.precision_names import ELEMENT_BYTES, PRECISIONS
+from selfattn.scopes import SCOPES, names_where
 from selfattn.variants import parse_alibi, parse_sink, parse_softcap, parse_window, variants_used, window_text
 
 # precision -> bytes per element (tf32 is float32 storage with TF32 matmuls; fp8_* is what an FP8
 # kernel reads and a KV cache holds, though this harness keeps Q, K, V in fp32 and quantizes them in the call)
-ELEMENT_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
-PRECISIONS: tuple[str, ...] = tuple(ELEMENT_BYTES)
 FP32_BYTES = 4
 FP64_BYTES = 8
 # Score-sized (q_len x seq_len) matrices the softmax's backward keeps alive on CUDA beyond a CPU's three (the saved
@@ -35,16 +35,12 @@ FP64_BYTES = 8
 CUDA_SOFTMAX_BACKWARD = 1
 DEVICES = ("auto", "cpu", "cuda")
 # The recurrent baselines (selfattn/recurrent.py): scope -> gates of its cell (torch.nn.LSTM, nn.GRU).
-RNN_GATES: dict[str, int] = {"lstm": 4, "gru": 3}
-# Defaults that follow the scope: where a scope cannot take a field's own default, this value, for a
-# config that does not give the field (runners/config.py: typed, or set by an experiment or a grid).
-# Only such fields, so a point that was valid before keeps its values and its id (point_id).
-SCOPE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "generate": {"causal": True},  # autoregressive: a new token sees the tokens before it
-    # a training run steps the optimizer after a backward pass; its sequences hold 8 (key, value) pairs
-    # and the query (selfattn/train/task.py takes at most 64 pairs), as the training experiment's do
-    "train": {"mode": "fwd_bwd", "seq_len": 9},
-}
+RNN_GATES: dict[str, int] = {name: scope.gates for name, scope in SCOPES.items() if scope.gates}
+# Defaults that follow the scope (each scope's declaration, selfattn/scopes/): where a scope cannot take a field's
+# own default, this value, for a config that does not give the field (runners/config.py: typed, or set by an
+# experiment or a grid). Only such fields, so a point that was valid before keeps its values and its id (point_id).
+SCOPE_DEFAULTS: dict[str, dict[str, Any]] = {name: dict(scope.defaults) for name, scope in SCOPES.items()
+                                             if scope.defaults}
 SCORES = ("dot", "additive")
 POS_ENCODINGS = ("none", "sinusoidal", "learned", "rope")
 
@@ -117,7 +113,7 @@ class Point:
     scale: Any = spec("auto", parse=_check_scale, plain=False,
                       help="auto (1/sqrt(head_dim)) | none (1.0, the unscaled ablation) | a positive number")
     mode: str = spec("fwd", choices=("fwd", "fwd_bwd"), plain=False, help="forward only, or forward and backward")
-    scope: str = spec("core", choices=("core", "layer", "generate", *RNN_GATES, "train"), plain=False,
+    scope: str = spec("core", choices=tuple(SCOPES), plain=False,
                       help="core (Q, K, V given) | layer (X with Q/K/V/O projections) | "
                            "generate (new_tokens tokens after a seq_len-token prompt, selfattn/decode.py) | "
                            "lstm, gru (one torch.nn.LSTM / nn.GRU layer over X, hidden size d_model: the recurrent baselines) | "
@@ -235,60 +231,11 @@ class Point:
         return self.causal or self.window is not None or self.masks_per_sequence
 
     def validate(self) -> None:
-        """Raise ValueError with one line naming the field and what is allowed."""
+        """Raise ValueError with one line naming the field and what is allowed (the first rule broken)."""
         validate_instance(self)
-        if self.scope in ("layer", "train") and self.q_len is not None and self.q_len != self.seq_len:
-            raise ValueError(f"q_len: scope={self.scope} is self-attention over X, so q_len must be null or seq_len, got {self.q_len!r}")
-        if self.heads % self.kv_heads_resolved:
-            raise ValueError(f"kv_heads: must divide heads={self.heads}, got {self.kv_heads!r}")
-        if self.documents is not None:
-            if self.q_len_resolved != self.seq_len:
-                raise ValueError(f"documents: packed documents need q_len == seq_len, got q_len={self.q_len!r}")
-            if self.documents > self.seq_len:
-                raise ValueError(f"documents: at most seq_len={self.seq_len} documents fit, got {self.documents!r}")
-        if self.scope != "generate":  # otherwise two ids would name one measurement
-            for name in ("new_tokens", "kv_cache"):
-                if getattr(self, name) != axis_default(name):
-                    raise ValueError(f"{name}: only scope=generate uses it, got {getattr(self, name)!r} with scope={self.scope}")
-        for name in ("steps", "lr"):  # only a training run reads them: two ids would name one measurement
-            if self.scope != "train" and getattr(self, name) != axis_default(name):
-                raise ValueError(f"{name}: only scope=train uses it, got {getattr(self, name)!r} with scope={self.scope}")
-        if self.scope == "train" and self.mode != "fwd_bwd":
-            raise ValueError(f"mode: scope=train runs forward and backward, so mode must be fwd_bwd, got {self.mode!r}")
-        if self.scope == "generate":  # autoregressive: causal, one query per new token, no other mask
-            if not self.causal:
-                raise ValueError("causal: scope=generate is autoregressive, so causal must be true, got False")
-            for name, plain in (("q_len", None), ("window", None), ("pad_frac", 0.0), ("documents", None)):
-                if getattr(self, name) != plain:
-                    raise ValueError(f"{name}: scope=generate takes the prompt length from seq_len and no mask but causal, got {getattr(self, name)!r}")
-        if self.input_outliers and self.scope != "core":
-            raise ValueError(f"input_outliers: only scope=core draws Q, K, V itself, got {self.input_outliers!r} with scope={self.scope}")
-        if not self.input_outliers and self.outlier_std != axis_default("outlier_std"):
-            raise ValueError(f"outlier_std: only input_outliers > 0 uses it, got {self.outlier_std!r} without outliers")
-        if isinstance(self.backend_options, Mapping) and self.backend_options.get("fp8") not in (None, "none"):
-            raise ValueError(f"backend.fp8: set by precision=fp8_e4m3|fp8_e5m2, not a config key, got {self.backend_options['fp8']!r}")
-        if self.scope in ("layer", "train"):  # the layer runs self-attention over X, causal or not, with no other mask
-            for name, plain in (("window", None), ("pad_frac", 0.0), ("documents", None)):
-                if getattr(self, name) != plain:
-                    raise ValueError(f"{name}: scope={self.scope} supports the causal mask only, got {getattr(self, name)!r}")
-        for name in ("softcap", "alibi", "sink"):  # the score transforms are measured on the attention core
-            if getattr(self, name) != axis_default(name):
-                if self.scope != "core":
-                    raise ValueError(f"{name}: the score transforms are measured on the attention core, so they "
-                                     f"need scope=core, got scope={self.scope}")
-                if self.score != "dot":
-                    raise ValueError(f"{name}: transforms the scaled dot product's logits, so it needs score=dot, "
-                                     f"got score={self.score}")
-        _check_scores_positions(self)
-
-        if self.scope in RNN_GATES:  # no attention in it: an attention-only axis would name a second id for one measurement
-            for name in ATTENTION_ONLY:
-                value = getattr(self, name)
-                plain = (value in (None, self.heads) if name == "kv_heads" else
-                         value in (None, self.seq_len) if name == "q_len" else value == axis_default(name))
-                if not plain:
-                    raise ValueError(f"{name}: scope={self.scope} is a recurrent layer with no attention, so {name} "
-                                     f"must stay {axis_default(name)!r}, got {value!r}")
+        for check in (_check_shape, _check_scope_axes, _check_inputs, _check_layer_masks, _check_score_transforms,
+                      _check_scores_positions, _check_recurrent):
+            check(self)
 
     def with_device(self, device: str) -> Point:
         return self if self.device == device else replace(self, device=device)
@@ -305,7 +252,7 @@ class Point:
                           backend_path=self.backend if is_path(self.backend) else "")
         values["q_len"] = self.q_len_resolved
         if isinstance(self.window, (tuple, list)):  # a pair's cell: "[left, right]", as it is typed
-            values["window"] = window_text(tuple(self.window))
+            values["window"] = window_text((self.window[0], self.window[1]))
         values["kv_heads"] = self.kv_heads_resolved
         try:
             values["backend_options"] = json.dumps(dict(self.backend_options), sort_keys=True, default=str)
@@ -336,18 +283,97 @@ class Point:
         return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+
+def _check_shape(point: Point) -> None:
+    """q_len of a self-attention over X, kv_heads dividing heads, packed documents' room."""
+    if SCOPES[point.scope].over_x and point.q_len is not None and point.q_len != point.seq_len:
+        raise ValueError(f"q_len: scope={point.scope} is self-attention over X, so q_len must be null or seq_len, got {point.q_len!r}")
+    if point.heads % point.kv_heads_resolved:
+        raise ValueError(f"kv_heads: must divide heads={point.heads}, got {point.kv_heads!r}")
+    if point.documents is not None:
+        if point.q_len_resolved != point.seq_len:
+            raise ValueError(f"documents: packed documents need q_len == seq_len, got q_len={point.q_len!r}")
+        if point.documents > point.seq_len:
+            raise ValueError(f"documents: at most seq_len={point.seq_len} documents fit, got {point.documents!r}")
+
+
+def _check_scope_axes(point: Point) -> None:
+    """The axes only generate or train read stay at their defaults elsewhere (two ids would name one
+    measurement); train runs fwd_bwd; generate is causal with one query per new token and no other mask."""
+    scope = SCOPES[point.scope]
+    for other in SCOPES.values():
+        for name in other.own_axes if other is not scope else ():
+            if getattr(point, name) != axis_default(name):
+                raise ValueError(f"{name}: only scope={other.name} uses it, got {getattr(point, name)!r} with scope={point.scope}")
+    if scope.trains and point.mode != "fwd_bwd":
+        raise ValueError(f"mode: scope={scope.name} runs forward and backward, so mode must be fwd_bwd, got {point.mode!r}")
+    if scope.autoregressive:
+        if not point.causal:
+            raise ValueError(f"causal: scope={scope.name} is autoregressive, so causal must be true, got False")
+        for name, plain in (("q_len", None), ("window", None), ("pad_frac", 0.0), ("documents", None)):
+            if getattr(point, name) != plain:
+                raise ValueError(f"{name}: scope={scope.name} takes the prompt length from seq_len and no mask but causal, got {getattr(point, name)!r}")
+
+
+def _check_inputs(point: Point) -> None:
+    """Outliers (scope=core draws Q, K, V itself) and the FP8 format (the precision's, never typed)."""
+    if point.input_outliers and not SCOPES[point.scope].gives_qkv:
+        raise ValueError(f"input_outliers: only scope={' or '.join(names_where('gives_qkv'))} draws Q, K, V itself, "
+                         f"got {point.input_outliers!r} with scope={point.scope}")
+    if not point.input_outliers and point.outlier_std != axis_default("outlier_std"):
+        raise ValueError(f"outlier_std: only input_outliers > 0 uses it, got {point.outlier_std!r} without outliers")
+    if isinstance(point.backend_options, Mapping) and point.backend_options.get("fp8") not in (None, "none"):
+        raise ValueError(f"backend.fp8: set by precision=fp8_e4m3|fp8_e5m2, not a config key, got {point.backend_options['fp8']!r}")
+
+
+def _check_layer_masks(point: Point) -> None:
+    """The layer runs self-attention over X, causal or not, with no other mask."""
+    if SCOPES[point.scope].over_x:
+        for name, plain in (("window", None), ("pad_frac", 0.0), ("documents", None)):
+            if getattr(point, name) != plain:
+                raise ValueError(f"{name}: scope={point.scope} supports the causal mask only, got {getattr(point, name)!r}")
+
+
+def _check_score_transforms(point: Point) -> None:
+    """The score transforms are measured on the attention core, on the scaled dot product's logits."""
+    for name in ("softcap", "alibi", "sink"):
+        if getattr(point, name) == axis_default(name):
+            continue
+        if not SCOPES[point.scope].gives_qkv:
+            raise ValueError(f"{name}: the score transforms are measured on the attention core, so they "
+                             f"need scope={' or '.join(names_where('gives_qkv'))}, got scope={point.scope}")
+        if point.score != "dot":
+            raise ValueError(f"{name}: transforms the scaled dot product's logits, so it needs score=dot, "
+                             f"got score={point.score}")
+
+
+def _check_recurrent(point: Point) -> None:
+    """No attention in a recurrent scope: an attention-only axis would name a second id for one measurement."""
+    if SCOPES[point.scope].attention:
+        return
+    for name in ATTENTION_ONLY:
+        value = getattr(point, name)
+        plain = (value in (None, point.heads) if name == "kv_heads" else
+                 value in (None, point.seq_len) if name == "q_len" else value == axis_default(name))
+        if not plain:
+            raise ValueError(f"{name}: scope={point.scope} is a recurrent layer with no attention, so {name} "
+                             f"must stay {axis_default(name)!r}, got {value!r}")
+
 def _check_scores_positions(point: Point) -> None:
     """score and pos_enc: which scopes each exists for (a back end that cannot run one is `unsupported`)."""
-    if point.score == "additive" and point.scope != "core":
-        raise ValueError(f"score: additive scores are measured on the attention core, so they need scope=core, got scope={point.scope}")
+    scope = SCOPES[point.scope]
+    if point.score == "additive" and not scope.gives_qkv:
+        raise ValueError(f"score: additive scores are measured on the attention core, so they need "
+                         f"scope={' or '.join(names_where('gives_qkv'))}, got scope={point.scope}")
     if point.score == "additive" and point.pos_enc != "none":
         raise ValueError(f"pos_enc: RoPE rotates q and k for a dot product (q·k then depends on m - n); additive scores are measured without an encoding, got {point.pos_enc}")
     if point.score == "additive" and point.scale != axis_default("scale"):
         raise ValueError(f"scale: additive scores v^T tanh(W_q q + W_k k) are not scaled, so scale must stay auto, got {point.scale!r}")
-    if point.pos_enc in ("sinusoidal", "learned") and point.scope != "layer":
-        raise ValueError(f"pos_enc: {point.pos_enc} is added to the layer's input X, so it needs scope=layer, got scope={point.scope}")
-    if point.pos_enc == "rope" and point.scope not in ("core", "layer"):
-        raise ValueError(f"pos_enc: rope rotates q and k of one attention call (scope=core or layer), got scope={point.scope}")
+    takes = tuple(name for name, s in SCOPES.items() if point.pos_enc in s.pos_encodings)
+    if point.pos_enc in ("sinusoidal", "learned") and point.pos_enc not in scope.pos_encodings:
+        raise ValueError(f"pos_enc: {point.pos_enc} is added to the layer's input X, so it needs scope={' or '.join(takes)}, got scope={point.scope}")
+    if point.pos_enc == "rope" and point.pos_enc not in scope.pos_encodings:
+        raise ValueError(f"pos_enc: rope rotates q and k of one attention call (scope={' or '.join(takes)}), got scope={point.scope}")
     if point.pos_enc == "rope" and point.head_dim % 2:
         raise ValueError(f"pos_enc: rope rotates pairs of features, so head_dim must be even, got {point.head_dim}")
 

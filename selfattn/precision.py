@@ -21,6 +21,7 @@ from typing import Callable, Iterator
 import torch
 
 from selfattn.errors import Unsupported
+from selfattn.precision_names import PRECISIONS
 
 DTYPES: dict[str, torch.dtype] = {
     "fp64": torch.float64,
@@ -32,11 +33,11 @@ DTYPES: dict[str, torch.dtype] = {
     "fp8_e5m2": torch.float8_e5m2,
 }
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-PRECISIONS: tuple[str, ...] = tuple(DTYPES)
 TF32_MIN_CAPABILITY = (8, 0)  # Ampere: the first GPUs with TF32 tensor cores
 
 
-def _check(precision: str) -> None:
+def check_precision(precision: str) -> None:
+    """A one-line ValueError naming the field when `precision` is not one of PRECISIONS."""
     if precision not in DTYPES:
         raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
 
@@ -55,7 +56,7 @@ def tf32_reason(device: torch.device | str = "cpu") -> str | None:
 
 def resolve_dtype(precision: str, device: torch.device | str = "cpu") -> torch.dtype:
     """The torch dtype for `precision` on `device`; tf32 where it cannot run (tf32_reason) raises Unsupported."""
-    _check(precision)
+    check_precision(precision)
     why = tf32_reason(device) if precision == "tf32" else None
     if why:
         raise Unsupported(why)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -87,7 +87,7 @@ def legacy_dynamo_config() -> Any | None:
 
 def has_triton() -> bool:
     """Whether triton can run with this torch: torch's own check where it has it, else whether it imports."""
-    check = None
+    check: Callable[[], bool] | None = None
     if written_for():
         try:
             from torch.utils._triton import has_triton as check

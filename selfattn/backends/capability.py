@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from selfattn.backends.contract import FP8_PRECISIONS
+from selfattn.scopes import SCOPES, scope_of
 from selfattn.variants import unsupported_variants
 
-RNN_SCOPES = ("lstm", "gru")  # selfattn.point.RNN_GATES' names: no attention back end runs in them
+RNN_SCOPES = tuple(name for name, scope in SCOPES.items() if not scope.attention)  # no attention back end runs in them
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,15 @@ def ask_of_point(point: Any, device: str, options: Mapping[str, Any], compiled: 
             "document_ids": point.documents is not None}
     return Ask(device=device, precision=point.precision, head_dim=point.head_dim, heads=point.heads,
                kv_heads=point.kv_heads_resolved, masks=tuple(name for name, on in used.items() if on),
-               variants=point.variants, backward=point.mode == "fwd_bwd" or point.scope == "train",
+               variants=point.variants, backward=point.mode == "fwd_bwd" or _trains(point.scope),
                score=point.score, scope=point.scope, compiled=compiled, options=dict(options),
                changed_options=changed_options)
+
+
+def _trains(scope: Any) -> bool:
+    """A training run's backward runs whatever `mode` says (its declaration: selfattn/scopes/train.py)."""
+    declared = scope_of(scope)
+    return declared is not None and declared.trains
 
 
 def ask_of_call(q: Any, k: Any, masks: Any, precision: str, options: Mapping[str, Any], compiled: bool) -> Ask:
@@ -95,6 +102,25 @@ def _declared_reason(backend: Any, ask: Ask) -> str | None:
     """What the declaration says `backend` cannot do of `ask`: the device first (nothing else matters where
     it cannot run at all), then every other fact it lacks, in one line."""
     d, who = backend.declaration, f"backend {backend.name}"
+    if (reason := _device_reason(backend, ask)) is not None:
+        return reason
+    asked: list[str] = []
+    keys: list[str] = []
+    for gap in (_precision_gap, _head_dim_gap, _mask_gap, _gqa_gap, _backward_gap, _variant_gap, _score_gap):
+        if (found := gap(d, ask)) is not None:
+            asked.append(found[0])
+            keys += found[1]
+    if asked:
+        return _line(who, asked, d.gaps, keys)
+    if ask.score == "additive" and ask.changed_options:  # its own computation: the dot product's options do nothing
+        return (f"score=additive: {backend.name}'s option {ask.changed_options[0]} applies to its dot-product path, "
+                "not to additive scores")
+    return None
+
+
+def _device_reason(backend: Any, ask: Ask) -> str | None:
+    """Why `backend` cannot run on the asked device at all (broken, undeclared, unavailable, its environment)."""
+    d, who = backend.declaration, f"backend {backend.name}"
     if backend.broken:
         return f"{who} ({backend.origin}) cannot be used: {backend.error}"
     if ask.device not in d.devices:
@@ -102,41 +128,52 @@ def _declared_reason(backend: Any, ask: Ask) -> str | None:
     missing = d.unavailable(ask.device) if d.unavailable is not None else None
     if missing:
         return f"{who} cannot run on {ask.device}: {missing}"
-    if d.missing_env(ask.device):
-        return _env_line(backend, ask.device)
-    asked, keys = [], []
-    if not d.allows_precision(ask.precision, ask.device):
-        declared = d.dtypes_on(ask.device)
-        asked.append(f"precision {ask.precision}" + (f" on {ask.device}" if isinstance(d.dtypes, dict) else "")
-                     + f" (declared: {', '.join(declared) or 'none'})")
-        keys.append("fp8" if ask.precision in FP8_PRECISIONS else ask.precision)
-    if d.max_head_dim is not None and ask.head_dim > d.max_head_dim:
-        asked.append(f"head_dim {ask.head_dim} (declared: at most {d.max_head_dim})")
-        keys.append("head_dim")
-    missing_masks = [name for name in ask.masks if name not in d.masks]
-    if missing_masks:
-        asked.append(f"mask {', '.join(missing_masks)} (declared: {', '.join(d.masks) or 'none'})")
-        keys += missing_masks
-    if ask.kv_heads != ask.heads and not d.gqa:
-        asked.append(f"kv_heads={ask.kv_heads} < heads={ask.heads} (declared gqa=False)")
-        keys.append("gqa")
-    if ask.backward and not d.backward_on(ask.device):
-        asked.append("a backward pass" + (f" on {ask.device}" if isinstance(d.backward, dict) else "")
-                     + " (declared backward=False)")
-        keys.append("backward")
-    missing_variants = unsupported_variants(ask.variants, d.variants)
-    if missing_variants:
-        asked.append(f"variant {', '.join(missing_variants)} (declared: {', '.join(d.variants) or 'none'})")
-        keys += missing_variants
-    if ask.score not in d.scores:
-        asked.append(f"score={ask.score} (declared: {', '.join(d.scores)})")
-        keys.append(ask.score)
-    if asked:
-        return _line(who, asked, d.gaps, keys)
-    if ask.score == "additive" and ask.changed_options:  # its own computation: the dot product's options do nothing
-        return (f"score=additive: {backend.name}'s option {ask.changed_options[0]} applies to its dot-product path, "
-                "not to additive scores")
-    return None
+    return _env_line(backend, ask.device) if d.missing_env(ask.device) else None
+
+
+# Each fact a declaration may lack: (what was asked and what is declared, the keys its `gaps` may explain), or None.
+Gap = tuple[str, list[str]]
+
+
+def _precision_gap(d: Any, ask: Ask) -> Gap | None:
+    if d.allows_precision(ask.precision, ask.device):
+        return None
+    on = f" on {ask.device}" if isinstance(d.dtypes, dict) else ""
+    return (f"precision {ask.precision}{on} (declared: {', '.join(d.dtypes_on(ask.device)) or 'none'})",
+            ["fp8" if ask.precision in FP8_PRECISIONS else ask.precision])
+
+
+def _head_dim_gap(d: Any, ask: Ask) -> Gap | None:
+    if d.max_head_dim is None or ask.head_dim <= d.max_head_dim:
+        return None
+    return f"head_dim {ask.head_dim} (declared: at most {d.max_head_dim})", ["head_dim"]
+
+
+def _mask_gap(d: Any, ask: Ask) -> Gap | None:
+    missing = [name for name in ask.masks if name not in d.masks]
+    return (f"mask {', '.join(missing)} (declared: {', '.join(d.masks) or 'none'})", missing) if missing else None
+
+
+def _gqa_gap(d: Any, ask: Ask) -> Gap | None:
+    if ask.kv_heads == ask.heads or d.gqa:
+        return None
+    return f"kv_heads={ask.kv_heads} < heads={ask.heads} (declared gqa=False)", ["gqa"]
+
+
+def _backward_gap(d: Any, ask: Ask) -> Gap | None:
+    if not ask.backward or d.backward_on(ask.device):
+        return None
+    on = f" on {ask.device}" if isinstance(d.backward, dict) else ""
+    return f"a backward pass{on} (declared backward=False)", ["backward"]
+
+
+def _variant_gap(d: Any, ask: Ask) -> Gap | None:
+    missing = unsupported_variants(ask.variants, d.variants)
+    return (f"variant {', '.join(missing)} (declared: {', '.join(d.variants) or 'none'})", missing) if missing else None
+
+
+def _score_gap(d: Any, ask: Ask) -> Gap | None:
+    return None if ask.score in d.scores else (f"score={ask.score} (declared: {', '.join(d.scores)})", [ask.score])
 
 
 # Why a score function a back end does not declare cannot run there, where its own `gaps` say nothing.

@@ -61,7 +61,7 @@ from __future__ import annotations
 import bisect
 import functools
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -500,7 +500,7 @@ def band_applies(device: torch.device | str, dtype: torch.dtype, compute: str, c
             and _matmul_dtype(dtype, compute) == _accumulator_dtype(dtype))
 
 
-def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, kv_chunk: int, compute: str,
+def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int | None, kv_chunk: int | None, compute: str,
              compile: bool = False, p_cast=None, need_lse: bool = True, fp8_blocks: _Fp8Blocks | None = None):
     """Returns out (B, H, M, D) and logsumexp (X, R), both in the accumulator dtype (+inf: a row that sees no key;
     with need_lse=False the band runs' rows of it are left unset). fp8_blocks: the fp8 tensors the block
@@ -523,7 +523,8 @@ def _forward(q_BHMD, k_BKND, v_BKND, masks: Masks, scale: float, q_chunk: int, k
     block = compiled(_forward_block, dynamic=True) if compile else None  # None: eager, lazy rescaling where it applies
     if p_cast is not None:  # fp8: P cast before each P.V, in the exact step only (the lazy step's P can pass 1)
         block = functools.partial(block or _forward_block, p_cast=p_cast)
-    flat, tensors = _forward_flat, (q_XRD, k_XND, v_XND)
+    flat: Callable[..., Any] = _forward_flat
+    tensors: tuple[torch.Tensor, ...] = (q_XRD, k_XND, v_XND)
     if fp8_blocks is not None:  # the fp8 tensors and their row scales, split over heads alongside Q, K, V
         flat, tensors = _forward_flat_fp8, tensors + fp8_blocks.tensors_X
     outs, lses = [], []
@@ -584,7 +585,8 @@ def _forward_flat(q_XRD, k_XND, v_XND, lo, hi, kv_plan, empty_rows: bool, block=
     hidden_masks = _HiddenMasks(lo, hi, seq_len, adtype)
     band_biases: dict[int, torch.Tensor] = {}  # one per band pattern and call
     band_sizes = [(m1 - m0) * kv.span for m0, m1, kv in kv_plan if isinstance(kv, chunked_band.BandRun)]
-    band_workspace = torch.empty(2 * max(band_sizes), dtype=adtype, device=q_XRD.device) if band_sizes else None
+    # empty where no band run reads it
+    band_workspace = torch.empty(2 * max(band_sizes, default=0), dtype=adtype, device=q_XRD.device)
     if lazy:  # Q and K with one feature more: the row's shift (-running max) against a key feature of 1
         q_ext_XRD = torch.cat([q_XRD, q_XRD.new_zeros(x, rows, 1)], dim=2)
         # K's rows with a 1 appended, used through a transposed view: the product reads either layout as
@@ -810,7 +812,7 @@ def _backward_flat(q_XRD, k_XND, v_XND, do_XRD, out_XRD, lse_XR, lo, hi, kv_plan
 
 
 def _backward_block(q_XmD, k_XnD, v_XnD, do_XmD, lse_Xm1, delta_Xm1, mask_1mn, dq_XmD, dk_XnD, dv_XnD,
-                    score_mod=None) -> None:
+                    score_mod: chunked_mods.BlockMod | None = None) -> None:
     """One block's share of the gradients, added in place to dq, dk and dv (probabilities recomputed;
     score_mod: the forward's soft-cap and ALiBi, whose tanh the soft-cap's derivative needs)."""
     s_Xmn = _mm(q_XmD, k_XnD.transpose(1, 2))

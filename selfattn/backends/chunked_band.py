@@ -83,11 +83,12 @@ def forward_plan(plan: list, lo_1R: torch.Tensor, hi_1R: torch.Tensor) -> list:
         while j < len(plan) and _joins(plan[j - 1], subs[j - 1], plan[j], subs[j]):
             j += 1
         first_row, last_row = plan[i][0], plan[j - 1][1]
-        if subs[i] is None or (last_row - first_row) // subs[i][0] < BAND_MIN_BLOCKS:
+        sub = subs[i]
+        if sub is None or (last_row - first_row) // sub[0] < BAND_MIN_BLOCKS:
             out.extend(plan[i:j])
             i = j
             continue
-        block, keys = subs[i]
+        block, keys = sub
         n0, span, pattern = keys[0]
         pattern_id = patterns.setdefault(pattern, len(patterns))
         rows_per_run = max(1, BAND_ROWS // block) * block
@@ -105,8 +106,9 @@ def _sub_keys(entry: tuple, lo: list[int], hi: list[int]) -> tuple[int, list[tup
     if not kv_blocks:
         return None
     block = band_block(m1 - m0)
-    keys = [_band_key(r0, r0 + block, lo, hi) for r0 in range(m0, m1, block)]
-    if any(key is None for key in keys) or not all(_continues(a, b, block) for a, b in zip(keys, keys[1:])):
+    found = [_band_key(r0, r0 + block, lo, hi) for r0 in range(m0, m1, block)]
+    keys = [key for key in found if key is not None]
+    if len(keys) < len(found) or not all(_continues(a, b, block) for a, b in zip(keys, keys[1:])):
         return None
     if keys[0][1] > sum(n1 - n0 for n0, n1, _ in kv_blocks):  # the loop's trimmed blocks compute fewer
         return None
@@ -175,7 +177,7 @@ def forward_run(q_XRD: torch.Tensor, k_XND: torch.Tensor, v_XND: torch.Tensor, o
             scores.add_(bias_1BS)
         row_max_bB = torch.amax(scores, dim=-1) if need_lse else None
         torch.softmax(scores, dim=-1, out=probs)
-        if need_lse:  # log-sum-exp = max - log(P at the max): the largest P is the max score's, exp(max - lse).
+        if row_max_bB is not None:  # need_lse: log-sum-exp = max - log(P at the max): the largest P is the max score's, exp(max - lse).
             # Two quick reductions instead of torch.logsumexp, which measured 4x a softmax's time on a CPU
             # (fp32 (16, 32, 287) with hidden keys, one thread: 0.30 against 0.077 ms; the pair: 0.07 ms)
             torch.sub(row_max_bB, probs.amax(dim=-1).log_(), out=lse_XR[x, m0:m1].view(blocks, run.block))

@@ -27,7 +27,7 @@ from selfattn.masks import Masks
 from selfattn.score_mods import alibi_slopes_tensor, query_positions
 
 # What a block step receives: (softcap or None, -slopes (X, m, 1) or None, |p - j| (1, m, n) or None)
-BlockMod = tuple
+BlockMod = tuple[float | None, torch.Tensor | None, torch.Tensor | None]
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class BlockMods:
 
     def block(self, m0: int, m1: int, n0: int, n1: int) -> BlockMod:
         """What the block of virtual rows m0 .. m1 - 1 and keys n0 .. n1 - 1 needs (transform_'s arguments)."""
-        if self.neg_slopes_XR1 is None:
+        if self.neg_slopes_XR1 is None or self.positions_R is None:  # both or neither
             return self.softcap, None, None
         keys_n = torch.arange(n0, n1, device=self.positions_R.device, dtype=self.positions_R.dtype)
         distance_1mn = (self.positions_R[m0:m1, None] - keys_n[None, :]).abs_()[None]
@@ -53,7 +53,7 @@ class BlockMods:
     def band_distances(self, m0: int, m1: int, n0: int, block: int, span: int) -> torch.Tensor | None:
         """|p - j| of a band run (chunked_band.py), (blocks, block, span): block b's rows m0 + b * block ..
         see the keys n0 + b * block .. n0 + b * block + span - 1. None without ALiBi."""
-        if self.neg_slopes_XR1 is None:
+        if self.neg_slopes_XR1 is None or self.positions_R is None:  # both or neither
             return None
         blocks = (m1 - m0) // block
         p = self.positions_R
@@ -96,7 +96,7 @@ def transform_(s_Xmn: torch.Tensor, softcap: float | None, neg_slopes_Xm1: torch
             torch.mul(tanh_Xmn, softcap, out=s_Xmn)
         else:
             s_Xmn.mul_(2.0 / softcap).sigmoid_().mul_(2.0 * softcap).sub_(softcap)
-    if neg_slopes_Xm1 is not None:
+    if neg_slopes_Xm1 is not None and distance_1mn is not None:  # both or neither
         s_Xmn.addcmul_(neg_slopes_Xm1, distance_1mn)
     return tanh_Xmn
 

@@ -107,7 +107,8 @@ def split_plan(kv_plan: list, parts: int) -> list[list]:
     # an entry's key side: a list of key blocks, or one object with `columns` per row (a band run)
     work = [(m1 - m0) * (kv.columns if hasattr(kv, "columns") else sum(n1 - n0 for n0, n1, _ in kv))
             for m0, m1, kv in kv_plan]
-    total, pieces, current, done = sum(work) or 1, [], [], 0
+    pieces: list[list] = []
+    total, current, done = sum(work) or 1, [], 0
     for block, cost in zip(kv_plan, work):
         current.append(block)
         done += cost

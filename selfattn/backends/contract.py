@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from selfattn.fp8_formats import FORMAT_OF
+from selfattn.precision_names import PRECISIONS
 from selfattn.variants import VARIANT_NAMES
 
 MASK_ARGUMENTS = ("causal", "window", "key_lengths", "document_ids")
@@ -36,8 +38,7 @@ DEVICE_TYPES = ("cpu", "cuda")
 # Precisions a back end may declare; tf32 is fp32 storage, so declaring fp32 declares it too. An fp8 precision is
 # computed by the back end itself from float32 storage and its FP8 options (selfattn/fp8.py's Fp8Options, which
 # its `options` must include: naive's and chunked's do), so declaring one needs those options.
-PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
-FP8_PRECISIONS = ("fp8_e4m3", "fp8_e5m2")
+FP8_PRECISIONS: tuple[str, ...] = tuple(FORMAT_OF)  # the FP8 formats' precisions (selfattn/fp8_formats.py)
 SCORES = ("dot", "additive")  # the score functions (Point.score); additive needs its own computation (selfattn/additive.py)
 ATTRIBUTE = "selfattn_backend"  # where `backend` puts the declaration on the function
 
@@ -186,11 +187,11 @@ class Declaration:
 
     def dtypes_on(self, device_type: str) -> tuple[str, ...]:
         """The precisions it takes on `device_type` (fp32 standing for tf32 too)."""
-        return self.dtypes.get(device_type, ()) if isinstance(self.dtypes, dict) else self.dtypes
+        return self.dtypes.get(device_type, ()) if isinstance(self.dtypes, Mapping) else self.dtypes
 
     def all_dtypes(self) -> tuple[str, ...]:
         """Every precision it takes on some device type."""
-        if not isinstance(self.dtypes, dict):
+        if not isinstance(self.dtypes, Mapping):
             return self.dtypes
         return tuple(dict.fromkeys(p for values in self.dtypes.values() for p in values))
 

@@ -18,7 +18,7 @@ import torch
 from selfattn.backends.capability import RNN_SCOPES, ask_of_point, why_not
 from selfattn.backends.registry import Backend, get_backend
 from selfattn.fields import check_fields, defaults
-from selfattn.precision import DTYPES, storage_dtype
+from selfattn.precision import DTYPES, check_precision, storage_dtype
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ def resolve_point(point: Any, device: str) -> Resolved:
     A recurrent scope runs no back end: its options must stay at their defaults, its label is the module's."""
     backend = get_backend(point.backend)
     given = dict(point.backend_options) if isinstance(point.backend_options, Mapping) else {}
+    check_precision(point.precision)  # a one-line ValueError naming the field
     dtype = DTYPES[point.precision]
     if device == "cuda" and not torch.cuda.is_available():  # nothing to resolve options for: the machine says why
         return Resolved(backend, {}, "", False, dtype, storage_dtype(dtype),

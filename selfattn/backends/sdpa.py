@@ -49,6 +49,7 @@ KERNELS: dict[str, SDPBackend | None] = {
     "math": SDPBackend.MATH,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
 }
+FORCED: dict[str, SDPBackend] = {name: kind for name, kind in KERNELS.items() if kind is not None}
 # Per-thread scratch of torch's CPU flash kernel: a q_split x kv_split fp32 block and row stats.
 CPU_FLASH_Q_SPLIT = 256
 CPU_FLASH_KV_SPLIT = 512
@@ -189,7 +190,7 @@ def _is_causal_bias(mask: Any) -> bool:
 
 
 def _fused_choice(q, k, v, mask, is_causal: bool, scale: float, gqa: bool) -> str:
-    extra = {"enable_gqa": True} if gqa else {}
+    extra: dict[str, Any] = {"enable_gqa": True} if gqa else {}
     choice = torch_private.fused_sdp_choice(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=is_causal, scale=scale,
                                             **extra)
     return "unknown" if choice is None else _CHOICES.get(choice, "unknown")
@@ -221,7 +222,7 @@ def _causal_bias_kernel(q, k, v, bias, scale: float, gqa: bool) -> str:
 
 def _forced(kernel: str, q, k, v, mask, is_causal: bool, scale: float, gqa: bool, masks: Masks) -> torch.Tensor:
     # Forced kernel: torch warns about why each kernel was refused, then raises RuntimeError.
-    with warnings.catch_warnings(record=True) as caught, sdpa_kernel(KERNELS[kernel]):
+    with warnings.catch_warnings(record=True) as caught, sdpa_kernel(FORCED[kernel]):
         warnings.simplefilter("always")
         try:
             return _call(q, k, v, mask, is_causal, scale, gqa)
@@ -241,7 +242,7 @@ def _forced(kernel: str, q, k, v, mask, is_causal: bool, scale: float, gqa: bool
 
 
 def _call(q, k, v, mask, is_causal: bool, scale: float, gqa: bool) -> torch.Tensor:
-    extra = {"enable_gqa": True} if gqa else {}
+    extra: dict[str, Any] = {"enable_gqa": True} if gqa else {}
     if mask is not None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **extra)
     return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, **extra)
@@ -284,26 +285,29 @@ def _bias_bytes(point: Point) -> tuple[int, int, int]:
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
     """Fused kernels keep O(n) per head; the math kernel materializes like naive."""
-    s = point.element_bytes
-    b, h, d = point.batch, point.heads, point.head_dim
-    q_len, seq_len = point.q_len_resolved, point.seq_len
-    kv = point.kv_heads_resolved
-    scores, out, grads = point.score_elements, point.out_bytes, point.grad_bytes
     kernel = options.get("kernel", "auto")
     math_kernel = kernel == "math" or (kernel == "auto" and auto_runs_math(point, device))
     if point.alibi or point.sink is not None:  # one float bias instead of any mask or flag
         return _biased_mem_bytes(point, math_kernel, device)
-    # A non-square causal mask goes to SDPA as torch's lower-right CausalBias: fused CUDA kernels
-    # take it natively; elsewhere torch materializes it (bool, then an additive mask in the dtype).
-    native_mask = device == "cuda" and not math_kernel
-    mask = q_len * seq_len * (1 + s) if point.causal and q_len != seq_len and not native_mask else 0
-    if point.window is not None or point.masks_per_sequence or (
-            point.causal and options.get("bool_mask")):
+    mask = _mask_bytes(point, options, native_causal=device == "cuda" and not math_kernel)
+    return _math_mem_bytes(point, mask, device) if math_kernel else _fused_mem_bytes(point, mask, device)
+
+
+def _mask_bytes(point: Point, options: Mapping[str, Any], native_causal: bool) -> int:
+    """The mask the kernels are handed, in bytes."""
+    s, q_len, seq_len = point.element_bytes, point.q_len_resolved, point.seq_len
+    if point.window is not None or point.masks_per_sequence or (point.causal and options.get("bool_mask")):
         # any other mask is a boolean attn_mask (keep, and keep with empty rows opened), which the
         # kernels turn into an additive mask in the dtype: per sequence when padding or documents differ
         masks_per = point.batch if point.masks_per_sequence else 1
-        mask = masks_per * q_len * seq_len * (2 + s)
-    if math_kernel:
+        return masks_per * q_len * seq_len * (2 + s)
+    # A non-square causal mask goes to SDPA as torch's lower-right CausalBias: fused CUDA kernels
+    # take it natively; elsewhere torch materializes it (bool, then an additive mask in the dtype).
+    return q_len * seq_len * (1 + s) if point.causal and q_len != seq_len and not native_causal else 0
+
+
+def _math_mem_bytes(point: Point, mask: int, device: str) -> int:
+    """The math kernel's peak: it materializes the scores."""
         # ATen's math kernel computes in fp32 at least (c bytes): fp16/bf16 inputs are upcast. Measured
         # on a CPU (the same ATen code as CUDA's; torch 2.13, the profiler's allocation events, fp64/
         # fp32/bf16/fp16, B1-2 H2-4, q_len 256-2048 x seq_len 512-2048, fits exact to the byte):
@@ -316,17 +320,25 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
         # With GQA (measured the same way, kv_heads 2 and 1 of 4): the math kernel repeats the (upcast)
         # K and V to every query head (repeat_interleave, 2 c bytes per element at H heads), and
         # backward makes dK and dV at every head before summing them per K/V head.
-        c = max(s, FP32_BYTES)
-        gqa = kv != h
-        if point.mode == "fwd":
-            upcast = b * (2 * h * q_len + 2 * kv * seq_len) * d * c if s < c else out
-            repeat = 2 * b * h * seq_len * d * c if gqa else 0
-            square_causal = point.causal and q_len == seq_len and not mask
-            return scores * (2 * c + 1) + upcast + repeat + (q_len * seq_len * c if square_causal else mask)
-        grads_all_heads = grads + 2 * b * (h - kv) * seq_len * d * s
-        # on CUDA the softmax's backward holds one more score matrix (selfattn.point.CUDA_SOFTMAX_BACKWARD)
-        per = 3 + (CUDA_SOFTMAX_BACKWARD if device == "cuda" else 0)
-        return scores * per * c + out + grads_all_heads * (2 if s < c else 1) + mask
+    s, b, h, d = point.element_bytes, point.batch, point.heads, point.head_dim
+    q_len, seq_len, kv = point.q_len_resolved, point.seq_len, point.kv_heads_resolved
+    scores, out, grads = point.score_elements, point.out_bytes, point.grad_bytes
+    c = max(s, FP32_BYTES)
+    if point.mode == "fwd":
+        upcast = b * (2 * h * q_len + 2 * kv * seq_len) * d * c if s < c else out
+        repeat = 2 * b * h * seq_len * d * c if kv != h else 0
+        square_causal = point.causal and q_len == seq_len and not mask
+        return scores * (2 * c + 1) + upcast + repeat + (q_len * seq_len * c if square_causal else mask)
+    grads_all_heads = grads + 2 * b * (h - kv) * seq_len * d * s
+    # on CUDA the softmax's backward holds one more score matrix (selfattn.point.CUDA_SOFTMAX_BACKWARD)
+    per = 3 + (CUDA_SOFTMAX_BACKWARD if device == "cuda" else 0)
+    return scores * per * c + out + grads_all_heads * (2 if s < c else 1) + mask
+
+
+def _fused_mem_bytes(point: Point, mask: int, device: str) -> int:
+    """The fused kernels' peak: O(n) per head, plus a CPU flash kernel's per-thread scratch."""
+    s, b, h, d = point.element_bytes, point.batch, point.heads, point.head_dim
+    q_len, seq_len, out = point.q_len_resolved, point.seq_len, point.out_bytes
     lse = b * h * q_len * FP32_BYTES
     if device == "cuda":
         scratch = 0  # flash/efficient keep their tiles in shared memory
@@ -336,7 +348,7 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
         return out + lse + scratch + mask
     # backward: (B, L, H, D) transposed copies of q, k, v, out, grad_out and fp32 accumulators
     copies = b * h * (2 * q_len + 3 * seq_len) * d * s
-    return out + lse + grads + copies + 2 * scratch + mask
+    return out + lse + point.grad_bytes + copies + 2 * scratch + mask
 
 
 def _biased_mem_bytes(point: Point, math_kernel: bool, device: str) -> int:

@@ -31,8 +31,9 @@ from selfattn.errors import Unsupported
 
 # OutOfMemoryError is torch.OutOfMemoryError since 2.5 and torch.cuda.OutOfMemoryError before.
 OOM_TYPES: tuple[type[BaseException], ...] = tuple(
-    {MemoryError, getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None)} - {None}
-)  # type: ignore[arg-type]
+    kind for kind in {MemoryError, getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None)}
+    if kind is not None
+)
 # Matched case-insensitively against the exception's text (type name included).
 OOM_TEXTS = (
     "out of memory",  # CUDA out of memory. / CUDA error: out of memory / cudaErrorMemoryAllocation's text

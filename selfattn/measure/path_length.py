@@ -28,11 +28,12 @@ from selfattn.inputs import randn
 from selfattn.layer import MultiHeadSelfAttention
 from selfattn.point import RNN_GATES, Point, parse_scale
 from selfattn.recurrent import Recurrent
+from selfattn.scopes import SCOPES
 
 ATTENTION_DRAWS = 16  # measured: the ratio over 64 seeded points at n 64-1024, d_model 128-256: 0.45-2.4
 RECURRENT_DRAWS = 4
 PATH_SEED_OFFSET = 4_000_037  # its own stream: the point's inputs and upstreams stay as they are
-PATH_SCOPES = ("layer", *RNN_GATES)
+PATH_SCOPES = tuple(name for name, scope in SCOPES.items() if scope.path_length)  # their declarations (selfattn/scopes/)
 
 
 def path_draws(scope: str) -> int:

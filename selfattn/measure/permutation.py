@@ -17,7 +17,7 @@ point that overflows by design still checks the structure rather than its overfl
   document), which keeps the compiled code's inputs of the same shapes while the check means
   what it means for the eager back ends: causal or no mask. Two forward calls of the point's
   size are a fraction of what the point runs anyway (warm-up, memory call, at least
-  timing.MIN_SAMPLES timed calls); the guard counts their time and memory (measure/run.py).
+  timing.MIN_SAMPLES timed calls); the guard counts their time and memory (measure/guard.py).
 
 A positional encoding is applied as the point applies it, after the tokens are permuted (a
 position is a slot, not a property of the token): rope rotates the permuted q and k at their

@@ -100,8 +100,9 @@ def predict_mem_bytes(point: Point, resolved: Any = None) -> int:
     """Predicted peak bytes of one call of `point` beyond its inputs (see the module docstring).
 
     `resolved`: the point's back end as measure_point resolved it (selfattn.backends.resolved.Resolved: its
-    options, chunk sizes and kernel); None resolves it here (the registry's defaults for the point's device
-    and dtype; a name that is not known is predicted as the materializing naive, the most conservative).
+    options, chunk sizes and kernel); None resolves it here, once (the registry's defaults for the point's
+    device and dtype): an unknown back end or a bad option raises its one-line ValueError, never a prediction
+    of another back end's memory.
     """
     from selfattn.measure.device import resolve_device
 
@@ -122,17 +123,13 @@ def predict_mem_bytes(point: Point, resolved: Any = None) -> int:
 
 
 def _backend_and_options(point: Point, device: str, resolved: Any) -> tuple[Any, dict[str, Any]]:
-    """(registry.Backend, resolved options) of `point`: from `resolved`, else resolved here."""
-    if resolved is not None:
-        return resolved.backend, resolved.options
-    from selfattn.backends import get_backend
-    from selfattn.backends.resolved import resolve_point
+    """(registry.Backend, resolved options) of `point`: from `resolved`, else resolved here (a ValueError
+    names an unknown back end or a bad option: no other back end's model stands in)."""
+    if resolved is None:
+        from selfattn.backends.resolved import resolve_point
 
-    try:
-        found = resolve_point(point, device)
-    except Exception:  # unknown back end or bad options: measure_point reports them; predict conservatively
-        return get_backend("naive"), dict(point.backend_options) if isinstance(point.backend_options, dict) else {}
-    return found.backend, found.options
+        resolved = resolve_point(point, device)
+    return resolved.backend, resolved.options
 
 
 def _rope_bytes(point: Point) -> int:
@@ -283,7 +280,7 @@ def mask_bytes(point: Point) -> int:
 def before_counting(point: Point) -> int:
     """Bytes beyond its call's own peak that the point needs at the least, from closed forms alone: its inputs and
     its mask geometry, alive together while it runs. The guard's first pass, before anything that grows with the
-    point is made (run.py, with the call's predicted peak added); the full guard then adds the accuracy pass and
+    point is made (guard.py, with the call's predicted peak added); the full guard then adds the accuracy pass and
     judges the time."""
     return input_bytes(point) + mask_bytes(point)
 

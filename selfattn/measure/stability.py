@@ -98,7 +98,7 @@ def stability(
         stat_dtype = torch.float64 if logits_BHrL.dtype == torch.float64 else torch.float32
         logits = logits_BHrL.detach().to(stat_dtype)
         visible = torch.isfinite(logits)
-        if masked:
+        if sees_r1 is not None:  # masked
             visible &= keep_rL & sees_r1
         # std of the logits softmax actually sees: masked entries excluded, overflowed ones too
         # (their share shows in nonfinite_frac of the output)

@@ -51,7 +51,8 @@ class Workload:
     call: Callable[[], Any]  # one timed call (dense upstream for fwd_bwd)
     check_call: Callable[[], Result]  # the warm-up: same work, upstream on the sampled rows
     reference: Callable[[], Result]  # float64, sampled rows only
-    stability_inputs: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
+    # q's sampled rows, k, v and the rows: what the stability pass reads (None: no attention to look inside)
+    stability_inputs: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] | None
     upstream_rows: torch.Tensor  # (B, H, rows, D) in the point's dtype, for the stability loss
     rows: torch.Tensor
     masks: Masks  # the point's masks, padding and documents drawn from its seed
@@ -73,23 +74,19 @@ def _randn(shape: tuple[int, ...], seed: int, dtype: torch.dtype, device: torch.
 def _on_rows(upstream: torch.Tensor, rows: torch.Tensor, row_dim: int) -> torch.Tensor:
     """`upstream` kept on `rows` along `row_dim`, zero elsewhere."""
     sparse = torch.zeros_like(upstream)
-    index = [slice(None)] * upstream.dim()
+    index: list[Any] = [slice(None)] * upstream.dim()
     index[row_dim] = rows
     sparse[tuple(index)] = upstream[tuple(index)]
     return sparse
 
 
-def build(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor,
-          values_seed: int | None = None, resolved: Resolved | None = None) -> Workload:
+def build(point: Point, dtype: torch.dtype, device: torch.device, rows: torch.Tensor, *, resolved: Resolved,
+          values_seed: int | None = None) -> Workload:
     """The point's workload; `values_seed` draws its inputs' values from another seed (the verdict's second input).
-    `resolved`: the point's back end as measure_point resolved it (None: resolved here, one registry lookup)."""
+    `resolved`: the point's back end as measure_point resolved it (resolve_point, once per point)."""
     seed = point.seed if values_seed is None else values_seed
     if point.scope in RNN_GATES:
         return _build_recurrent(point, dtype, device, rows)
-    if resolved is None:
-        from selfattn.backends.resolved import resolve_point
-
-        resolved = resolve_point(point, device.type)
     if point.scope == "layer":
         return _build_layer(point, dtype, device, rows, seed, resolved)
     if point.scope == "generate":
@@ -111,7 +108,7 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
                        requires_grad=grad, kv_heads=point.kv_heads_resolved,
                        outliers=point.input_outliers, outlier_std=point.outlier_std)
     masks = point_masks(point, device)
-    mask_args = dict(causal=masks.causal, window=masks.window, key_lengths=masks.key_lengths,
+    mask_args: dict[str, Any] = dict(causal=masks.causal, window=masks.window, key_lengths=masks.key_lengths,
                      document_ids=masks.document_ids, softcap=masks.softcap, alibi=masks.alibi, sink=masks.sink)
     # The dense upstream exists only where a backward runs (drawing it costs as much as Q).
     upstream = _randn((b, h, q_len, d), point.seed + UPSTREAM_SEED_OFFSET, dtype, device) if grad else None
@@ -140,7 +137,7 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
             return attention_reference(q64, k64, v64, scale=scale, rows=rows_, dtype=q64.dtype, cast_weights=cast,
                                        **mask_args)
 
-    if grad:
+    if upstream is not None:  # fwd_bwd
         sparse_upstream = _on_rows(upstream, rows_dev, 2)
 
         def call() -> Any:
@@ -168,7 +165,7 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
                 fp8_options = resolved.options  # the point's FP8 recipe, as its call runs it
             ref = (reference_rows(q64, k64, v64, rows_dev, fp8_options) if fp8_options is not None
                    else reference_rows(q64, k64, v64, rows_dev))
-            if not grad:
+            if upstream is None:  # fwd
                 return Result(ref, None)
             loss = (ref * upstream[:, :, rows_dev].to(ref_dtype)).sum()
             dq, dk, dv = torch.autograd.grad(loss, (q64, k64, v64))
@@ -258,7 +255,7 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
     rows_dev = rows.to(device)
     params = list(layer.parameters())
 
-    if grad:
+    if upstream is not None:  # fwd_bwd
         sparse_upstream = _on_rows(upstream, rows_dev, 1)
 
         def call() -> Any:
@@ -290,7 +287,7 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
             core_BHrD = attention_reference(q64, k64, v64, causal=point.causal, scale=scale, rows=rows_dev,
                                             dtype=ref_dtype)
             out = layer64.w_o(layer64.merge_heads(core_BHrD))
-            if not grad:
+            if upstream is None:  # fwd
                 return Result(out, None)
             loss = (out * upstream[:, rows_dev].to(ref_dtype)).sum()
             grads = torch.autograd.grad(loss, [x64, *layer64.parameters()])
@@ -373,14 +370,14 @@ def _build_recurrent(point: Point, dtype: torch.dtype, device: torch.device, row
     params = list(rnn.parameters())
 
     def call() -> Any:
-        if not grad:
+        if upstream is None:  # fwd
             with torch.no_grad():
                 return rnn(x)
         out = rnn(x)
         return out, torch.autograd.grad(out, [x, *params], upstream)
 
     def check_call() -> Result:
-        if not grad:
+        if upstream is None:  # fwd
             return Result(call()[:, rows_dev], None)
         out = rnn(x)
         grads = torch.autograd.grad(out, [x, *params], _on_rows(upstream, rows_dev, 1))
@@ -391,7 +388,7 @@ def _build_recurrent(point: Point, dtype: torch.dtype, device: torch.device, row
         x64 = x.detach().to(torch.float64).requires_grad_(grad)
         with torch.enable_grad() if grad else torch.no_grad():
             out = rnn64(x64)[:, rows_dev]
-            if not grad:
+            if upstream is None:  # fwd
                 return Result(out, None)
             loss = (out * upstream[:, rows_dev].to(torch.float64)).sum()
             grads = torch.autograd.grad(loss, [x64, *rnn64.parameters()])

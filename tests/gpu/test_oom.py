@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import selfattn.measure.run as run_module
+import selfattn.measure.guard as guard_module
 from selfattn.measure import Budget, measure_point, predict_mem_bytes
 from selfattn.point import Point
 
@@ -72,7 +72,7 @@ def test_real_oom_is_a_row_and_the_next_point_measures_as_in_a_fresh_process(mon
 
     torch.cuda.empty_cache()
     allocated_before = torch.cuda.memory_allocated()
-    monkeypatch.setattr(run_module, "free_bytes", lambda device: None)  # no guard: really allocate
+    monkeypatch.setattr(guard_module, "free_bytes", lambda device: None)  # no guard: really allocate
     row = measure_point(huge, Budget(**BUDGET))
     assert row.status == "oom", (row.status, row.error)
     assert "memory" in row.error.lower() and "\n" not in row.error

@@ -7,6 +7,7 @@ from selfattn import Point
 from selfattn.measure import predict_mem_bytes
 from selfattn.measure.accuracy import sample_rows
 from selfattn.measure.memory import alloc_peak_bytes
+from selfattn.backends.resolved import resolve_point
 from selfattn.measure.workload import build
 
 MIB = 2**20
@@ -29,7 +30,7 @@ def test_what_was_live_before_the_call_does_not_count():
 
 
 def _workload(point: Point):
-    return build(point, torch.float32, torch.device("cpu"), sample_rows(point.seq_len, 8, 0))
+    return build(point, torch.float32, torch.device("cpu"), sample_rows(point.seq_len, 8, 0), resolved=resolve_point(point, "cpu"))
 
 
 def test_the_same_point_measured_twice_agrees_within_one_percent():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import selfattn.measure.flops as flops_module
-import selfattn.measure.run as run_module
+import selfattn.measure.guard as guard_module
 from selfattn.measure import measure_point
 from selfattn.measure.budget import Budget
 from selfattn.point import Point
@@ -15,7 +15,7 @@ from selfattn.point import Point
 @pytest.mark.parametrize("axes", [dict(), dict(window=128), dict(batch=2, documents=4), dict(batch=4, pad_frac=0.5)],
                          ids=["plain", "window", "documents", "padding"])
 def test_a_point_of_a_billion_keys_is_refused_before_anything_grows_with_it(monkeypatch, axes):
-    monkeypatch.setattr(run_module, "sample_rows", lambda *a, **k: pytest.fail("sampled rows before the guard"))
+    monkeypatch.setattr(guard_module, "sample_rows", lambda *a, **k: pytest.fail("sampled rows before the guard"))
     monkeypatch.setattr(flops_module, "point_masks", lambda *a, **k: pytest.fail("built masks before the guard"))
     row = measure_point(Point(seq_len=10**9, heads=1, head_dim=1, device="cpu", **axes), Budget())
     assert row.status == "skipped_budget" and row.error.startswith("predicted memory"), row.error

@@ -23,6 +23,7 @@ import torch
 from selfattn import Point
 from selfattn.backends import get_backend
 from selfattn.backends.capability import unavailable
+from selfattn.backends.resolved import resolve_point
 from selfattn.measure.workload import build
 from selfattn.precision import resolve_dtype
 
@@ -91,7 +92,8 @@ def _prepared_call(point: Point, device: str):
     """The point's timed call, after what measure_point runs before timing: build, prepare, warm-up."""
     q_len = point.q_len_resolved
     rows = torch.arange(0, q_len, max(1, q_len // 8))
-    workload = build(point, resolve_dtype(point.precision, device), torch.device(device), rows)
+    workload = build(point, resolve_dtype(point.precision, device), torch.device(device), rows,
+                     resolved=resolve_point(point, device))
     workload.prepare()
     workload.check_call()
     return workload.call

@@ -7,6 +7,7 @@ from selfattn import Point
 from selfattn.measure import Budget, measure_point, predict_mem_bytes
 from selfattn.measure.accuracy import sample_rows
 from selfattn.measure.memory import measure_peak, peak_rss_bytes, reset_peak_rss, rss_bytes
+from selfattn.backends.resolved import resolve_point
 from selfattn.measure.workload import build
 
 pytestmark = pytest.mark.skipif(not reset_peak_rss(), reason="needs Linux /proc/self/clear_refs")
@@ -27,7 +28,7 @@ def one_thread():
 
 
 def _measured(point: Point) -> int:
-    workload = build(point, torch.float32, torch.device("cpu"), sample_rows(point.seq_len, 8, 0))
+    workload = build(point, torch.float32, torch.device("cpu"), sample_rows(point.seq_len, 8, 0), resolved=resolve_point(point, "cpu"))
     workload.call()  # warm-up: one-time allocations are not the point's
     return measure_peak(workload.call, "cpu")[0]
 

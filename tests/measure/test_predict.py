@@ -241,12 +241,13 @@ def test_accuracy_pass_model_covers_the_reference_and_stability_peaks(kv_heads, 
     from selfattn.measure.accuracy import sample_rows
     from selfattn.measure.predict import _full_size_pass_bytes
     from selfattn.measure.stability import stability
+    from selfattn.backends.resolved import resolve_point
     from selfattn.measure.workload import build
 
     point = Point(backend="sdpa", device="cpu", batch=1, heads=8, kv_heads=kv_heads, seq_len=2048, q_len=4,
                   head_dim=64, causal=True, mode=mode)
     rows = sample_rows(4, 8, 0)
-    workload = build(point, torch.float32, torch.device("cpu"), rows)
+    workload = build(point, torch.float32, torch.device("cpu"), rows, resolved=resolve_point(point, "cpu"))
 
     def stability_pass():
         q_rows, k, v, sampled = workload.stability_inputs()

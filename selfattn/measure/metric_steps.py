@@ -1,0 +1,206 @@
+"""The metrics' measurements: one registered function per metric of selfattn/metrics.py.
+
+    @measures("stability", stage=AFTER_VERDICT, applies=lambda m: m.workload.stability_inputs is not None)
+    def stability(m: Measured) -> dict[str, Any]: ...
+
+A function takes what the steps of measure_point made (`Measured`) and returns its columns' values; its
+metric's declaration (selfattn/metrics.py) lists those columns and their types, and `run_stage` refuses a
+column the declaration lacks. `applies` says when it measures anything (else its columns stay empty); the
+stage says where in measure_point it runs:
+
+- BEFORE_TIMER: on the timed calls' threads, just before the timer (memory: its call's time also plans the timer);
+- AFTER_TIMER: with the timer's median (traffic: bytes over time);
+- WARMUP_OUTPUT: on the warm-up's output, before it is dropped (accuracy: against the verdict's reference);
+- AFTER_VERDICT: after the verdict, single-threaded on a CPU (stability, permutation, path length, rope, fp8);
+- EVERY_THREAD: after the verdict on every thread (a compiled back end's permutation check at the point's shape,
+  which reuses the point's compiled code).
+
+A metric a sweep leaves out (`metrics`) is never called; rope_shift and fp8 are not chosen, they run wherever
+they apply.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import torch
+
+from selfattn import compile as compile_cache
+from selfattn.backends.resolved import Resolved
+from selfattn.fp8_formats import fp8_format
+from selfattn.measure.accuracy import compare
+from selfattn.measure.budget import Budget
+from selfattn.measure.device import device_peak_gbps, peak_source
+from selfattn.measure.memory import alloc_peak_bytes, measure_peak
+from selfattn.measure.path_length import far_near_ratio, input_sensitivity, sensitivity_json
+from selfattn.measure.permutation import permutation_max_abs_diff
+from selfattn.measure.stability import stability as stability_of
+from selfattn.measure.traffic import bytes_moved
+from selfattn.measure.workload import Result, Workload
+from selfattn.metrics import BY_NAME
+from selfattn.point import Point
+from selfattn.positions import rope_shift_max_abs_diff
+from selfattn.scopes import SCOPES
+
+BEFORE_TIMER, AFTER_TIMER, WARMUP_OUTPUT, AFTER_VERDICT, EVERY_THREAD = (
+    "before_timer", "after_timer", "warmup_output", "after_verdict", "every_thread")
+STAGES = (BEFORE_TIMER, AFTER_TIMER, WARMUP_OUTPUT, AFTER_VERDICT, EVERY_THREAD)
+
+
+@dataclass
+class Measured:
+    """What measure_point's steps made, as the metrics read it."""
+
+    point: Point
+    device: str
+    dtype: torch.dtype
+    budget: Budget
+    resolved: Resolved
+    workload: Workload
+    sampled_queries: torch.Tensor
+    plan_call_s: float  # the timer's estimate of one call (the memory call lowers it when faster)
+    median_ms: float = 0.0  # the timer's median, once timed
+    checked: Result | None = None  # the warm-up's sampled output (dropped after WARMUP_OUTPUT)
+    reference: Result | None = None  # the verdict's float64 reference of the same rows, when it made one
+    notes: list[str] = field(default_factory=list)  # for the row's `note`
+
+
+Measure = Callable[[Measured], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Registered:
+    metric: str  # the declaration it fills (selfattn/metrics.py)
+    stage: str
+    applies: Callable[[Measured], bool]
+    measure: Measure
+
+
+REGISTERED: list[Registered] = []
+
+
+def measures(metric: str, *, stage: str = AFTER_VERDICT,
+             applies: Callable[[Measured], bool] = lambda m: True) -> Callable[[Measure], Measure]:
+    """Register the decorated function as `metric`'s measurement at `stage`, where `applies`."""
+    if metric not in BY_NAME:
+        raise ValueError(f"metric: {metric!r} is not declared in selfattn/metrics.py")
+    if stage not in STAGES:
+        raise ValueError(f"stage: expected one of {', '.join(STAGES)}, got {stage!r}")
+
+    def register(fn: Measure) -> Measure:
+        REGISTERED.append(Registered(metric, stage, applies, fn))
+        return fn
+
+    return register
+
+
+def run_stage(stage: str, m: Measured, chosen: Iterable[str]) -> dict[str, Any]:
+    """The columns of every registered measurement of `stage` whose metric is chosen (or never chosen) and applies."""
+    chosen = frozenset(chosen)
+    columns: dict[str, Any] = {}
+    for entry in REGISTERED:
+        declared = BY_NAME[entry.metric]
+        if entry.stage != stage or (declared.chosen and entry.metric not in chosen) or not entry.applies(m):
+            continue
+        values = entry.measure(m)
+        if undeclared := set(values) - set(declared.columns):
+            raise ValueError(f"metric {entry.metric}: columns {sorted(undeclared)} are not declared in selfattn/metrics.py")
+        columns.update(values)
+    return columns
+
+
+@measures("memory", stage=BEFORE_TIMER)
+def memory(m: Measured) -> dict[str, Any]:
+    """The memory call's peak (RSS growth on a CPU, the allocator's peak on CUDA); on a CPU, one profiled call
+    for the allocator's exact peak."""
+    peak, call_s = measure_peak(m.workload.call, m.device)
+    m.plan_call_s = min(m.plan_call_s, call_s)
+    return {"peak_mem_bytes": peak,
+            "peak_alloc_bytes": peak if m.device == "cuda" else alloc_peak_bytes(m.workload.call)}
+
+
+@measures("traffic", stage=AFTER_TIMER)
+def traffic(m: Measured) -> dict[str, Any]:
+    """The bytes a call moves, the bandwidth its median implies, beside the device's measured copy bandwidth
+    (measured again when the call beats it: a probe taken under load stays in the cache otherwise)."""
+    moved = bytes_moved(m.point)
+    peak, source = (device_peak_gbps(m.device), peak_source(m.device)) if m.budget.measure_device_peak else (None, "nominal")
+    gbps = moved / (m.median_ms * 1e-3) / 1e9 if m.median_ms > 0 else None
+    if gbps and peak and gbps > peak:
+        peak, source = device_peak_gbps(m.device, remeasure=True), peak_source(m.device)
+    return {"bytes_moved": moved, "gbps": gbps, "device_peak_gbps": peak, "device_peak_gbps_source": source}
+
+
+@measures("accuracy", stage=WARMUP_OUTPUT, applies=lambda m: m.checked is not None)
+def accuracy(m: Measured) -> dict[str, Any]:
+    """The warm-up's sampled rows (and gradients) against the float64 reference of the same rows (the
+    verdict's, when it computed one)."""
+    assert m.checked is not None  # applies
+    reference = m.workload.reference() if m.reference is None else m.reference
+    errors = compare(m.checked.out_rows, reference.out_rows)
+    columns: dict[str, Any] = {"accuracy_rows": len(m.sampled_queries), "max_abs_err": errors.max_abs_err,
+                               "rel_rms_err": errors.rel_rms_err, "nonfinite_frac": errors.nonfinite_frac}
+    if m.checked.grads is not None and reference.grads is not None:
+        grad_errors = compare(m.checked.grads, reference.grads)
+        columns.update(grad_max_abs_err=grad_errors.max_abs_err, grad_rel_rms_err=grad_errors.rel_rms_err)
+    return columns
+
+
+@measures("stability", applies=lambda m: m.workload.stability_inputs is not None)  # generate, lstm, gru: none
+def stability(m: Measured) -> dict[str, Any]:
+    """Logit std, entropy, largest weight and gradient norms of the sampled rows, in the point's precision."""
+    assert m.workload.stability_inputs is not None  # applies
+    q_rows, k, v, rows_cpu = m.workload.stability_inputs()
+    found = stability_of(q_rows, k, v, rows_cpu, q_len=m.point.q_len_resolved, masks=m.workload.masks,
+                         scale=m.point.scale_value, upstream_BHrD=m.workload.upstream_rows)
+    return found.to_dict()
+
+
+@measures("permutation", applies=lambda m: (not m.resolved.compiles and SCOPES[m.point.scope].attention
+                                            and m.point.score == "dot"))
+def permutation(m: Measured) -> dict[str, Any]:
+    """Permutation equivariance on a short sequence (<= PERM_TOKENS tokens)."""
+    return {"perm_max_abs_diff": permutation_max_abs_diff(m.point, m.dtype, torch.device(m.device),
+                                                          backend=m.resolved.backend)}
+
+
+@measures("permutation", stage=EVERY_THREAD, applies=lambda m: m.resolved.compiles)
+def compiled_permutation(m: Measured) -> dict[str, Any]:
+    """A compiled back end's check at the point's own size and shape: it reuses the point's compiled code.
+
+    Where it compiles all the same (chunked, whose compiled block variants follow the mask: a window-masked
+    block checked without the window is a whole block), the row's note says so and how long."""
+    graphs_before, started = compile_cache.graphs_compiled(), time.perf_counter()
+    diff = permutation_max_abs_diff(m.point, m.dtype, torch.device(m.device), at_point_shape=True,
+                                    backend=m.resolved.backend)
+    if compiled_now := compile_cache.graphs_compiled() - graphs_before:
+        m.notes.append(f"the permutation check compiled {compiled_now} more graph(s) "
+                       f"({time.perf_counter() - started:.1f} s, outside compile_s)")
+    return {"perm_max_abs_diff": diff}
+
+
+@measures("path_length", applies=lambda m: SCOPES[m.point.scope].path_length)
+def path_length(m: Measured) -> dict[str, Any]:
+    """How the output's gradient decays with the distance to an input (float64, at the point's n and d_model)."""
+    sensitivity = input_sensitivity(m.point, torch.device(m.device), m.resolved.backend)
+    return {"grad_by_distance": sensitivity_json(sensitivity), "grad_far_near_ratio": far_near_ratio(sensitivity)}
+
+
+@measures("rope_shift", applies=lambda m: m.point.pos_enc == "rope")
+def rope_shift(m: Measured) -> dict[str, Any]:
+    """A logit depends on m - n only: q at m+s, k at n+s against q at m, k at n."""
+    return {"rope_shift_max_abs_diff": rope_shift_max_abs_diff(m.point.head_dim, m.point.seq_len, dtype=m.dtype,
+                                                               device=m.device, seed=m.point.seed)}
+
+
+@measures("fp8", applies=lambda m: bool(fp8_format(m.point.precision)) and m.workload.stability_inputs is not None)
+def fp8(m: Measured) -> dict[str, Any]:
+    """Saturated and non-finite quantized values, P's lost mass and a raw cast's logits, on the sampled rows,
+    by the point's resolved FP8 options."""
+    from selfattn import fp8 as fp8_module
+
+    assert m.workload.stability_inputs is not None  # applies
+    q_rows, k, v, _ = m.workload.stability_inputs()
+    return fp8_module.diagnostics(q_rows, k, v, scale=m.point.scale_value, options=m.resolved.options)
