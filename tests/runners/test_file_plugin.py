@@ -1,0 +1,154 @@
+"""Plugins from a file: `backend=kernels/blocked.py:blocked` (relative to the folder the sweep starts in, or
+absolute) runs with nothing on PYTHONPATH, is named by its function like a module path plugin, is judged by
+the same verdict (a wrong kernel is `incorrect`), and is isolated like the others (one that ends its process is
+a `crashed` row while the sweep goes on). The listing and `--json` accept it; a missing file and two path
+plugins that share a function's name are refused before anything runs."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from runner_helpers import ROOT, run_at_once
+from runners import cli_check
+
+# A back end with options (docs/plugins.md's "A back end with options" is this kernel), one that is wrong by 1%,
+# and one that ends its own process.
+FILE_PLUGIN = '''
+import os
+from dataclasses import dataclass
+
+import torch
+from selfattn.backends import backend
+from selfattn.fields import spec
+
+
+@dataclass(frozen=True)
+class BlockedOptions:
+    block_k: int = spec(16, help="keys per block of the online softmax", ge=1)
+    upcast: bool = spec(True, help="accumulate fp16/bf16 inputs in float32")
+
+
+def label(options):
+    return f"blocked{options['block_k']}-{'fp32' if options['upcast'] else 'native'}"
+
+
+@backend(masks=("causal",), options=BlockedOptions, kernel_label=label)
+def blocked(q, k, v, *, causal, window, key_lengths, document_ids, scale, block_k, upcast):
+    dtype = q.dtype
+    if upcast:
+        q, k, v = q.float(), k.float(), v.float()
+    k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], 1) for t in (k, v))
+    m, n = q.shape[2], k.shape[2]
+    row_max = torch.full(q.shape[:3] + (1,), float("-inf"), dtype=q.dtype)
+    total = torch.zeros(q.shape[:3] + (1,), dtype=q.dtype)
+    out = torch.zeros_like(q)
+    for start in range(0, n, block_k):
+        s = (q @ k[:, :, start:start + block_k].transpose(-1, -2)) * scale
+        if causal:
+            j = torch.arange(start, min(start + block_k, n))
+            s = s.masked_fill(j[None, :] > torch.arange(m)[:, None] + (n - m), float("-inf"))
+        new_max = torch.maximum(row_max, s.amax(-1, keepdim=True))
+        safe = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
+        p = torch.exp(s - safe)
+        shrink = torch.exp(row_max - safe)
+        total = total * shrink + p.sum(-1, keepdim=True)
+        out = out * shrink + p @ v[:, :, start:start + block_k]
+        row_max = new_max
+    return (out / total.clamp_min(1e-30)).to(dtype)
+
+
+@backend(masks=("causal",))
+def wrong(q, k, v, *, causal, window, key_lengths, document_ids, scale):
+    return blocked(q, k, v, causal=causal, window=window, key_lengths=key_lengths, document_ids=document_ids,
+                   scale=scale, block_k=16, upcast=True) * 1.01
+
+
+def dies(q, k, v, **kw):
+    os._exit(3)
+'''
+
+
+def write_plugin(folder):
+    (folder / "kernels").mkdir(parents=True, exist_ok=True)
+    (folder / "kernels" / "blocked.py").write_text(FILE_PLUGIN)
+
+
+def run(args, cwd, timeout=600):
+    """The real command line, started in `cwd` with only the project on PYTHONPATH (not the plugin's folder)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.slow
+def test_a_plugin_from_a_file_runs_is_judged_and_isolated_like_a_module_path(tmp_path):
+    write_plugin(tmp_path)
+    absolute = tmp_path / "kernels" / "blocked.py"
+    sweep, options = tmp_path / "sweep", tmp_path / "options"
+    common = ["seq_len=48", "causal=true,false", "experiment=smoke"]
+    runs = run_at_once({
+        "sweep": functools.partial(run, ["-m", "runners.sweep", "-m",
+                                         f"backend=sdpa,kernels/blocked.py:blocked,kernels/blocked.py:wrong,{absolute}:dies",
+                                         *common, f"hydra.sweep.dir={sweep}"], tmp_path),
+        "options": functools.partial(run, ["-m", "runners.sweep", "-m", "backend=./kernels/blocked.py:blocked",
+                                           "backend.block_k=8", "backend.upcast=false", *common,
+                                           f"hydra.sweep.dir={options}"], tmp_path)})
+    out = runs["sweep"]
+    assert out.returncode == 1, out.stderr[-3000:]  # the points of `dies` failed; the sweep went on past them
+    rows = pd.read_csv(sweep / "results.csv")
+    by = {name: part for name, part in rows.groupby("backend")}
+    assert set(by) == {"sdpa", "blocked", "wrong", "dies"} and len(rows) == 8, rows[["backend", "status"]]
+    blocked = by["blocked"]
+    assert (blocked["status"] == "ok").all(), blocked["error"].tolist()
+    assert (blocked["backend_source"] == "path").all()
+    assert (blocked["backend_path"] == "kernels/blocked.py:blocked").all()
+    assert (blocked["kernel"] == "blocked16-fp32").all() and blocked["max_abs_err"].max() < 1e-5
+    assert (by["wrong"]["status"] == "incorrect").all(), by["wrong"]["error"].tolist()
+    assert (by["wrong"]["kernel"] == "blocked.wrong").all()  # no label declared: the file's stem and the function
+    dies = by["dies"]
+    assert (dies["status"] == "crashed").all() and dies["error"].str.contains("exit code 3").all(), dies["error"]
+    assert (dies["backend_path"] == f"{absolute}:dies").all()
+
+    # the options dataclass defined in the file reached the isolated worker: its values are the row's kernel
+    again = runs["options"]
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert set(pd.read_csv(options / "results.csv")["kernel"]) == {"blocked8-native"}
+
+    # the listing and --json name it by its function, from its file
+    listing = run(["-m", "selfattn.backends", "kernels/blocked.py:blocked", "--json"], tmp_path, timeout=120)
+    assert listing.returncode == 0, listing.stderr
+    record = [b for b in json.loads(listing.stdout)["backends"] if b["name"] == "blocked"]
+    assert record and record[0]["origin"] == "kernels/blocked.py:blocked" and record[0]["here"]["cpu"]["can_run"]
+    assert [o["name"] for o in record[0]["declaration"]["options"]] == ["block_k", "upcast"]
+
+
+def test_a_missing_file_and_two_paths_of_one_name_are_refused_before_anything_runs(tmp_path, monkeypatch):
+    write_plugin(tmp_path)
+    (tmp_path / "other.py").write_text("def blocked(q, k, v, **kw):\n    return q\n")
+    monkeypatch.chdir(tmp_path)
+    found = cli_check.problems(["backend=kernels/blocked.py:blocked,./kernels/blocked.py:blocked,other.py:blocked,"
+                                "kernels/gone.py:blocked,kernels.blocked:blocked"])
+    assert found == [
+        f"backend: kernels/gone.py:blocked: no such file kernels/gone.py (relative to {tmp_path})",
+        "backend: kernels/blocked.py:blocked and other.py:blocked and kernels/gone.py:blocked and "
+        "kernels.blocked:blocked are both named blocked (a path plugin is named by its function, and rows and "
+        "point ids carry that name); rename one of the functions, or run them in two sweeps"], found
+    # one function spelt two ways is one back end, not two
+    assert cli_check.problems([f"backend=kernels/blocked.py:blocked,{tmp_path}/kernels/blocked.py:blocked"]) == []
+    assert "is not a file path" in cli_check.problems(["backend=kernels/blocked.py:2fast"])[0]
+
+
+def test_the_command_line_refuses_the_pair_in_one_line(tmp_path):
+    write_plugin(tmp_path)
+    (tmp_path / "b.py").write_text("def blocked(q, k, v, **kw):\n    return q\n")
+    out = run(["-m", "runners.sweep", "-m", "backend=kernels/blocked.py:blocked,b.py:blocked",
+               f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path, timeout=120)
+    assert out.returncode == 2 and "are both named blocked" in out.stderr, out.stderr
+    assert not (tmp_path / "sweep").exists()
