@@ -29,7 +29,7 @@ from analysis.cost import cost_facets, exponent_table, memory_metric
 from analysis.figures import FIGURES, Context, Made, Skipped, draw
 from analysis.judged import exponent_marks, facet_notes, left_out_text, marks, not_results, status_parts
 from analysis.load import Loaded, NoUsableResults, describe_devices, load
-from analysis.summary import summary_markdown
+from analysis.summary import check_baseline, summary_markdown
 
 
 @dataclass
@@ -44,14 +44,17 @@ class Report:
 
 def write_report(paths: Sequence[str | Path], out_dir: str | Path, *, baseline_device: str | None = None,
                  formats: Sequence[str] = ("png",), figures: Sequence[Callable] = FIGURES,
-                 warn: bool = True, workers: int | None = None) -> Report:
-    """Load `paths`, draw `figures` into out_dir/figures, write out_dir/report.md; raises NoUsableResults.
+                 warn: bool = True, workers: int | None = None, summary_baseline: str | None = None) -> Report:
+    """Load `paths`, draw `figures` into out_dir/figures, write out_dir/report.md; raises NoUsableResults, and
+    ValueError for a `summary_baseline` (the back end of the summary's speed-ups, analysis.summary.baseline_label)
+    that these rows lack.
 
     `workers`: processes drawing the figures (None: one per usable CPU, at most four, where the platform forks;
     1: in this process, in order)."""
     out_dir = Path(out_dir)
     loaded = load(paths, warn=warn)
     rows = loaded.rows
+    check_baseline(rows, summary_baseline)  # first: a baseline these rows lack stops before any figure is drawn
     ctx = Context(out_dir / "figures", formats=tuple(formats), baseline_device=baseline_device)
     # The figures are drawn in worker processes (analysis.figures.draw) while this one computes the tables. The
     # cost lines and their models, which figures 1-4, the claims and the exponent table all read, are fitted
@@ -65,9 +68,9 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path, *, baseline_d
         claims = claims_frame(check_claims(rows))
         tables = study_tables(rows)
         exponents = exponent_table(rows)
+        summary = summary_markdown(rows, summary_baseline)
         exponents["not_results"] = exponent_marks(exponents, [*cost_facets(rows, "time_ms"),
                                                               *cost_facets(rows, memory_metric(rows))])
-        summary = summary_markdown(rows)
         devices = pd.DataFrame()
         baseline_note = None
         if rows[rows["status"] == "ok"]["device_label"].nunique() > 1:
@@ -393,6 +396,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, metavar="DIR", help="where report.md and figures/ go")
     parser.add_argument("--baseline-device", default=None, metavar="NAME",
                         help="device the others are compared with (label or name, substring ok); default: most rows")
+    parser.add_argument("--baseline", default=None, metavar="NAME",
+                        help="back end the summary table's speed-ups are over (default: sdpa when it ran; none: no "
+                             "speed-ups)")
     parser.add_argument("--pdf", action="store_true",
                         help="also write a PDF copy of each figure (for papers; embedding fonts makes it slower)")
     parser.add_argument("--formats", default="png", help="figure formats, comma separated (png,pdf,svg)")
@@ -416,10 +422,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         formats.insert(0, "png")
     try:
         report = write_report(args.paths, args.out, baseline_device=args.baseline_device, formats=formats,
-                              workers=args.workers)
+                              workers=args.workers, summary_baseline=args.baseline)
     except NoUsableResults as exc:
         print(f"analysis: {exc}", file=sys.stderr)
         return 1
+    except ValueError as exc:  # --baseline names no back end of these rows
+        if not str(exc).startswith("baseline: "):
+            raise
+        print(f"error: --{exc}", file=sys.stderr)
+        return 2
     lines, none_drawn = figure_summary(report)
     print(lines[0])
     for line in lines[1:]:  # the failures: on stderr, where a script looks for what went wrong

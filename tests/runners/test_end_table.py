@@ -1,0 +1,113 @@
+"""The end table answers "my kernel against theirs" through the real command line: six back ends, two of them
+plugins from a file, on an 80-column terminal keep every column (the table splits, it drops none), and
+`python -m runners.rows DIR --table --baseline sdpa` prints each cell's speed-up over sdpa, which matches the rows
+of results.csv; report.md's table carries the same speed-ups."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from runner_helpers import ROOT
+
+PLUGINS = '''
+import torch
+import torch.nn.functional as F
+from selfattn.backends import backend
+
+
+def _gqa(q, k, v):
+    return (t.repeat_interleave(q.shape[1] // k.shape[1], 1) for t in (k, v))
+
+
+@backend(masks=("causal",), kernel_label="sdpa-is_causal")
+def hf_sdpa_iscausal(q, k, v, *, causal, window, key_lengths, document_ids, scale):
+    k, v = _gqa(q, k, v)  # is_causal aligns top-left: the same as bottom-right at q_len == seq_len, as here
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+
+@backend(masks=("causal",), kernel_label="sdpa-bool-mask")
+def hf_sdpa_mask(q, k, v, *, causal, window, key_lengths, document_ids, scale):
+    k, v = _gqa(q, k, v)
+    m, n = q.shape[2], k.shape[2]
+    keep = torch.ones(m, n, dtype=torch.bool, device=q.device).tril(n - m) if causal else None
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=scale)
+'''
+BACKENDS = ["naive", "sdpa", "chunked", "flex", "hf_sdpa_iscausal", "hf_sdpa_mask"]
+CELL = re.compile(r"(\*?)([0-9.]+) ms(?: · [0-9.]+ (?:[KMG]i)?B)?(?: · ([0-9.]+)×)?")  # time · memory · speed-up
+
+
+def run(args, cwd, timeout, columns=None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HYDRA_FULL_ERROR": "0"}
+    if columns:
+        env["COLUMNS"] = str(columns)  # what the terminal's width reads (shutil.get_terminal_size)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def tables(text: str) -> dict[tuple[str, str], tuple[float, float | None]]:
+    """{(seq_len, back end): (time_ms, speed-up)} from every part of a printed table."""
+    cells: dict[tuple[str, str], tuple[float, float | None]] = {}
+    header: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("seq_len"):
+            header = line.split()
+        elif header and line[:1].isdigit():
+            found = CELL.findall(line)
+            assert len(found) == len(header) - 1, (line, header)
+            for name, (_, time, speedup) in zip(header[1:], found):
+                cells[(line.split()[0], name)] = (float(time), float(speedup) if speedup else None)
+        else:
+            header = [] if not line.strip() else header
+    return cells
+
+
+@pytest.mark.slow
+def test_six_back_ends_with_two_plugins_at_80_columns_keep_the_plugins_and_their_speed_ups_match_the_rows(tmp_path):
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "hf.py").write_text(PLUGINS)
+    sweep = tmp_path / "sweep"
+    backends = ",".join([*BACKENDS[:4], "plugins/hf.py:hf_sdpa_iscausal", "plugins/hf.py:hf_sdpa_mask"])
+    out = run(["-m", "runners.sweep", "-m", f"backend={backends}", "seq_len=64,128", "causal=true",
+               "experiment=smoke", "report=true", f"hydra.sweep.dir={sweep}"], tmp_path, timeout=900, columns=80)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # the sweep's own end table (sdpa ran: the speed-ups are over it by default) kept both plugins
+    end = out.stdout[out.stdout.index("\n\n"):out.stdout.index("results: ")]
+    assert max(map(len, end.splitlines())) <= 80, end
+    assert {name for _, name in tables(end)} == set(BACKENDS), end
+
+    listed = run(["-m", "runners.rows", str(sweep), "--table", "--baseline", "sdpa"], tmp_path, timeout=300, columns=80)
+    assert listed.returncode == 0, listed.stderr
+    table = listed.stdout.split(f"{sweep}:", 1)[1]
+    assert max(map(len, table.splitlines())) <= 80 and "left out to fit 80" not in table, table
+    cells = tables(table)
+    assert {name for _, name in cells} == set(BACKENDS), table
+    rows = pd.read_csv(sweep / "results.csv")
+    assert (rows["status"] == "ok").all(), rows[["backend", "status", "error"]]
+    median = rows.groupby(["seq_len", "backend"])["time_ms"].median()
+    for (n, name), (time_ms, speedup) in cells.items():
+        assert time_ms == pytest.approx(median[(int(n), name)], rel=0.01), (n, name)
+        if name == "sdpa":
+            assert speedup is None  # the baseline's own cell
+        else:  # sdpa's time over the cell's, from the rows (three significant figures printed)
+            assert speedup == pytest.approx(median[(int(n), "sdpa")] / median[(int(n), name)], rel=0.01), (n, name)
+    assert "speed-up over sdpa" in " ".join(table.split())
+
+    # another baseline, and one that did not run: one line naming the back ends, exit 2
+    other = run(["-m", "runners.rows", str(sweep), "--table", "--baseline", "hf_sdpa_mask"], tmp_path, timeout=300,
+                columns=200)
+    cells = tables(other.stdout.split(f"{sweep}:", 1)[1])
+    assert cells[("64", "sdpa")][1] == pytest.approx(median[(64, "hf_sdpa_mask")] / median[(64, "sdpa")], rel=0.01)
+    bad = run(["-m", "runners.rows", str(sweep), "--table", "--baseline", "sdpx"], tmp_path, timeout=300)
+    assert bad.returncode == 2 and "error: --baseline: expected one of naive, sdpa, chunked, flex, hf_sdpa_iscausal, " \
+                                   "hf_sdpa_mask (the back ends of these rows) or none, got 'sdpx'" in bad.stderr, bad.stderr
+
+    # report.md: the same speed-ups in its table
+    report = (sweep / "report" / "report.md").read_text()
+    ratio = median[(128, "sdpa")] / median[(128, "hf_sdpa_mask")]
+    line = next(line for line in report.splitlines() if line.startswith("| 128 |"))
+    assert f"{ratio:#.3g}×" in line and "hf_sdpa_mask" in report, line
