@@ -18,51 +18,15 @@ import pytest
 from runner_helpers import ROOT, run_at_once
 from runners import cli_check
 
-# A back end with options (docs/plugins.md's "A back end with options" is this kernel), one that is wrong by 1%,
-# and one that ends its own process.
-FILE_PLUGIN = '''
-import os
-from dataclasses import dataclass
-
-import torch
-from selfattn.backends import backend
-from selfattn.fields import spec
+# The kernel of docs/plugins.md's "A back end with options", as the page shows it, then one that is wrong by 1% and
+# one that ends its own process.
+def docs_kernel() -> str:
+    page = (ROOT / "docs" / "plugins.md").read_text()
+    code = page[page.index("# plugins/blocked.py"):]
+    return code[:code.index("```")]
 
 
-@dataclass(frozen=True)
-class BlockedOptions:
-    block_k: int = spec(16, help="keys per block of the online softmax", ge=1)
-    upcast: bool = spec(True, help="accumulate fp16/bf16 inputs in float32")
-
-
-def label(options):
-    return f"blocked{options['block_k']}-{'fp32' if options['upcast'] else 'native'}"
-
-
-@backend(masks=("causal",), options=BlockedOptions, kernel_label=label)
-def blocked(q, k, v, *, causal, window, key_lengths, document_ids, scale, block_k, upcast):
-    dtype = q.dtype
-    if upcast:
-        q, k, v = q.float(), k.float(), v.float()
-    k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], 1) for t in (k, v))
-    m, n = q.shape[2], k.shape[2]
-    row_max = torch.full(q.shape[:3] + (1,), float("-inf"), dtype=q.dtype)
-    total = torch.zeros(q.shape[:3] + (1,), dtype=q.dtype)
-    out = torch.zeros_like(q)
-    for start in range(0, n, block_k):
-        s = (q @ k[:, :, start:start + block_k].transpose(-1, -2)) * scale
-        if causal:
-            j = torch.arange(start, min(start + block_k, n))
-            s = s.masked_fill(j[None, :] > torch.arange(m)[:, None] + (n - m), float("-inf"))
-        new_max = torch.maximum(row_max, s.amax(-1, keepdim=True))
-        safe = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
-        p = torch.exp(s - safe)
-        shrink = torch.exp(row_max - safe)
-        total = total * shrink + p.sum(-1, keepdim=True)
-        out = out * shrink + p @ v[:, :, start:start + block_k]
-        row_max = new_max
-    return (out / total.clamp_min(1e-30)).to(dtype)
-
+MORE = '''
 
 @backend(masks=("causal",))
 def wrong(q, k, v, *, causal, window, key_lengths, document_ids, scale):
@@ -71,13 +35,15 @@ def wrong(q, k, v, *, causal, window, key_lengths, document_ids, scale):
 
 
 def dies(q, k, v, **kw):
+    import os
+
     os._exit(3)
 '''
 
 
 def write_plugin(folder):
     (folder / "kernels").mkdir(parents=True, exist_ok=True)
-    (folder / "kernels" / "blocked.py").write_text(FILE_PLUGIN)
+    (folder / "kernels" / "blocked.py").write_text(docs_kernel() + MORE)
 
 
 def run(args, cwd, timeout=600):
@@ -121,7 +87,13 @@ def test_a_plugin_from_a_file_runs_is_judged_and_isolated_like_a_module_path(tmp
     assert again.returncode == 0, again.stderr[-3000:]
     assert set(pd.read_csv(options / "results.csv")["kernel"]) == {"blocked8-native"}
 
-    # the listing and --json name it by its function, from its file
+    # the listing and --json name it by its function, from its file, with what it declares
+    table = run(["-m", "selfattn.backends", "kernels/blocked.py:blocked"], tmp_path, timeout=120)
+    assert table.returncode == 0, table.stderr
+    header, line = table.stdout.splitlines()[0], table.stdout.splitlines()[-1]
+    assert header.split()[:8] == ["name", "source", "from", "masks", "dtypes", "gqa", "backward", "variants"]
+    assert line.split()[:8] == ["blocked", "path", "kernels/blocked.py:blocked", "causal", "fp64,fp32,fp16,bf16",
+                                "yes", "yes", "-"], line
     listing = run(["-m", "selfattn.backends", "kernels/blocked.py:blocked", "--json"], tmp_path, timeout=120)
     assert listing.returncode == 0, listing.stderr
     record = [b for b in json.loads(listing.stdout)["backends"] if b["name"] == "blocked"]
