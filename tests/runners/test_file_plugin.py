@@ -124,3 +124,27 @@ def test_the_command_line_refuses_the_pair_in_one_line(tmp_path):
                f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path, timeout=120)
     assert out.returncode == 2 and "are both named blocked" in out.stderr, out.stderr
     assert not (tmp_path / "sweep").exists()
+
+
+def test_the_pages_hooks_get_plain_dicts_and_fill_every_option(tmp_path, monkeypatch):
+    """docs/plugins.md's resolve_options and compiles, on the page's kernel, loaded from a file in this process."""
+    import torch
+
+    from selfattn.backends import get_backend, resolve_options
+    from selfattn.backends.registry import forget
+
+    page = (ROOT / "docs" / "plugins.md").read_text()
+    hooks = page[page.index("def resolve_options(options: dict"):]
+    hooks = hooks[:hooks.index("```")]
+    (tmp_path / "hooked.py").write_text(docs_kernel() + "\n\n" + hooks.replace(": ...  # as above", ":\n    return q"))
+    monkeypatch.chdir(tmp_path)
+    forget()
+    entry = get_backend("hooked.py:blocked")
+    assert not entry.broken, entry.error
+    assert resolve_options("hooked.py:blocked", {}, "cpu", torch.float16) == {"block_k": 16, "upcast": True}
+    assert resolve_options("hooked.py:blocked", {"block_k": 32}, "cpu", torch.float32) == {"block_k": 32,
+                                                                                            "upcast": False}
+    assert entry.compiles({"block_k": 16, "upcast": True}) is False
+    assert entry.kernel_label({"block_k": 16, "upcast": True}) == "blocked16-fp32"
+    assert entry.origin == "hooked.py:blocked" and entry.source == "path" and entry.name == "blocked"
+    forget()
