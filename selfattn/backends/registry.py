@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+from pathlib import PurePath
 from types import ModuleType
 from typing import Any, Callable, Mapping
 
@@ -81,7 +82,7 @@ class Backend:
             origin = self.origin
             if is_file_path(origin):
                 file, _, attribute = origin.rpartition(":")
-                origin = f"{file.replace(chr(92), '/').rsplit('/', 1)[-1][:-len('.py')]}:{attribute}"
+                origin = f"{PurePath(file).stem}:{attribute}"
             return origin.replace(":", ".")
         return str(label(dict(options)) if callable(label) else label)
 
