@@ -526,7 +526,7 @@ def summary_text(rows: pd.DataFrame, width: int = 100, max_rows: int = 60, basel
         if others:
             notes.append(others)
     explained = _explain(frame, memory=memory, baseline=baseline_label(frame["backend"], baseline),
-                         pick="`python -m runners.rows DIR --table --baseline NAME`")
+                         pick="baseline=NAME on a sweep's command line, --baseline NAME with runners.rows --table,")
     what = status_line(rows) + noise_note(rows) + ". Cells: " + explained + f"; {_FASTEST_MARK}: fastest of the row."
     judged = not_results_line(rows)
     notes_text = [textwrap.fill(f"({note})", width) for note in notes]

@@ -111,3 +111,34 @@ def test_six_back_ends_with_two_plugins_at_80_columns_keep_the_plugins_and_their
     ratio = median[(128, "sdpa")] / median[(128, "hf_sdpa_mask")]
     line = next(line for line in report.splitlines() if line.startswith("| 128 |"))
     assert f"{ratio:#.3g}×" in line and "hf_sdpa_mask" in report, line
+
+
+@pytest.mark.slow
+def test_the_sweeps_baseline_key_picks_the_reference_and_one_that_did_not_run_is_said(tmp_path):
+    from runner_helpers import run_at_once, run_sweep
+
+    args = ["-m", "backend=naive,sdpa", "seq_len=16,32", "metrics=[memory]", "experiment=smoke"]
+    runs = run_at_once({
+        "naive": lambda: run_sweep(*args, "baseline=naive", f"hydra.sweep.dir={tmp_path / 'a'}", fake=True,
+                                   env={"COLUMNS": "120"}),
+        "absent": lambda: run_sweep(*args, "baseline=flex", f"hydra.sweep.dir={tmp_path / 'b'}", fake=True,
+                                    env={"COLUMNS": "120"})})
+    naive, absent = runs["naive"], runs["absent"]
+    assert naive.returncode == 0, naive.stderr[-2000:]
+    table = naive.stdout.split("\n\n")[1]
+    header, *body = table.splitlines()
+    assert header.split() == ["seq_len", "naive", "sdpa"]
+    assert body[1].split()[-1] == "1.00×" and "speed-up over naive" in " ".join(naive.stdout.split())  # a tie
+    assert absent.returncode == 0, absent.stderr[-2000:]
+    assert ("warning: baseline: expected one of naive, sdpa (the back ends of these rows) or none, got 'flex'; "
+            "the table and report.md show no speed-ups") in absent.stderr, absent.stderr
+    assert "×" not in absent.stdout.split("results: ")[0]
+
+
+def test_the_report_is_asked_for_the_same_baseline():
+    from pathlib import Path
+
+    from runners.report_process import rerun_command
+
+    assert rerun_command(Path("s/results.csv"), Path("s/report"), "naive").endswith("--out s/report --baseline naive")
+    assert "--baseline" not in rerun_command(Path("s/results.csv"), Path("s/report"))
