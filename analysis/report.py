@@ -31,7 +31,7 @@ from analysis.cost import cost_facets, exponent_table, memory_metric
 from analysis.figures import FIGURES, Context, Made, Skipped
 from analysis.judged import exponent_marks, facet_notes, left_out_text, marks, not_results, status_parts
 from analysis.load import Loaded, NoUsableResults, describe_devices, load
-from analysis.summary import summary_markdown
+from analysis.summary import check_baseline, summary_markdown
 
 
 @dataclass
@@ -46,14 +46,17 @@ class Report:
 
 def write_report(paths: Sequence[str | Path], out_dir: str | Path, *, baseline_device: str | None = None,
                  formats: Sequence[str] = ("png",), figures: Sequence[Callable] = FIGURES,
-                 warn: bool = True) -> Report:
-    """Load `paths`, draw `figures` into out_dir/figures, write out_dir/report.md; raises NoUsableResults.
+                 warn: bool = True, summary_baseline: str | None = None) -> Report:
+    """Load `paths`, draw `figures` into out_dir/figures, write out_dir/report.md; raises NoUsableResults, and
+    ValueError for a `summary_baseline` (the back end of the summary's speed-ups, analysis.summary.baseline_label)
+    that these rows lack.
 
     A figure that raises is a Skipped whose reason starts with "failed"; its traceback, and every warning a figure
     gave, go to out_dir/report.log (LOG_NAME), never to the console."""
     out_dir = Path(out_dir)
     loaded = load(paths, warn=warn)
     rows = loaded.rows
+    check_baseline(rows, summary_baseline)  # first: a baseline these rows lack stops before any figure is drawn
     ctx = Context(out_dir / "figures", formats=tuple(formats), baseline_device=baseline_device)
     made = draw_figures(figures, rows, ctx, out_dir / LOG_NAME)
     claims = claims_frame(check_claims(rows))
@@ -74,7 +77,7 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path, *, baseline_d
         devices.to_csv(out_dir / "devices_compared.csv", index=False)
     path = out_dir / "report.md"
     path.write_text(render(loaded, made, claims, exponents, devices, paths, out_dir, baseline_note, tables,
-                           summary_markdown(rows)))
+                           summary_markdown(rows, summary_baseline)))
     return Report(path, loaded, made, claims, exponents, devices)
 
 
@@ -423,6 +426,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, metavar="DIR", help="where report.md and figures/ go")
     parser.add_argument("--baseline-device", default=None, metavar="NAME",
                         help="device the others are compared with (label or name, substring ok); default: most rows")
+    parser.add_argument("--baseline", default=None, metavar="NAME",
+                        help="back end the summary table's speed-ups are over (default: sdpa when it ran; none: no "
+                             "speed-ups)")
     parser.add_argument("--pdf", action="store_true",
                         help="also write a PDF copy of each figure (for papers; embedding fonts makes it slower)")
     parser.add_argument("--formats", default="png", help="figure formats, comma separated (png,pdf,svg)")
@@ -440,10 +446,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         formats.remove("png")
         formats.insert(0, "png")
     try:
-        report = write_report(args.paths, args.out, baseline_device=args.baseline_device, formats=formats)
+        report = write_report(args.paths, args.out, baseline_device=args.baseline_device, formats=formats,
+                              summary_baseline=args.baseline)
     except NoUsableResults as exc:
         print(f"analysis: {exc}", file=sys.stderr)
         return 1
+    except ValueError as exc:  # --baseline names no back end of these rows
+        if not str(exc).startswith("baseline: "):
+            raise
+        print(f"error: --{exc}", file=sys.stderr)
+        return 2
     lines, none_drawn = figure_summary(report)
     print(lines[0])
     for line in lines[1:]:  # the failures: on stderr, where a script looks for what went wrong

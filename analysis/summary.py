@@ -17,6 +17,11 @@ Rows that are not one simple grid (the default sweep is a union of small grids, 
 a table of a dozen axis columns and hundreds of mostly empty cells. Their table leads with the slice that answers
 "which back end is fastest at which n" (`leading_slice`): seq_len (with causal or precision) against every back end,
 the other axes held at the values the most points share; one line names the held values and what the other rows vary.
+
+"My kernel against theirs": each result cell carries its speed-up over a baseline back end (`baseline`: sdpa by
+default when it ran, any other by name, `none` for none), the baseline's median time over the cell's, as
+tritonbench's `speedup` is (2.00× = twice as fast). On a terminal no back end is ever left out for width: memory goes
+first, then option names from the labels, and a table still too wide is split into parts, each repeating the axes.
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from tabulate import tabulate
 
 from analysis.cost import memory_metric, skipna, variant_names, variant_labels, variant_order
 from analysis.judged import JUDGED, left_out_text, status_counts
 from analysis.load import window_order
 from analysis.noise import noise_note
+from selfattn.fields import nearest
 from selfattn.point import FIELD_NAMES, NULL_MEANS
 
 # Never an axis of the table: the back end and its options are its columns, seeds are repeats of one point.
@@ -42,7 +49,11 @@ MEMORY_COLUMNS: tuple[str, ...] = ("peak_alloc_bytes", "peak_mem_bytes")
 _FASTEST_MARK = "*"
 # The axes that matter most for cost, in the order the leading slice takes them as its rows (seq_len first).
 LEAD_AXES: tuple[str, ...] = ("seq_len", "causal", "precision")
-_CELL_COLUMNS: tuple[str, ...] = ("backend", "rows", "ok", "time_ms", "status", "not_result", *MEMORY_COLUMNS)
+_CELL_COLUMNS: tuple[str, ...] = ("backend", "rows", "ok", "time_ms", "status", "not_result", "speedup",
+                                  *MEMORY_COLUMNS)
+DEFAULT_BASELINE = "sdpa"  # the speed-ups' reference when it ran and no other is named (the field's usual one)
+NO_BASELINE = "none"  # `--baseline none`: no speed-ups
+_SPEEDUP_MARK = "×"
 
 
 def swept_axes(rows: pd.DataFrame) -> list[str]:
@@ -74,23 +85,72 @@ def _measured(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[rows["status"] != "invalid"] if "status" in rows else rows
 
 
-def summary_frame(rows: pd.DataFrame) -> pd.DataFrame:
+def baseline_label(labels: Sequence[str], name: str | None = None) -> str | None:
+    """The back-end label (as `summary_frame` names them) the speed-ups are over, among `labels`.
+
+    `name` None: sdpa when it ran, else none. `none`: none. A label ("chunked (q_chunk=256)"), or a back end's
+    name when one option set of it ran ("chunked"). Anything else raises ValueError in one line naming the
+    labels (the back ends of these rows)."""
+    labels = list(dict.fromkeys(labels))
+    if name is None:
+        return DEFAULT_BASELINE if DEFAULT_BASELINE in labels else None
+    if name == NO_BASELINE:
+        return None
+    if name in labels:
+        return name
+    sets = [label for label in labels if label.split(" (", 1)[0] == name]
+    if len(sets) == 1:
+        return sets[0]
+    if sets:
+        raise ValueError(f"baseline: {name} ran with {len(sets)} option sets; name one: {', '.join(sets)}")
+    near = nearest(name, labels)
+    raise ValueError(f"baseline: expected one of {', '.join(labels)} (the back ends of these rows) or "
+                     f"{NO_BASELINE}, got {name!r}" + (f"; did you mean {near}?" if near else ""))
+
+
+def check_baseline(rows: pd.DataFrame, baseline: str | None) -> None:
+    """Raise `baseline_label`'s ValueError when `baseline` names no back end of `rows` (before a long job uses it)."""
+    measured = _measured(rows)
+    if baseline is not None and len(measured):
+        if "backend_options" not in measured:
+            measured = measured.assign(backend_options="")
+        baseline_label(variant_labels(measured), baseline)
+
+
+def _speedups(frame: pd.DataFrame, axes: Sequence[str], label: str | None) -> pd.Series:
+    """Each result cell's speed-up over `label`'s cell at the same axes' values: its median time over the cell's.
+    NaN where either is no result (no ok row, a judged row, no time) and for the baseline's own cells."""
+    out = pd.Series(math.nan, index=frame.index, dtype=float)
+    if label is None:
+        return out
+    result = (frame["ok"] > 0) & (frame["not_result"] == "") & frame["time_ms"].notna()
+    keys = frame[list(axes)].astype(str).apply(tuple, axis=1) if axes else pd.Series([()] * len(frame), index=frame.index)
+    base = {key: time for key, time, name, good in zip(keys, frame["time_ms"], frame["backend"], result)
+            if name == label and good}
+    for index, key, time, name, good in zip(frame.index, keys, frame["time_ms"], frame["backend"], result):
+        if good and name != label and key in base and time > 0:
+            out[index] = base[key] / time
+    return out
+
+
+def summary_frame(rows: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     """One row per swept-axes value and back end: `rows`, `ok`, median `time_ms` and memory of the ok rows, and
-    `status` ("ok", or the failed rows' statuses, e.g. "oom" or "1 oom, 1 error", when none ran).
+    `status` ("ok", or the failed rows' statuses, e.g. "oom" or "1 oom, 1 error", when none ran), and `speedup`
+    over the `baseline` back end (`baseline_label`: sdpa by default when it ran; NaN where there is none).
 
     `not_result` names the cell's judged rows ("incorrect", or "1 incorrect, 1 timeout" in a cell of several rows;
     empty when it has none): such a cell is never a result. Its `time_ms` is then the median of the ok rows or,
     when none is ok, of the judged rows that kept a time (an incorrect row keeps its time, for inspection).
 
     Columns: the swept axes (`swept_axes`), `backend` (the variant's label), `rows`, `ok`, `time_ms`, the memory
-    column (`peak_alloc_bytes` or `peak_mem_bytes`, named as measured), `status`, `not_result`. Sorted by the axes,
-    then the registry's back-end order (a variant's option sets in the rows' order). Empty (with those columns) when
-    no row ran.
+    column (`peak_alloc_bytes` or `peak_mem_bytes`, named as measured), `status`, `not_result`, `speedup`. Sorted by
+    the axes, then the registry's back-end order (a variant's option sets in the rows' order). Empty (with those
+    columns) when no row ran. A `baseline` that is no back end of these rows raises ValueError (`baseline_label`).
     """
     measured = _measured(rows).copy()
     axes = swept_axes(measured)
     memory = memory_metric(measured) if len(measured) else MEMORY_COLUMNS[-1]
-    columns = [*axes, "backend", "rows", "ok", "time_ms", memory, "status", "not_result"]
+    columns = [*axes, "backend", "rows", "ok", "time_ms", memory, "status", "not_result", "speedup"]
     if measured.empty:
         return pd.DataFrame(columns=columns)
     if "device" in axes:
@@ -134,6 +194,7 @@ def summary_frame(rows: pd.DataFrame) -> pd.DataFrame:
     # option sets of one variant: as they came; window cells mix widths and pairs' texts (analysis.load)
     frame = frame.sort_values([*axes, "_order"], kind="stable",
                               key=lambda column: column.map(window_order) if column.name == "window" else column)
+    frame["speedup"] = _speedups(frame, axes, baseline_label(frame["backend"], baseline))
     return frame[columns].reset_index(drop=True)
 
 
@@ -279,22 +340,24 @@ def _memory_column(frame: pd.DataFrame) -> str | None:
 
 def _wide(frame: pd.DataFrame, *, memory: bool, mark_fastest: str) -> tuple[list[str], list[str], list[list[str]]]:
     """(axis headers, back-end headers, cells per table row): back ends as columns, one cell per point and back end,
-    the fastest back end of a row marked when more than one ran. A cell holding a judged row is no result: its
-    time is shown with the statuses after it ("12.3 ms (incorrect)") and it is never the fastest."""
+    the fastest back end of a row marked when more than one ran, and a result's speed-up over the baseline after
+    its time ("1.23 ms · 1.85×", `summary_frame`'s `speedup`). A cell holding a judged row is no result: its time is
+    shown with the statuses after it ("12.3 ms (incorrect)"), it is never the fastest and has no speed-up."""
     axes = frame_axes(frame)
     backends = list(dict.fromkeys(frame["backend"]))
     mem = _memory_column(frame) if memory else None
+    speedups = frame["speedup"] if "speedup" in frame else pd.Series(math.nan, index=frame.index)
     cells_by_row: list[list[str]] = []
     groups = frame.groupby(axes, sort=False, dropna=False) if axes else [((), frame)]
     for key, group in groups:
         key = key if isinstance(key, tuple) else (key,)
-        by_backend = {row.backend: row for row in group.itertuples(index=False)}
+        by_backend = {row.backend: (row, speedups[index]) for index, row in zip(group.index, group.itertuples(index=False))}
         results = group[(group["ok"] > 0) & (group["not_result"] == "")]
         times = results["time_ms"].dropna()
         fastest = results.loc[times.idxmin(), "backend"] if len(times) > 1 else None
         cells = [_axis_value(v) for v in key]
         for backend in backends:
-            row = by_backend.get(backend)
+            row, speedup = by_backend.get(backend, (None, math.nan))
             if row is None:
                 cells.append("")
             elif row.not_result:
@@ -308,12 +371,22 @@ def _wide(frame: pd.DataFrame, *, memory: bool, mark_fastest: str) -> tuple[list
                     text += " · " + format_bytes(getattr(row, mem))
                 if backend == fastest and mark_fastest:
                     text = mark_fastest.format(text)
+                if not pd.isna(speedup):
+                    text += f" · {format_speedup(speedup)}"
                 cells.append(text)
         cells_by_row.append(cells)
     return axes, backends, cells_by_row
 
 
-def _explain(frame: pd.DataFrame, memory: bool) -> str:
+def format_speedup(value: float) -> str:
+    """Three significant figures and the sign ×: 0.512×, 1.85×, 12.3×, 123×."""
+    if value >= 100:
+        return f"{value:.0f}{_SPEEDUP_MARK}"
+    return f"{value:#.3g}{_SPEEDUP_MARK}"
+
+
+def _explain(frame: pd.DataFrame, memory: bool, baseline: str | None = None, pick: str = "") -> str:
+    """The line under a table saying what its cells hold; `pick`: how to choose another baseline there."""
     mem = _memory_column(frame) if memory else None
     what = "median time of the ok rows of each point"
     if (frame["not_result"] != "").any():
@@ -321,10 +394,14 @@ def _explain(frame: pd.DataFrame, memory: bool) -> str:
     if mem is not None:
         what += (" · their memory peak (" + ("allocated through torch" if mem == "peak_alloc_bytes" else "peak RSS")
                  + f", {mem})")
+    if baseline is not None and frame["speedup"].notna().any():
+        what += (f" · speed-up over {baseline}: {baseline}'s time / the cell's (2.00{_SPEEDUP_MARK} = twice as fast"
+                 + (f"; {pick} picks another" if pick else "") + ")")
     return what
 
 
 def _markdown_table(frame: pd.DataFrame) -> list[str]:
+    """A compact pipe table (cells unpadded: the rendered page aligns them, and a diff stays one cell wide)."""
     axes, backends, table = _wide(frame, memory=True, mark_fastest="**{}**")
     header = axes + backends
     def cell(text: str) -> str:
@@ -334,15 +411,17 @@ def _markdown_table(frame: pd.DataFrame) -> list[str]:
     return lines + ["| " + " | ".join(cell(c) for c in cells) + " |" for cells in table]
 
 
-def summary_markdown(rows: pd.DataFrame) -> str:
-    """A pipe table for report.md: the swept axes, then one column per back end ("1.23 ms · 4.00 MiB", the
-    fastest of each row in bold, a failed point's status, a judged one marked), and the status counts under it,
-    then the line naming the back ends with judged rows (`not_results_line`). Rows that are not one grid get the
-    leading slice's table first (`leading_slice`, its held values in the line above it), then every point's."""
-    frame = summary_frame(rows)
+def summary_markdown(rows: pd.DataFrame, baseline: str | None = None) -> str:
+    """A pipe table for report.md: the swept axes, then one column per back end ("1.23 ms · 4.00 MiB · 1.85×", the
+    fastest of each row in bold, the speed-up over `baseline` (`baseline_label`: sdpa when it ran), a failed point's
+    status, a judged one marked), and the status counts under it, then the line naming the back ends with judged
+    rows (`not_results_line`). Rows that are not one grid get the leading slice's table first (`leading_slice`, its
+    held values in the line above it), then every point's."""
+    frame = summary_frame(rows, baseline)
     if frame.empty:
         return f"*No measured rows* ({status_line(rows)})."
-    note = _explain(frame, memory=True) + "; bold: the fastest back end of the row."
+    note = _explain(frame, memory=True, baseline=baseline_label(frame["backend"], baseline))
+    note += "; bold: the fastest back end of the row."
     judged = not_results_line(rows)
     counts = f"{status_line(rows)}{noise_note(rows)}. Cells: {note}" + (f"\n\n{judged}." if judged else "")
     full = "\n".join(_markdown_table(frame))
@@ -358,10 +437,12 @@ def summary_markdown(rows: pd.DataFrame) -> str:
 
 
 def _text_table(header: Sequence[str], table: Sequence[Sequence[str]], n_axes: int) -> list[str]:
-    widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(header)]
-    def line(values: Sequence[str]) -> str:
-        return "  ".join(v.ljust(w) if i < n_axes else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))).rstrip()
-    return [line(header), *(line(row) for row in table)]
+    """A plain aligned table (tabulate's `plain`): the axes left-aligned, the cells right-aligned."""
+    align = ["left" if i < n_axes else "right" for i in range(len(header))]
+    # the header as the first row: tabulate pads a header row by two more columns than its cells need
+    text = tabulate([list(header), *(list(row) for row in table)], tablefmt="plain", colalign=align,
+                    disable_numparse=True)
+    return [line.rstrip() for line in text.splitlines()]
 
 
 def _short_labels(backends: Sequence[str]) -> list[str]:
@@ -371,9 +452,28 @@ def _short_labels(backends: Sequence[str]) -> list[str]:
     return short if len(set(short)) == len(short) else list(backends)
 
 
+def _parts(axes: Sequence[str], labels: Sequence[str], table: Sequence[Sequence[str]], width: int) -> list[list[int]]:
+    """The back ends' column indices split into consecutive parts whose tables (axes repeated) fit `width`; a part
+    holds at least one back end however wide it is."""
+    n = len(axes)
+
+    def widest(part: list[int]) -> int:
+        header = [*axes, *(labels[c] for c in part)]
+        return max(map(len, _text_table(header, [[*r[:n], *(r[n + c] for c in part)] for r in table], n)))
+
+    parts: list[list[int]] = []
+    for column in range(len(labels)):
+        if parts and widest([*parts[-1], column]) <= width:
+            parts[-1].append(column)
+        else:
+            parts.append([column])
+    return parts
+
+
 def _fit_text(frame: pd.DataFrame, width: int, max_rows: int) -> tuple[list[str], list[str], bool]:
     """(table lines, notes, whether memory is shown) for `frame` within `width`: memory goes first, then the
-    back-end labels lose their option names, then the back ends that still do not fit go (a note names them)."""
+    back-end labels lose their option names, then the table is split into parts of back ends, each repeating the
+    axes (a note says so). No back end is ever left out: a plugin named by path is the column its user ran for."""
     notes: list[str] = []
     for memory in (True, False):
         axes, backends, table = _wide(frame, memory=memory, mark_fastest=_FASTEST_MARK + "{}")
@@ -389,29 +489,32 @@ def _fit_text(frame: pd.DataFrame, width: int, max_rows: int) -> tuple[list[str]
         renamed = [f"{short} = {label}" for short, label in zip(labels, backends) if short != label]
         if renamed:
             notes.append("back ends named by their option values to fit: " + "; ".join(renamed))
-    if max(map(len, lines)) > width:  # back ends from the right until the table fits (at least one stays)
-        kept = len(backends)
-        while kept > 1 and max(map(len, _text_table(axes + labels[:kept], [r[:len(axes) + kept] for r in table],
-                                                     len(axes)))) > width:
-            kept -= 1
-        left_out = backends[kept:]
-        lines = _text_table(axes + labels[:kept], [r[:len(axes) + kept] for r in table], len(axes))
-        if left_out:
-            notes.append(f"left out to fit {width} columns: {', '.join(left_out)}")
+    shown_rows = table[:max_rows]
+    if len(table) > max_rows:
+        notes.append(f"{len(table) - max_rows} more rows not shown")
+    n = len(axes)
+    if max(map(len, lines)) > width:  # split the back ends into parts that fit, each with the axes again
+        parts = _parts(axes, labels, shown_rows, width)
+        lines = []
+        for number, part in enumerate(parts):
+            lines += ([""] if number else []) + _text_table(
+                [*axes, *(labels[c] for c in part)], [[*r[:n], *(r[n + c] for c in part)] for r in shown_rows], n)
+        if len(parts) > 1:
+            notes.append(f"split in {len(parts)} parts to fit {width} columns, every back end shown")
+    else:
+        lines = _text_table(axes + labels, shown_rows, n)
     if not memory and _memory_column(frame) is not None:
         notes.append("memory left out to fit")
-    if len(lines) - 1 > max_rows:
-        notes.append(f"{len(lines) - 1 - max_rows} more rows not shown")
-        lines = lines[:max_rows + 1]
     return lines, notes, memory
 
 
-def summary_text(rows: pd.DataFrame, width: int = 100, max_rows: int = 60) -> str:
-    """The same table for a terminal, within `width` columns: back ends as columns; memory is dropped first, then
-    the back-end labels lose their option names, then the back ends that do not fit go (a note names them), and rows
-    past `max_rows` (a note counts them). Rows that are not one grid show their leading slice only (`leading_slice`:
-    a line above it names the held values, a note under it what the other rows vary)."""
-    frame = summary_frame(rows)
+def summary_text(rows: pd.DataFrame, width: int = 100, max_rows: int = 60, baseline: str | None = None) -> str:
+    """The same table for a terminal, within `width` columns: back ends as columns, each result's speed-up over
+    `baseline` (`baseline_label`: sdpa when it ran) after its time; memory is dropped first, then the back-end labels
+    lose their option names, then the table is split into parts (no back end is left out), and rows past `max_rows`
+    go (a note counts them). Rows that are not one grid show their leading slice only (`leading_slice`: a line above
+    it names the held values, a note under it what the other rows vary). An unknown `baseline` raises ValueError."""
+    frame = summary_frame(rows, baseline)
     if frame.empty:
         return f"No measured rows ({status_line(rows)})."
     piece = leading_slice(frame)
@@ -422,7 +525,9 @@ def summary_text(rows: pd.DataFrame, width: int = 100, max_rows: int = 60) -> st
         others = _others_text(piece, "report.md has them")
         if others:
             notes.append(others)
-    what = status_line(rows) + noise_note(rows) + ". Cells: " + _explain(frame, memory=memory) + f"; {_FASTEST_MARK}: fastest of the row."
+    explained = _explain(frame, memory=memory, baseline=baseline_label(frame["backend"], baseline),
+                         pick="baseline=NAME on a sweep's command line, --baseline NAME with runners.rows --table,")
+    what = status_line(rows) + noise_note(rows) + ". Cells: " + explained + f"; {_FASTEST_MARK}: fastest of the row."
     judged = not_results_line(rows)
     notes_text = [textwrap.fill(f"({note})", width) for note in notes]
     return "\n".join([*head, *lines, "", textwrap.fill(what, width), *([textwrap.fill(judged + ".", width)] if judged else []),

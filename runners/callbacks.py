@@ -126,7 +126,14 @@ class SweepCallback(Callback):
         group = sweep_id(config, sweep_dir)
         if note := progress.SKIPPED.line(interrupts.STATE.total):  # a resumed sweep with nothing left to measure
             print(note, flush=True)
-        if table := table_text(csv_path):
+        baseline = config.get("baseline")
+        try:
+            table = table_text(csv_path, baseline=baseline)
+        except ValueError as exc:  # the back end named as the baseline has no row here: said, and no speed-ups
+            print(f"warning: {exc}; the table and report.md show no speed-ups", file=sys.stderr, flush=True)
+            baseline = "none"
+            table = table_text(csv_path, baseline=baseline)
+        if table:
             print(f"\n{table}\n", flush=True)
         counts = Counter(str(r.get("status")) for r in all_rows)
         statuses = ", ".join(f"{n} {s}" for s, n in counts.most_common())
@@ -134,7 +141,7 @@ class SweepCallback(Callback):
         report_md = None
         if config.get("report", True):  # in its own process, within its limit (runners/report_process.py)
             limit_s = report_process.timeout_s(config.get("report_timeout_s"), len(all_rows))
-            report_md = report_process.write_report(csv_path, sweep_dir / "report", limit_s=limit_s)
+            report_md = report_process.write_report(csv_path, sweep_dir / "report", limit_s=limit_s, baseline=baseline)
         # wandb after every file is written: whatever it does, results.csv and report.md are final.
         SINK.log_table(wandb_conf, all_rows, columns, group=group, out_dir=sweep_dir, own_run=report_md is None)
         if report_md is not None and (run := SINK.log_report(wandb_conf, report_md, [csv_path], group=group,

@@ -70,6 +70,38 @@ def is_backend_name(name: str) -> bool:
     return describe_name(name) is None
 
 
+def missing_file(name: str) -> str:
+    """'' unless `name` is a file path plugin whose file does not exist (refused here rather than as an
+    `unsupported` row per point: a typo in a path is the command line's, like a typo in a name)."""
+    import os
+
+    from selfattn.backends.discovery import file_of, is_file_path
+
+    if not is_file_path(name) or os.path.isfile(file_of(name)):
+        return ""
+    file = name.rsplit(":", 1)[0]
+    where = "" if os.path.isabs(file) else f" (relative to {os.getcwd()})"
+    return f"backend: {name}: no such file {file}{where}"
+
+
+def same_name_paths(values: Iterable[Any]) -> list[str]:
+    """One line per name that two different path plugins share (`a:attn`, `b/c.py:attn`): rows, figures and
+    point ids carry a path plugin's function name, so the second would resume as the first ("already
+    measured"). Refused before anything runs; the same function spelt twice (`./a.py:f`, `a.py:f`) is one."""
+    from selfattn.backends.discovery import is_path, path_name, same_target
+
+    by_name: dict[str, list[str]] = {}
+    for value in values:
+        value = value.get("name") if isinstance(value, Mapping) else value
+        if isinstance(value, str) and is_path(value):
+            paths = by_name.setdefault(path_name(value), [])
+            if not any(same_target(value, seen) for seen in paths):
+                paths.append(value)
+    return [f"backend: {' and '.join(paths)} are both named {name} (a path plugin is named by its function, and "
+            "rows and point ids carry that name); rename one of the functions, or run them in two sweeps"
+            for name, paths in by_name.items() if len(paths) > 1]
+
+
 def options_in(group: str, extra: Sequence[Path]) -> tuple[str, ...]:
     """The group's options: conf/'s, then those of the folders the command line adds to Hydra's search path."""
     more = [p.stem for root in extra for p in sorted((Path(root) / group).glob("*.yaml"))]
@@ -89,7 +121,7 @@ def check_name(group: str, value: Any, extra: Sequence[Path] | None = ()) -> str
     if group == "backend":  # the registry's own line: what is known, and the nearest name
         from selfattn.backends import describe_name
 
-        return "" if name in options else (describe_name(name) or "")
+        return "" if name in options else (describe_name(name) or missing_file(name))
     if name in options:
         return ""
     allowed = ", ".join(options)
@@ -280,6 +312,11 @@ def problems(overrides: Sequence[str], config_dir: str | None = None) -> list[st
         for value in dict.fromkeys(str(v) for v in named[group]):
             if problem := check_name(group, value, extra):
                 found.append(problem)
+    grid_backends = [b for experiment in dict.fromkeys(str(v) for v in named["experiment"])
+                     if extra is not None and experiment in options_in("experiment", extra)
+                     for grid in experiment_grids(experiment, extra) if isinstance(grid, Mapping)
+                     for b in _as_list(grid.get("backend", []))]
+    found += same_name_paths([*named["backend"], *grid_backends])
     searchpath = searchpath_of(parsed)
     if searchpath is not None and not any(e.startswith(PLUGIN_SOURCE) for e in searchpath):
         # Hydra would compose the built-ins' jobs, then stop at "Could not find 'backend/<plugin>'"

@@ -42,6 +42,9 @@ class RunnerConf:
                                                           "process before it is stopped (results.csv stays complete); "
                                                           "null = 120 + 0.5 per row")
     verbose: bool = spec(False, help="show the known notes of Hydra and torch that a sweep hides (runners/quiet.py)")
+    baseline: str | None = spec(None, help="the back end each cell of the end table and report.md is compared with "
+                                           "(its time / the cell's): null = sdpa when it ran; none = no speed-ups; "
+                                           "a back end as the table names it")
     grids: Any = spec(None, help="optional union of small grids; null = plain Hydra product")
     grid_point: int | None = spec(None, ge=0, help="index into the union of `grids`")
     metrics: Any = spec(default_factory=lambda: list(ALL_METRICS), parse=parse_metrics,
@@ -230,7 +233,7 @@ def raw_point_id(values: Mapping[str, Any]) -> str:
     """An id for a config that does not validate: a hash of every value that is not a runner
     setting, so resume skips it too and two different bad configs never share an id."""
     ignored = {"budget", "wandb", "grids", "grid_point", "name", "retry_failed", "prevalidate", "report", "metrics",
-               "verbose", "report_timeout_s"}
+               "verbose", "report_timeout_s", "baseline"}
     key = {k: v for k, v in values.items() if k not in ignored}
     return "raw-" + hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
 

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from runners import config, curves, interrupts, isolate, ledger, progress, quiet, row_store, rows
+from runners import config, curves, eta, interrupts, isolate, ledger, progress, quiet, row_store, rows
 from runners.scheduler_signals import StoppedByScheduler, stops_from_scheduler
 from runners.config import ParsedJob
 from runners.wandb_log import SINK
@@ -135,6 +135,7 @@ def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
         if ctx.multirun and interrupts.STATE.sweep_dir is not None:
             # the launching process runs its jobs in order: one line for a run of them (progress.Skipped)
             progress.SKIPPED.add(done)
+            eta.PREDICTED.skipped(cfg)
         else:  # a single run, or a job in a process of its own (SLURM, joblib): its own log says it
             print(progress.line(index, ctx.total, progress.describe(stub, varying), stub,
                                 note=f"skipped: the sweep folder already has this point ({done})"), flush=True)
@@ -143,8 +144,10 @@ def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
 
     if note := progress.SKIPPED.line(ctx.total):
         print(note, flush=True)
-    if ctx.multirun and interrupts.STATE.sweep_dir is not None:
+    in_order = ctx.multirun and interrupts.STATE.sweep_dir is not None  # the launching process's jobs, one by one
+    if in_order:
         progress.SKIPPED.measuring()  # a point skipped after this one is no resumed sweep's first
+        eta.PREDICTED.measuring(cfg, ctx.given, start)  # the grids' predictions, once, for the ETA
     try:
         with stops_from_scheduler():
             row = measure(parsed, metrics)
@@ -189,9 +192,14 @@ def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
     SINK.log_point(parsed.wandb, written, group=ctx.sweep_id or ctx.sweep_dir.name, out_dir=ctx.sweep_dir,
                    job=ctx.index)  # a curve too
 
-    skipped = progress.SKIPPED.said  # a resumed sweep's points already measured take no time: not in the ETA's average
-    eta = progress.eta_s(ctx.started_unix, (index or 0) - skipped, ctx.total - skipped if ctx.total else None)
-    print(progress.line(index, ctx.total, progress.describe(written, varying), written, eta=eta), flush=True)
+    left_s = None
+    if in_order:  # the time guard's predictions of the points left, scaled by the points measured (runners/eta.py)
+        eta.PREDICTED.measured(cfg)
+        left_s = eta.PREDICTED.eta_s(ctx.total)
+    if left_s is None:
+        skipped = progress.SKIPPED.said  # a resumed sweep's points already measured take no time: not in the average
+        left_s = progress.eta_s(ctx.started_unix, (index or 0) - skipped, ctx.total - skipped if ctx.total else None)
+    print(progress.line(index, ctx.total, progress.describe(written, varying), written, eta=left_s), flush=True)
     if not ctx.multirun:  # where the row went (a sweep says where results.csv is at its end)
         print(f"row: {row_file}; results: {ctx.sweep_dir / rows.CSV_NAME}", flush=True)
     return written

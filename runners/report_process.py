@@ -44,9 +44,10 @@ def timeout_s(configured: float | None, rows: int) -> float:
     return float(configured) if configured is not None else default_timeout_s(rows)
 
 
-def rerun_command(csv_path: Path, out_dir: Path) -> str:
+def rerun_command(csv_path: Path, out_dir: Path, baseline: str | None = None) -> str:
     """The command that writes this report (what the child ran), as a user types it."""
-    return shlex.join(["python", "-m", REPORT_MODULE, str(csv_path), "--out", str(out_dir)])
+    return shlex.join(["python", "-m", REPORT_MODULE, str(csv_path), "--out", str(out_dir),
+                       *(["--baseline", baseline] if baseline is not None else [])])
 
 
 def _child_env() -> dict[str, str]:
@@ -71,12 +72,14 @@ def _kill(child: subprocess.Popen) -> None:
     child.wait()
 
 
-def write_report(csv_path: Path, out_dir: Path, *, limit_s: float) -> Path | None:
+def write_report(csv_path: Path, out_dir: Path, *, limit_s: float, baseline: str | None = None) -> Path | None:
     """Write the report of `csv_path` into `out_dir` in a child process within `limit_s` seconds; returns
-    report.md when the child wrote it, else None after one line on stderr saying why and how to rerun it."""
+    report.md when the child wrote it, else None after one line on stderr saying why and how to rerun it.
+    `baseline`: the back end its summary table's speed-ups are over (None: the report's default, sdpa)."""
     csv_path, out_dir = Path(csv_path), Path(out_dir)
-    rerun = rerun_command(csv_path, out_dir)
-    command = [sys.executable, "-m", REPORT_MODULE, str(csv_path), "--out", str(out_dir)]
+    rerun = rerun_command(csv_path, out_dir, baseline)
+    command = [sys.executable, "-m", REPORT_MODULE, str(csv_path), "--out", str(out_dir),
+               *(["--baseline", baseline] if baseline is not None else [])]
     sys.stdout.flush()  # what this process printed comes before the child's lines
     sys.stderr.flush()
     started_ns = time.time_ns()

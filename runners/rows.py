@@ -248,6 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--if-stale", action="store_true", help="only where results.csv is missing or behind the rows")
     parser.add_argument("--table", action="store_true",
                         help="then print each sweep's summary table (what a finished sweep prints)")
+    parser.add_argument("--baseline", metavar="NAME", default=None,
+                        help="with --table: the back end each cell's speed-up is over (its time / the cell's; "
+                             "default: sdpa when it ran; none: no speed-ups)")
     parser.add_argument("--repro", metavar="POINT_ID",
                         help="print the one `python -m runners.sweep ...` command (at the row's commit) that measures "
                              "that point again (a unique prefix of its point_id will do), and nothing else")
@@ -256,6 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not folders:
         print(f"error: DIR: no sweep folder (with {SWEEP_META} or {INDEX_NAME}/) in {' '.join(args.dirs)}", file=sys.stderr)
         return 2
+    if args.baseline is not None and not args.table:
+        parser.error("--baseline: only with --table (it picks the table's reference back end)")
     if args.repro is not None:
         return _print_repro(folders, args.repro)
     if args.if_stale:
@@ -271,9 +276,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.table:
         from runners.table import table_text  # pandas, through the analysis package: only when asked
 
+        status = 0
         for folder in folders:
-            table = table_text(folder / CSV_NAME) if (folder / CSV_NAME).is_file() else None
+            try:
+                table = table_text(folder / CSV_NAME, baseline=args.baseline) if (folder / CSV_NAME).is_file() else None
+            except ValueError as exc:  # --baseline names no back end of this sweep: the others still print
+                print(f"error: --{exc} ({folder})", file=sys.stderr)
+                status = 2
+                continue
             print(f"\n{folder}:\n{table or 'no usable row to tabulate'}")
+        return status
     return 0
 
 

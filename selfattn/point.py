@@ -90,7 +90,8 @@ class Point:
 
     backend: str = spec("naive", parse=check_backend, plain=False,
                         help="the attention back end: naive | sdpa | chunked | flex | triton, an installed plugin's "
-                             "name, or a path module:function (docs/plugins.md; `python -m selfattn.backends` lists them)")
+                             "name, or a path module:function or file.py:function (docs/plugins.md; "
+                             "`python -m selfattn.backends` lists them)")
     backend_options: Mapping[str, Any] = spec(
         default_factory=dict, plain=False, help="the back end's own options (config: backend.<option>)")
     precision: str = spec("fp32", choices=PRECISIONS, plain=False, help="storage and compute precision")

@@ -26,11 +26,20 @@ GROUP = "backend"
 
 
 def _option_name(config_path: str) -> str | None:
-    """`backend/my_pkg.attn:fast(.yaml)` -> `my_pkg.attn:fast`; None for another group or path."""
+    """`backend/my_pkg.attn:fast(.yaml)` -> `my_pkg.attn:fast`, `backend/plugins/attn.py:fast` ->
+    `plugins/attn.py:fast` (a file's path keeps its folders; `backend=/abs/attn.py:fast` arrives as
+    `backend//abs/attn.py:fast`); None for another group or a folder that names no file."""
     group, _, name = config_path.rstrip("/").partition("/")
-    if group != GROUP or not name or "/" in name:
+    name = name[: -len(".yaml")] if name.endswith(".yaml") else name
+    if group != GROUP or not name or ("/" in name and not _is_file_path(name)):
         return None
-    return name[: -len(".yaml")] if name.endswith(".yaml") else name
+    return name
+
+
+def _is_file_path(name: str) -> bool:
+    from selfattn.backends.discovery import is_file_path
+
+    return is_file_path(name)
 
 
 def plugin_node(name: str) -> dict[str, Any]:

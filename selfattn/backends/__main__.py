@@ -1,9 +1,11 @@
 """`python -m selfattn.backends [--json] [PATH ...]`: every back end, where it came from, and whether it can run here.
 
 Lists the built-ins, every installed entry point of the group `selfattn.backends` (refused ones with the
-reason), and each path `module:function` given as an argument; the attention variants each declares
-(selfattn/variants.py), and for each device type of this machine yes, or why not (a plugin that fails to
-import says its error; one whose declared environment is missing says "cpu: no (needs TRITON_INTERPRET=1)").
+reason), and each path `module:function` or `file.py:function` given as an argument; what each declares (the
+mask arguments it honours, `all` for the four; its precisions and whether it takes GQA and a backward pass, per
+device type where they differ; the attention variants of selfattn/variants.py), and for each device type of this
+machine yes, or why not (a plugin that fails to import says its error; one whose declared environment is missing
+says "cpu: no (needs TRITON_INTERPRET=1)").
 `--json` prints the same back ends as one JSON document: each one's whole declaration (its options with
 their defaults, choices and help; hooks by their `module:function`) and, for cpu and cuda, whether it can
 run on this machine and why not (selfattn/backends/capability.py: the reason its points' rows would give).
@@ -17,7 +19,7 @@ import json
 import sys
 from typing import Any
 
-from selfattn.backends.contract import DEVICE_TYPES
+from selfattn.backends.contract import DEVICE_TYPES, MASK_ARGUMENTS
 from selfattn.backends.discovery import BUILTIN_NAMES, describe_name, entry_points, refused_entry_points
 
 SOURCE_WORDS = {"builtin": "built in", "entry_point": "entry point", "path": "path"}
@@ -48,30 +50,51 @@ def where_from(entry: Any) -> str:
     return entry.origin
 
 
-def describe(name: str, devices: list[str]) -> tuple[str, str, str, str, str]:
-    """(name, source, where from, variants, on this machine) of back end `name` as typed."""
+HEADER = ("name", "source", "from", "masks", "dtypes", "gqa", "backward", "variants", "on this machine")
+
+
+def _per_device(value: Any, text: Any) -> str:
+    """A declared fact as one cell: `text(value)`, or `cpu:... cuda:...` where it is a mapping per device type."""
+    if isinstance(value, dict):
+        return " ".join(f"{device}:{text(v)}" for device, v in value.items())
+    return text(value)
+
+
+def declared(entry: Any) -> tuple[str, str, str, str, str]:
+    """(masks, dtypes, gqa, backward, variants) as the listing shows what `entry` declares ('-' for none)."""
+    if entry.broken:
+        return ("",) * 5
+    d = entry.declaration
+    masks = "all" if set(d.masks) == set(MASK_ARGUMENTS) else ",".join(d.masks) or "-"
+    yes = lambda flag: "yes" if flag else "no"  # noqa: E731
+    return (masks, _per_device(d.dtypes, lambda v: ",".join(v) or "-"), yes(d.gqa), _per_device(d.backward, yes),
+            ",".join(d.variants) or "-")
+
+
+def describe(name: str, devices: list[str]) -> tuple[str, ...]:
+    """(name, source, where from, masks, dtypes, gqa, backward, variants, on this machine) of back end `name` as
+    typed (HEADER)."""
     from selfattn.backends.registry import get_backend
 
     problem = describe_name(name)
     if problem:
-        return name, "path" if ":" in name else "?", "", "", f"refused: {problem}"
+        return name, "path" if ":" in name else "?", "", "", "", "", "", "", f"refused: {problem}"
     entry = get_backend(name)
     states = []
     for device in devices:
         why = why_not_here(entry, device)
         states.append(f"{device}: yes" if why is None else f"{device}: no ({why})")
-    variants = ",".join(entry.variants) or "-"
-    return entry.name, SOURCE_WORDS[entry.source], where_from(entry), variants, "; ".join(states)
+    return (entry.name, SOURCE_WORDS[entry.source], where_from(entry), *declared(entry), "; ".join(states))
 
 
 def names(paths: list[str]) -> list[str]:
     return [*BUILTIN_NAMES, *sorted(entry_points()), *paths]
 
 
-def listing(paths: list[str]) -> list[tuple[str, str, str, str, str]]:
+def listing(paths: list[str]) -> list[tuple[str, ...]]:
     devices = device_types()
     rows = [describe(name, devices) for name in names(paths)]
-    rows += [(name, "entry point", "", "", f"refused: {why}") for name, why in sorted(refused_entry_points().items())]
+    rows += [(name, "entry point", *[""] * 6, f"refused: {why}") for name, why in sorted(refused_entry_points().items())]
     return rows
 
 
@@ -127,10 +150,11 @@ def main(argv: list[str]) -> int:
                      for name, why in sorted(refused_entry_points().items())]
         print(json.dumps({"backends": backends}, indent=2))
     else:
-        rows = [("name", "source", "from", "variants", "on this machine"), *listing(paths)]
-        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        rows = [HEADER, *listing(paths)]
+        last = len(HEADER) - 1  # "on this machine": as long as its reason, never padded
+        widths = [max(len(row[i]) for row in rows) for i in range(last)]
         for row in rows:
-            print("  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4])
+            print("  ".join(cell.ljust(width) for cell, width in zip(row[:last], widths)) + "  " + row[last])
     if any(describe_name(arg) for arg in paths):
         return 2
     from selfattn.backends.registry import get_backend

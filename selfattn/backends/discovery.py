@@ -4,11 +4,14 @@ A back end is named one of three ways:
 - built in: `naive`, `sdpa`, `chunked`, `flex`, `triton` (modules in this package, BUILTIN_NAMES);
 - an entry point in the group `selfattn.backends` of an installed package (`fast = my_pkg.attn:fast`
   in its pyproject.toml), read from the installed packages' metadata (importlib.metadata);
-- a path, `module:attribute` (`my_pkg.attn:fast`), imported when a job first runs it.
+- a path, `module:attribute` (`my_pkg.attn:fast`), imported when a job first runs it, or a file's path
+  and attribute (`plugins/attn.py:fast`, relative to the working folder, or absolute), loaded from that
+  file when a job first runs it, with no package and no PYTHONPATH needed.
 
 A back end's NAME is what its rows, figures and point ids carry: the built-in's name, the entry point's
-name, or a path's last attribute (`my_pkg.attn:fast` is named `fast`). So a function moved from a path to
-an entry point of the same name keeps its point ids, and resume finds its rows.
+name, or a path's last attribute (`my_pkg.attn:fast` and `plugins/attn.py:fast` are named `fast`). So a
+function moved from a file to a module, or to an entry point of the same name, keeps its point ids, and
+resume finds its rows.
 
 `describe_name(name)` is the one answer to "is this back-end name known?": None, or why not in one line.
 Everything here is pure Python and cheap: the sweep's configuration checks, the listing and the analysis
@@ -18,6 +21,8 @@ read it.
 from __future__ import annotations
 
 import difflib
+import hashlib
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -30,6 +35,8 @@ BUILTIN_NAMES: tuple[str, ...] = ("naive", "sdpa", "chunked", "flex", "triton")
 SOURCES = ("builtin", "entry_point", "path")
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 _PATH = re.compile(rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}(\.{_IDENTIFIER})*$")
+# a file path plugin: anything ending in .py, then `:attribute` (the last colon splits: C:/x.py:f stays whole)
+_FILE_PATH = re.compile(rf"^(?P<file>.+\.py):(?P<attribute>{_IDENTIFIER}(\.{_IDENTIFIER})*)$")
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,33 @@ class EntryPoint:
 def is_path(name: str) -> bool:
     """Whether `name` is spelt as a path, `module:attribute` (its spelling may still be wrong)."""
     return isinstance(name, str) and ":" in name
+
+
+def is_file_path(name: str) -> bool:
+    """Whether path `name` names a file, `folder/file.py:function` (its file may still be missing)."""
+    return is_path(name) and name.rsplit(":", 1)[0].endswith(".py")
+
+
+def file_of(path: str) -> str:
+    """The absolute file of a file path plugin (`plugins/attn.py:fast` -> /cwd/plugins/attn.py), resolved
+    against this process's working folder (a sweep's jobs and workers keep the folder it started in)."""
+    return os.path.realpath(os.path.expanduser(path.rsplit(":", 1)[0]))
+
+
+def file_module_name(path: str) -> str:
+    """The module name a file path plugin is loaded under: the file's stem and a hash of its absolute path, so
+    every process (a worker, a resumed sweep) loads one file under one name (its options unpickle there) and
+    two files of one stem stay apart. Not importable by that name: the registry loads the file itself."""
+    file = file_of(path)
+    stem = re.sub(r"\W", "_", os.path.basename(file)[: -len(".py")]) or "plugin"
+    return f"selfattn_file_{stem}_{hashlib.sha1(file.encode()).hexdigest()[:10]}"
+
+
+def same_target(a: str, b: str) -> bool:
+    """Whether two targets as typed name one function (`plugins/a.py:f` and `./plugins/a.py:f` do)."""
+    if is_file_path(a) and is_file_path(b):
+        return file_of(a) == file_of(b) and a.rsplit(":", 1)[1] == b.rsplit(":", 1)[1]
+    return a == b
 
 
 def path_name(path: str) -> str:
@@ -118,15 +152,21 @@ def backend_names() -> tuple[str, ...]:
 def describe_name(name: object) -> str | None:
     """None when back end `name` is known, else one line saying why not (and what was meant).
 
-    Known: a built-in, an installed entry point, or a well-formed path `module:attribute` whose name (its
-    attribute) is not a built-in's or another entry point's. Nothing is imported: whether the path's
-    module imports is the job's to find out (a failed import gives `unsupported` rows naming it).
+    Known: a built-in, an installed entry point, or a well-formed path `module:attribute` or
+    `file.py:attribute` whose name (its attribute) is not a built-in's or another entry point's. Nothing is
+    imported or read: whether the path's module imports (or its file exists) is the job's to find out (a failed
+    import gives `unsupported` rows naming it; the command line refuses a missing file first, cli_check.py).
     """
     if not isinstance(name, str) or not name:
         return f"backend: expected a back-end name or a path module:function, got {shown(name)}"
     if is_path(name):
-        if not _PATH.match(name):
-            return f"backend: {shown(name)} is not a path module:function (e.g. my_pkg.attn:fast)"
+        if is_file_path(name):
+            if not _FILE_PATH.match(name):
+                return (f"backend: {shown(name)} is not a file path file.py:function "
+                        "(e.g. plugins/attn.py:fast; the function a Python name)")
+        elif not _PATH.match(name):
+            return (f"backend: {shown(name)} is not a path module:function (e.g. my_pkg.attn:fast) "
+                    "or file.py:function (e.g. plugins/attn.py:fast)")
         return collision(name)
     if name in BUILTIN_NAMES:  # an entry point of a built-in's name is refused; the built-in stays itself
         return None

@@ -17,13 +17,15 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+from pathlib import PurePath
 from types import ModuleType
 from typing import Any, Callable, Mapping
 
 import torch
 
 from selfattn.backends.contract import Declaration, Speed, declaration_of
-from selfattn.backends.discovery import BUILTIN_NAMES, describe_name, entry_points, is_path, path_name
+from selfattn.backends.discovery import (BUILTIN_NAMES, describe_name, entry_points, file_module_name, file_of,
+                                         is_file_path, is_path, path_name, same_target)
 from selfattn.errors import BackendContractError, Unsupported
 from selfattn.fields import defaults
 
@@ -76,8 +78,12 @@ class Backend:
         label = self.declaration.kernel_label
         if self.broken:
             return ""
-        if label is None:
-            return self.origin.replace(":", ".")
+        if label is None:  # `module.function`; a file's: its stem's (`plugins/attn.py:fast` -> attn.fast)
+            origin = self.origin
+            if is_file_path(origin):
+                file, _, attribute = origin.rpartition(":")
+                origin = f"{PurePath(file).stem}:{attribute}"
+            return origin.replace(":", ".")
         return str(label(dict(options)) if callable(label) else label)
 
     def mem_bytes(self, point: Any, options: Mapping[str, Any], device: str) -> int:
@@ -197,7 +203,8 @@ def get_backend(name: str) -> Backend:
     else:
         entry = _load(name, entry_points()[name].target, "entry_point")
     for other in _loaded.values():  # two paths of one name in one process: the second is refused
-        if other.name == entry.name and other.origin != entry.origin and other.source == "path" == entry.source:
+        if (not entry.broken and other.name == entry.name and not same_target(other.origin, entry.origin)
+                and other.source == "path" == entry.source):
             entry = broken(entry.name, source="path", origin=name,
                            error=f"its name {entry.name} is taken by the path {other.origin}; rename one")
     _loaded[name] = entry
@@ -212,11 +219,11 @@ def forget() -> None:
 
 def _load(name: str, target: str, source: str) -> Backend:
     """Import `module:attribute` and wrap the function it holds; any failure becomes a broken Backend."""
-    module_name, _, attribute = target.partition(":")
+    module_name, _, attribute = target.rpartition(":") if is_file_path(target) else target.partition(":")
     obj: Any = None  # stays None when the module itself fails to import
     part = ""
     try:
-        obj = importlib.import_module(module_name)
+        obj = _load_file(target) if is_file_path(target) else importlib.import_module(module_name)
         for part in filter(None, attribute.split(".")):
             obj = getattr(obj, part)
     except BaseException as err:  # noqa: BLE001 - a plugin's import may raise anything, SystemExit included
@@ -226,6 +233,8 @@ def _load(name: str, target: str, source: str) -> Backend:
         if isinstance(err, AttributeError) and isinstance(obj, ModuleType):  # a misspelt function: the nearest
             near = difflib.get_close_matches(part, [n for n in vars(obj) if not n.startswith("_")], n=1, cutoff=0.6)
             hint = f"; did you mean {module_name}:{near[0]}?" if near and "." not in attribute else ""
+            if is_file_path(target) and obj.__name__ == file_module_name(target):  # not the internal module name
+                err = AttributeError(f"{module_name} has no attribute {part!r}")
         return broken(name, source=source, origin=target, error=f"import failed: {_one_line(err)}{hint}")
     if isinstance(obj, ModuleType) or not callable(obj):
         what = "a module" if isinstance(obj, ModuleType) else f"a {type(obj).__name__}"
@@ -236,6 +245,33 @@ def _load(name: str, target: str, source: str) -> Backend:
     except ValueError as err:
         return broken(name, source=source, origin=target, error=f"bad declaration: {err}")
     return Backend(name, obj, declaration, source=source, origin=target)
+
+
+def _load_file(target: str) -> ModuleType:
+    """The module of file path plugin `target` (`plugins/attn.py:fast`), loaded from its file once per process
+    under discovery.file_module_name (registered in sys.modules first: a dataclass of options looks its module
+    up while it is built, and pickle finds it there in an isolated worker that loaded the same file)."""
+    import importlib.util
+    import os
+    import sys
+
+    file, name = file_of(target), file_module_name(target)
+    if name in sys.modules:
+        return sys.modules[name]
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"no such file {file}" + (f" (relative to {os.getcwd()})"
+                                                          if not os.path.isabs(target.rsplit(':', 1)[0]) else ""))
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{file} cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]  # a fixed file loads again in a later process, not half of this one
+        raise
+    return module
 
 
 def _one_line(err: BaseException) -> str:

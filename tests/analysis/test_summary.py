@@ -64,7 +64,7 @@ def test_seeds_are_repeats_whose_median_is_taken_and_devices_become_an_axis():
 def test_frame_has_one_row_per_point_and_back_end_in_registry_order_with_failed_statuses():
     frame = summary_frame(_grid())
     assert list(frame.columns) == ["seq_len", "causal", "backend", "rows", "ok", "time_ms", "peak_alloc_bytes",
-                                   "status", "not_result"]
+                                   "status", "not_result", "speedup"]
     assert len(frame) == 12
     assert list(frame["backend"][:3]) == ["naive", "sdpa", "chunked"]  # BACKEND_NAMES' order, not the rows'
     oom = frame[(frame["seq_len"] == 256) & frame["causal"] & (frame["backend"] == "chunked")].iloc[0]
@@ -90,9 +90,12 @@ def test_markdown_has_back_ends_as_columns_the_fastest_in_bold_and_the_oom_cell(
     text = summary_markdown(_grid())
     lines = text.splitlines()
     assert lines[0] == "| seq_len | causal | naive | sdpa | chunked |"
-    assert lines[2] == "| 128 | false | 3.00 ms · 3.00 MiB | **1.00 ms · 1.00 MiB** | 2.00 ms · 2.00 MiB |"
-    assert lines[5] == "| 256 | true | 6.00 ms · 3.00 MiB | **2.00 ms · 1.00 MiB** | oom |"
-    assert "12 rows: 11 ok, 1 oom." in text
+    # sdpa ran, so it is the baseline: each other result says its speed-up over sdpa (sdpa's time / its own)
+    assert lines[2] == ("| 128 | false | 3.00 ms · 3.00 MiB · 0.333× | **1.00 ms · 1.00 MiB** | "
+                        "2.00 ms · 2.00 MiB · 0.500× |")
+    assert lines[5] == "| 256 | true | 6.00 ms · 3.00 MiB · 0.333× | **2.00 ms · 1.00 MiB** | oom |"
+    assert "12 rows: 11 ok, 1 oom." in text and "speed-up over sdpa: sdpa's time / the cell's" in text
+    assert "×" not in summary_markdown(_grid(), baseline="none")
 
 
 def test_the_fastest_mark_follows_the_data_not_the_column_order():
@@ -102,18 +105,22 @@ def test_the_fastest_mark_follows_the_data_not_the_column_order():
     assert first.startswith("| 128 | false | **0.100 ms") and "**1.00 ms" not in first
 
 
-def test_text_fits_the_width_dropping_memory_first_then_back_ends_with_a_note():
+def test_text_fits_the_width_dropping_memory_first_then_splitting_never_leaving_a_back_end_out():
     rows = _grid()
     wide = summary_text(rows, width=200)
-    assert "MiB" in wide and "left out" not in wide
+    assert "MiB" in wide and "left out" not in wide and "split" not in wide
     assert max(len(line) for line in wide.splitlines()) <= 200
     narrow = summary_text(rows, width=40)
-    table = narrow.split("\n\n")[0].splitlines()
     assert max(len(line) for line in narrow.splitlines()) <= 40  # the notes are wrapped too
-    assert "MiB" not in "\n".join(table) and "memory left out" in narrow
+    parts = narrow.split("\n\n")
+    headers = [part.splitlines()[0].split() for part in parts if part.startswith("seq_len")]
+    # every back end is in one of the parts, each part repeats the axes
+    assert sorted(h for header in headers for h in header[2:]) == ["chunked", "naive", "sdpa"], headers
+    assert all(header[:2] == ["seq_len", "causal"] for header in headers) and len(headers) > 1
+    assert "MiB" not in "\n".join(parts[:len(headers)]) and "memory left out" in narrow
     flat = " ".join(narrow.split())
-    assert "left out to fit 40 columns: chunked" in flat
-    assert "12 rows: 11 ok, 1 oom" in flat
+    assert f"split in {len(headers)} parts to fit 40 columns, every back end shown" in flat
+    assert "12 rows: 11 ok, 1 oom" in flat and "columns:" not in flat
 
 
 def test_text_counts_the_rows_it_does_not_show():
@@ -210,14 +217,14 @@ def test_option_values_name_the_back_ends_before_any_is_left_out():
     rows = pd.concat([rows, extra], ignore_index=True)
     wide = summary_text(rows, width=200)
     assert "chunked (q_chunk=64)" in wide.splitlines()[1] and "named by" not in wide
-    narrow = summary_text(rows, width=70)  # the full labels need 82 columns even without memory
+    narrow = summary_text(rows, width=80)  # the full labels need 86 columns even without memory
     assert narrow.splitlines()[1].split() == ["seq_len", "causal", "naive", "sdpa", "chunked", "(64)", "chunked",
                                               "(128)"]
     flat = " ".join(narrow.split())
     assert "chunked (64) = chunked (q_chunk=64); chunked (128) = chunked (q_chunk=128)" in flat
-    assert "left out to fit 70" not in flat and max(map(len, narrow.splitlines())) <= 70
-    narrower = " ".join(summary_text(rows, width=60).split())  # shortened, and still one too many
-    assert "chunked (64) =" in narrower and "left out to fit 60 columns: chunked (q_chunk=128)" in narrower
+    assert "split" not in flat and max(map(len, narrow.splitlines())) <= 80
+    narrower = " ".join(summary_text(rows, width=60).split())  # shortened, and still one too many: split
+    assert "chunked (64) =" in narrower and "split in 2 parts to fit 60 columns" in narrower
 
 
 def test_the_quick_sweep_shows_every_back_end_against_seq_len():
@@ -248,3 +255,42 @@ def test_an_axis_whose_values_include_none_is_an_axis_and_none_its_own_row():
     assert len(frame) == 4 and sorted(frame.loc[frame["backend"] == "sdpa", "time_ms"]) == [1.0, 3.0]
     text = summary_text(rows, width=100)
     assert "unsupported" in text and "3.00 ms" in text and "1.00 ms" in text, text
+
+
+def test_a_named_baseline_gives_each_result_its_speed_up_and_an_unknown_one_is_one_line():
+    rows = _grid()
+    frame = summary_frame(rows, baseline="chunked")
+    at = frame.set_index(["seq_len", "causal", "backend"])
+    assert at.loc[(128, False, "sdpa"), "speedup"] == pytest.approx(2.0)  # chunked 2.00 ms / sdpa 1.00 ms
+    assert at.loc[(128, False, "naive"), "speedup"] == pytest.approx(2 / 3)
+    assert math.isnan(at.loc[(128, False, "chunked"), "speedup"])  # the baseline's own cell
+    assert at.loc[(256, True)]["speedup"].isna().all()  # chunked ran out of memory there: no reference
+    assert "· 2.00×" in summary_text(rows, width=200, baseline="chunked")
+    assert "×" not in summary_text(rows, width=200, baseline="none")
+    with pytest.raises(ValueError, match=r"^baseline: expected one of naive, sdpa, chunked \(the back ends of these "
+                                         r"rows\) or none, got 'sdpx'; did you mean sdpa\?$"):
+        summary_text(rows, baseline="sdpx")
+    two = _rows(_row("chunked", options={"q_chunk": 64}), _row("chunked", options={"q_chunk": 128}, time_ms=2.0))
+    with pytest.raises(ValueError, match="chunked ran with 2 option sets; name one: chunked"):
+        summary_frame(two, baseline="chunked")
+    assert summary_frame(two, baseline="chunked (q_chunk=64)")["speedup"].tolist()[1] == pytest.approx(0.5)
+
+
+def test_judged_cells_have_no_speed_up_and_no_sdpa_means_no_speed_ups():
+    rows = _rows(_row("sdpa", time_ms=1.0), _row("fast", time_ms=0.5, status="incorrect"), _row("slow", time_ms=4.0))
+    rows.loc[1, "time_ms"] = 0.5  # an incorrect row keeps its time
+    frame = summary_frame(rows).set_index("backend")
+    assert math.isnan(frame.loc["fast", "speedup"]) and frame.loc["slow", "speedup"] == pytest.approx(0.25)
+    assert summary_frame(rows[rows["backend"] != "sdpa"])["speedup"].isna().all()
+
+
+def test_plugins_are_never_the_columns_left_out_at_80_columns():
+    """Six back ends, two of them plugins named by path (the last columns, the first a narrow table would drop)."""
+    names = ["naive", "sdpa", "chunked", "flex", "hf_sdpa_iscausal", "hf_sdpa_mask"]
+    rows = _rows(*(_row(b, n, time_ms=(i + 1) * n / 128, backend_source="path" if i > 3 else "builtin")
+                   for n in (128, 256, 512) for i, b in enumerate(names)))
+    text = summary_text(rows, width=80)
+    assert max(map(len, text.splitlines())) <= 80
+    headers = [line.split() for line in text.splitlines() if line.startswith("seq_len")]
+    assert sorted(h for header in headers for h in header[1:]) == sorted(names), text
+    assert "left out to fit 80" not in text and "every back end shown" in " ".join(text.split())

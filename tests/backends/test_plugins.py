@@ -186,7 +186,10 @@ def test_an_entry_point_colliding_with_a_builtin_or_another_package_is_refused_n
 
     lines = {row[0]: row for row in listing([])}
     assert lines["dup"][-1].startswith("refused:") and "pkg-b" in lines["dup"][-1]
-    assert lines["naive"][3] == "asymmetric_window,softcap,alibi,sink"  # the variants it declares
+    assert lines["naive"][7] == "asymmetric_window,softcap,alibi,sink"  # the variants it declares
+    # what it declares beside them: every mask, its precisions, GQA and backward (per device type where they differ)
+    assert lines["naive"][3:7] == ("all", "fp64,fp32,fp16,bf16,fp8_e4m3,fp8_e5m2", "yes", "yes")
+    assert lines["flex"][4:7] == ("cpu:fp32,fp16,bf16 cuda:fp64,fp32,fp16,bf16", "yes", "cpu:no cuda:yes")
 
 
 def test_the_listing_exits_2_when_a_name_given_is_refused(capsys):

@@ -38,8 +38,9 @@ def fresh_sweep_state(monkeypatch):
     """Each test starts with no sweep started in its process and no point skipped yet (runners/interrupts.py and
     runners/progress.py keep both per process): a job run in-process then says its own skip, as in a process of its own.
     Nor with points an earlier test's jobs ran (runners/ledger.py), which its sweep's end would miss."""
-    from runners import interrupts, ledger, progress
+    from runners import eta, interrupts, ledger, progress
 
     monkeypatch.setattr(progress, "SKIPPED", progress.Skipped())
+    monkeypatch.setattr(eta, "PREDICTED", eta.Predicted())  # nor an earlier sweep's predictions for the ETA
     monkeypatch.setattr(interrupts, "STATE", interrupts._State())
     monkeypatch.setattr(ledger, "LEDGER", ledger.Ledger())  # and no point of an earlier test counted as this sweep's

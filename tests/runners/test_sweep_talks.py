@@ -177,7 +177,9 @@ def test_the_sweep_ends_with_the_table_and_runners_rows_prints_it_again(tmp_path
     header, *body = table.splitlines()
     assert header.split() == ["seq_len", "naive", "sdpa"] and [r.split()[0] for r in body] == ["16", "32"]
     # the fake's time: n^2 d 1e-6 ms for either back end (a tie: the first is marked); its memory: 4 n^2 bytes
-    assert body[1].split() == ["32", "*0.00819", "ms", "·", "4.00", "KiB", "0.00819", "ms", "·", "4.00", "KiB"], body
+    # sdpa ran: naive's cell says its speed-up over sdpa (a tie: 1.00×)
+    assert body[1].split() == ["32", "*0.00819", "ms", "·", "4.00", "KiB", "·", "1.00×", "0.00819", "ms", "·", "4.00",
+                               "KiB"], body
     assert "4 rows: 4 ok." in out.stdout and f"results: 4 rows (4 ok) -> {tmp_path / 'results.csv'}" in out.stdout
     again = subprocess.run(["python", "-m", "runners.rows", str(tmp_path), "--table"], cwd=ROOT, capture_output=True,
                            text=True, env={**os.environ, **env}, timeout=60)
