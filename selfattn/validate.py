@@ -61,6 +61,8 @@ def check_masks(
     softcap: Any = None,
     alibi: Any = False,
     sink: Any = None,
+    mask_mod: Any = None,
+    score_mod: Any = None,
 ) -> Masks:
     """The mask arguments and score transforms, checked, as one `Masks` (see selfattn/masks.py for what
     each mask hides, selfattn/variants.py for the transforms)."""
@@ -86,8 +88,16 @@ def check_masks(
         if seq_len > 1 and bool((document_ids[:, 1:] < document_ids[:, :-1]).any()):
             raise ValueError("document_ids: must not decrease along the sequence (each document is one contiguous run)")
         document_ids = document_ids.to(device=device, dtype=torch.long)
+    if mask_mod is not None or score_mod is not None:  # functions in the field's convention (selfattn/mods/)
+        from selfattn.mods.contract import from_callable
+
+        mask_mod = None if mask_mod is None else from_callable(mask_mod, "mask")
+        score_mod = None if score_mod is None else from_callable(score_mod, "score_mod")
+        if mask_mod is not None and q_len > seq_len:
+            raise ValueError(f"mask_mod: positions are bottom-right aligned, so it needs q_len <= seq_len, "
+                             f"got q_len={q_len} > seq_len={seq_len}")
     return Masks(causal=causal, window=window, key_lengths=key_lengths, document_ids=document_ids,
-                 softcap=softcap, alibi=alibi, sink=sink)
+                 softcap=softcap, alibi=alibi, sink=sink, mask_mod=mask_mod, score_mod=score_mod)
 
 
 def _describe(value: Any) -> str:

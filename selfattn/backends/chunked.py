@@ -208,6 +208,19 @@ def compiles(options: Mapping[str, Any]) -> bool:
     return bool(options.get("compile", False))
 
 
+def _with_functions(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, masks: Masks, scale: float,
+                    q_chunk: int | None, kv_chunk: int | None, compile: bool, fp8_options: Mapping[str, Any]) -> torch.Tensor:
+    """Block by block over the mask's block map (selfattn/mods/blocks.py): hidden blocks skipped, partial ones
+    masked with tiles kept from the warm-up call."""
+    from selfattn.errors import Unsupported
+    from selfattn.mods import blocks as mod_blocks
+
+    for name, given in (("an fp8 precision", fp8_path.active(fp8_options)), ("compile=true", compile)):
+        if given:
+            raise Unsupported(f"chunked with a mask or score function: {name} is not built for it")
+    return mod_blocks.attention(q_BHMD, k_BKND, v_BKND, masks=masks, scale=scale, q_chunk=q_chunk, kv_chunk=kv_chunk)
+
+
 def attention(
     q_BHMD: torch.Tensor,
     k_BKND: torch.Tensor,
@@ -221,6 +234,8 @@ def attention(
     compile: bool = False,
     **fp8_options: Any,
 ) -> torch.Tensor:
+    if masks.functions:  # a mask or score function (selfattn/mods/): the blocks its block map keeps
+        return _with_functions(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk, compile, fp8_options)
     if fp8_path.active(fp8_options):  # the FP8 hook: dequantized inputs, P cast before each P.V
         fp8_path.check_call(q_BHMD, k_BKND, v_BKND, fp8_options)
         products = _fp8_products(q_BHMD, k_BKND, masks, q_chunk, kv_chunk, fp8_options)
@@ -858,5 +873,6 @@ backend(attention, takes_masks=True, options=Options, efficiency=EFFICIENCY,
         # included); soft-cap and ALiBi transform each block's scores (chunked_mods.py); the sink joins each row's
         # log-sum-exp at the end (_with_sink_). FP8 and compiled blocks run them too.
         variants=("asymmetric_window", "softcap", "alibi", "sink"),
+        masks=("causal", "window", "key_lengths", "document_ids", "mask_mod", "score_mod"),  # selfattn/mods/blocks.py
         mem_model=predict_mem_bytes, kernel_label=kernel_label, resolve_options=resolve_options, compiles=compiles,
         prepare=prepare, kernel_ran=kernel_ran)

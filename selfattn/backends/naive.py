@@ -70,11 +70,27 @@ def attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, 
               **fp8_options: Any) -> torch.Tensor:
     """softmax(scale * Q K^T + mask) V by the chapter's steps (`_steps`), with the mask and variants of `masks`;
     an FP8 precision quantizes first (`_fp8_attention`)."""
+    if masks.functions:  # a mask or score function (selfattn/mods/): materialized with its dense mask
+        return _with_functions(q_BHMD, k_BKND, v_BKND, masks, scale, upcast_softmax, scale_at, compile, fp8_options)
     how = How(upcast_softmax, scale_at, softcap=masks.softcap, alibi=masks.alibi, sink=masks.sink)
     if fp8_path.active(fp8_options):
         return _fp8_attention(q_BHMD, k_BKND, v_BKND, masks, scale, how, fp8_options)
     lo_bM, hi_bM, how = _intervals(q_BHMD, k_BKND, masks, how)
     return (compiled(_steps) if compile else _steps)(q_BHMD, k_BKND, v_BKND, lo_bM, hi_bM, scale, how)
+
+
+def _with_functions(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, masks: Masks, scale: float,
+                    upcast_softmax: bool, scale_at: str, compile: bool, fp8_options: Mapping[str, Any]) -> torch.Tensor:
+    """The steps with a mask or score function: selfattn/mods/dense.py (the same five steps, the mask from the
+    function, built once per masks by the warm-up call)."""
+    from selfattn.errors import Unsupported
+    from selfattn.mods import dense
+
+    for name, given in (("an fp8 precision", fp8_path.active(fp8_options)), ("scale_at=query", scale_at != "logits"),
+                        ("compile=true", compile)):
+        if given:
+            raise Unsupported(f"naive with a mask or score function: {name} is not built for it")
+    return dense.attention(q_BHMD, k_BKND, v_BKND, masks=masks, scale=scale, upcast_softmax=upcast_softmax)
 
 
 def _steps(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, lo_bM: torch.Tensor | None,
@@ -272,5 +288,6 @@ def _variant_bytes(point: Point, s: int, mask: int) -> int:
 backend(attention, takes_masks=True, options=Options, efficiency=EFFICIENCY,
         dtypes=("fp64", "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"), scores=("dot", "additive"),
         variants=("asymmetric_window", "softcap", "alibi", "sink"),  # selfattn/variants.py: all of them
+        masks=("causal", "window", "key_lengths", "document_ids", "mask_mod", "score_mod"),  # selfattn/mods/
         mem_model=predict_mem_bytes, kernel_label=kernel_label, resolve_options=resolve_options, compiles=compiles,
         kernel_ran=kernel_ran)
