@@ -56,3 +56,30 @@ def plain_kernel(q, k, v, *, causal=False, window=None, key_lengths=None, docume
 
     return attention_reference(q, k, v, causal=causal, window=window, key_lengths=key_lengths,
                                document_ids=document_ids, scale=scale).to(q.dtype)
+
+
+def _one_key_more(q, k, v, *, masks, scale):
+    """A kernel whose mask is its mask function's plus one key: each query also sees the key after its position
+    (a kernel-side mask one key off the reference's)."""
+    import dataclasses
+
+    from selfattn.mods import dense
+    from selfattn.mods.contract import from_callable
+
+    if masks.mask_mod is None:
+        return dense.attention(q, k, v, masks=masks, scale=scale)
+    fn = masks.mask_mod.fn
+
+    def wider(b, h, q_idx, kv_idx):
+        return fn(b, h, q_idx, kv_idx) | (kv_idx == q_idx + 1)
+
+    return dense.attention(q, k, v, masks=dataclasses.replace(masks, mask_mod=from_callable(wider, "mask")), scale=scale)
+
+
+def _declare_one_key_more():
+    from selfattn.backends.contract import backend
+
+    return backend(_one_key_more, takes_masks=True, masks=("causal", "window", "key_lengths", "document_ids", "mask_mod"))
+
+
+one_key_more = _declare_one_key_more()
