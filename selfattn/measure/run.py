@@ -35,6 +35,7 @@ from selfattn.measure.flops import mask_density, point_flops
 from selfattn.measure.traffic import bytes_moved
 from selfattn.measure.memory import alloc_peak_bytes, free_bytes, measure_peak, release_memory
 from selfattn.measure.path_length import PATH_SCOPES, far_near_ratio, input_sensitivity, sensitivity_json
+from selfattn.measure import hints
 from selfattn.measure.permutation import POINT_SHAPE_CALLS, permutation_max_abs_diff, point_shape_bytes
 from selfattn.measure.predict import (
     accuracy_bytes,
@@ -292,8 +293,10 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
             row.grad_err_bound = verdict.grads.bound if verdict.grads is not None else None
         if "accuracy" in metrics:
             _accuracy(workload, checked, sampled_queries, row, verdict.reference if verdict else None)
+        # an incorrect output whose errors follow a known pattern says which (selfattn/measure/hints.py)
+        hinted = hints.hint(point, workload, checked, verdict.out.bound) if verdict and not verdict.out.ok else ""
         del checked
-        reason = tampered or (verdict.reason if verdict else "")
+        reason = tampered or ((verdict.reason + hinted) if verdict and verdict.reason else "")
         if verdict is not None and not reason:
             reason = checks.judge_last(workload, last, verdict)
         del last

@@ -83,3 +83,61 @@ def _declare_one_key_more():
 
 
 one_key_more = _declare_one_key_more()
+
+
+# Kernels with the common mistakes the incorrect rows' hints name (selfattn/measure/hints.py).
+
+def _dense(q, k, v, keep, scale):
+    import torch
+
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scores = (q @ k.transpose(-1, -2)) * scale
+    return torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1) @ v
+
+
+def top_left_causal(q, k, v, *, causal=False, window=None, key_lengths=None, document_ids=None, scale=None):
+    """Causal counted from the top-left corner (query i sees keys j <= i), as torch's is_causal is."""
+    import torch
+
+    keep = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device)
+    return _dense(q, k, v, keep.tril() if causal else keep, scale)
+
+
+def window_one_wider(q, k, v, *, causal=False, window=None, key_lengths=None, document_ids=None, scale=None):
+    """A window that counts w + 1 keys (p - j <= w), as attention-gym's sliding_window(W) does."""
+    import torch
+
+    p = torch.arange(q.shape[2], device=q.device)[:, None] + k.shape[2] - q.shape[2]
+    j = torch.arange(k.shape[2], device=q.device)[None, :]
+    keep = ((p - j).abs() <= window) if window is not None else torch.ones_like(p - j, dtype=torch.bool)
+    return _dense(q, k, v, keep & (j <= p) if causal else keep, scale)
+
+
+def empty_rows_averaged(q, k, v, *, masks, scale):
+    """Right with every row that sees a key; a row that sees none gets the mean of V instead of zeros."""
+    from selfattn.reference import attention_reference
+
+    out = attention_reference(q, k, v, causal=masks.causal, window=masks.window, key_lengths=masks.key_lengths,
+                              document_ids=masks.document_ids, mask_mod=masks.mask_mod, scale=scale).to(q.dtype)
+    keep = masks.keep_heads(q.shape[2], k.shape[2], batch=q.shape[0], heads=q.shape[1], device=q.device)
+    empty = ~keep.any(-1, keepdim=True)
+    mean = v.mean(2, keepdim=True).repeat_interleave(q.shape[1] // k.shape[1], 1)
+    return out + empty * mean
+
+
+def _declare(fn, **declared):
+    from selfattn.backends.contract import backend
+
+    return backend(fn, **declared)
+
+
+top_left_causal = _declare(top_left_causal, masks=("causal",), kernel_label="top_left")
+window_one_wider = _declare(window_one_wider, masks=("causal", "window"))
+empty_rows_averaged = _declare(empty_rows_averaged, takes_masks=True,
+                               masks=("causal", "window", "key_lengths", "document_ids", "mask_mod"))
+
+
+def late_keys(b, h, q_idx, kv_idx):
+    """A mask_mod whose first rows see no key: causal over the keys from 20 on."""
+    return (kv_idx >= 20) & (q_idx >= kv_idx)

@@ -59,3 +59,22 @@ def test_a_kernel_one_key_off_is_incorrect_and_a_back_end_without_mask_functions
     assert rows["plain_kernel"]["status"] == "unsupported"
     assert "does not support mask mask_mod" in rows["plain_kernel"]["error"]
     assert out.returncode == 1  # a point that failed: the sweep says so
+
+
+@pytest.mark.slow
+def test_an_incorrect_row_names_the_known_mistake_its_errors_follow(tmp_path):
+    runs = {
+        "top_left": ("backend=" + f"{GYM}:top_left_causal", "causal=true", "q_len=24"),
+        "window": ("backend=" + f"{GYM}:window_one_wider", "window=5"),
+        "empty": ("backend=" + f"{GYM}:empty_rows_averaged", f"mask={GYM}:late_keys"),
+    }
+    reasons = {}
+    for name, args in runs.items():
+        folder = tmp_path / name
+        run_sweep("-m", "experiment=smoke", *args, "budget.accuracy_rows=64", f"hydra.sweep.dir={folder}", timeout=300)
+        (row,) = _rows(folder)
+        assert row["status"] == "incorrect", (name, row["error"])
+        reasons[name] = row["error"]
+    assert "hint: the output matches a top-left aligned causal mask" in reasons["top_left"]
+    assert "hint: the output matches window=6, a window counted one key off" in reasons["window"]
+    assert "hint: wrong only in rows that see no key" in reasons["empty"]
