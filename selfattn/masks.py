@@ -110,9 +110,7 @@ class Masks:
         """Bool (batch or 1, heads or 1, rows, keys): the mask with the mask function's, if any (selfattn/mods/)."""
         if self.mask_mod is None:
             return self.keep(q_len, seq_len, rows=rows, keys=keys, device=device)[:, None]
-        from selfattn.mods.geometry import keep
-
-        return keep(self, batch, heads, q_len, seq_len, device, rows=rows, keys=keys)
+        return self.mask_mod.keep(self, batch, heads, q_len, seq_len, device, rows=rows, keys=keys)
 
     def decision(self, key: tuple, decide: Callable[[torch.device | str], T]) -> T:
         """`decide(device)`, made once for these masks' values and kept: a Python value that a call
@@ -148,9 +146,7 @@ class Masks:
         """Whether some query row sees no key (lo > hi somewhere), decided once (`decision`); with a mask
         function, of some sequence of `batch` and head of `heads` (selfattn/mods/geometry.py)."""
         if self.mask_mod is not None:
-            from selfattn.mods.geometry import empty_rows
-
-            return empty_rows(self, batch, heads, q_len, seq_len)
+            return self.mask_mod.empty_rows(self, batch, heads, q_len, seq_len)
 
         def decide(device: torch.device | str) -> bool:
             lo, hi = self.intervals(q_len, seq_len, device)

@@ -48,9 +48,7 @@ def transform_scores(scores_BHLL: torch.Tensor, masks: Masks, q_len: int, seq_le
                           rows=rows, keys=keys)
         scores_BHLL = scores_BHLL + bias
     if masks.score_mod is not None:  # a score function (selfattn/mods/): after the built-in transforms
-        from selfattn.mods.geometry import apply_score_mod
-
-        scores_BHLL = apply_score_mod(masks.score_mod, scores_BHLL, q_len, seq_len, rows=rows, keys=keys)
+        scores_BHLL = masks.score_mod.apply(scores_BHLL, q_len, seq_len, rows=rows, keys=keys)
     return scores_BHLL
 
 

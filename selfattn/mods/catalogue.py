@@ -151,9 +151,7 @@ def alibi_score_mod(heads: int) -> Callable:
     slopes = alibi_slopes(heads)
 
     def alibi_mod(score, b, h, q_idx, kv_idx):
-        import torch  # the slopes as a tensor on the scores' device, indexed by h
-
-        slope = torch.tensor(slopes, dtype=score.dtype, device=score.device)[h]
+        slope = score.new_tensor(slopes)[h]  # on the scores' device, in their dtype
         return score - slope * (q_idx - kv_idx).abs()
 
     return alibi_mod

@@ -178,6 +178,25 @@ class BoundMod:
     def per_head(self) -> bool:
         return self.spec.declaration.per_head
 
+    # What selfattn/masks.py and score_mods.py ask of a function, answered by selfattn/mods/geometry.py (imported
+    # here, when asked, so that those modules import nothing of this package)
+    def keep(self, masks: Any, batch: int, heads: int, q_len: int, seq_len: int, device: Any, **where: Any) -> Any:
+        """Bool (B or 1, H or 1, rows, keys): `masks`' whole mask, this mask function's included."""
+        from selfattn.mods.geometry import keep
+
+        return keep(masks, batch, heads, q_len, seq_len, device, **where)
+
+    def empty_rows(self, masks: Any, batch: int, heads: int, q_len: int, seq_len: int) -> bool:
+        from selfattn.mods.geometry import empty_rows
+
+        return empty_rows(masks, batch, heads, q_len, seq_len)
+
+    def apply(self, scores_BHMN: Any, q_len: int, seq_len: int, **where: Any) -> Any:
+        """This score function on scaled scores (batch, heads, rows, keys)."""
+        from selfattn.mods.geometry import apply_score_mod
+
+        return apply_score_mod(self, scores_BHMN, q_len, seq_len, **where)
+
     @property
     def per_sequence(self) -> bool:
         return self.spec.declaration.per_sequence

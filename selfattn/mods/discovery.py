@@ -16,12 +16,21 @@ import importlib
 from functools import lru_cache
 from typing import Any, Mapping
 
-from selfattn.backends.discovery import is_path, path_name
 from selfattn.fields import shown
 from selfattn.mods.catalogue import BUILTINS
 from selfattn.mods.contract import ATTRIBUTE, KINDS, NONE, BoundMod, ModDeclaration, ModSpec, is_direct, signature
 
 ENTRY_POINT_GROUPS = {"mask": "selfattn.masks", "score_mod": "selfattn.score_mods"}
+
+
+def is_path(name: object) -> bool:
+    """Spelt as a path `module:attribute` (as a back end's path is: selfattn/backends/discovery.py)."""
+    return isinstance(name, str) and ":" in name
+
+
+def path_name(path: str) -> str:
+    """A path's name: its last attribute (`my_masks:dilated` -> `dilated`), as a back end's path's."""
+    return path.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
 
 
 @lru_cache(maxsize=None)

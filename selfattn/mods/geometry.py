@@ -12,11 +12,12 @@ of at most ROW_BLOCK_CELLS cells, so they run at any n (in O(n^2) evaluations, m
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from selfattn.mods.contract import BoundMod
+if TYPE_CHECKING:  # contract.py's BoundMod calls into this module: the name for annotations only
+    from selfattn.mods.contract import BoundMod
 
 ROW_BLOCK_CELLS = 1 << 22  # (rows x keys) cells evaluated at once by the counts and the block map
 
