@@ -823,6 +823,11 @@ def _variant_bytes(point: Point, block: int, q_chunk: int, kv_chunk: int, rows_c
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
     """O(n d) copies plus a few q_chunk x kv_chunk blocks per (batch, head); never O(n^2)."""
+    if point.functions:  # a mask or score function: its block map's path (selfattn/mods/memory.py)
+        from selfattn.mods.blocks import DEFAULT_BLOCK
+        from selfattn.mods.memory import block_call_bytes
+
+        return block_call_bytes(point, options.get("q_chunk") or DEFAULT_BLOCK, options.get("kv_chunk") or DEFAULT_BLOCK)
     s = point.element_bytes
     out, grads = point.out_bytes, point.grad_bytes
     low = s < FP32_BYTES  # fp16/bf16: scores and accumulators in fp32, results cast back

@@ -242,6 +242,10 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     """(q_len x seq_len) per head: two live at once forward (scores and their scaled copy, then
     scores and weights), three in backward (saved weights, their gradient, the scores' gradient).
     scale_at=query adds a scaled copy of Q (the size of the output) instead of the scaled scores."""
+    if point.functions:  # a mask or score function (selfattn/mods/memory.py)
+        from selfattn.mods.memory import dense_call_bytes
+
+        return dense_call_bytes(point)
     s = point.element_bytes
     scores, out, grads = point.score_elements, point.out_bytes, point.grad_bytes
     # the bool keep mask and the additive -inf mask, per sequence when padding or documents differ

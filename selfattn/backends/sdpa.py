@@ -313,6 +313,10 @@ def _bias_bytes(point: Point) -> tuple[int, int, int]:
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
     """Fused kernels keep O(n) per head; the math kernel materializes like naive."""
+    if point.functions:  # a mask or score function (selfattn/mods/memory.py)
+        from selfattn.mods.memory import sdpa_call_bytes
+
+        return sdpa_call_bytes(point)
     s = point.element_bytes
     b, h, d = point.batch, point.heads, point.head_dim
     q_len, seq_len = point.q_len_resolved, point.seq_len
