@@ -130,3 +130,30 @@ def test_a_mask_function_is_refused_by_a_back_end_that_does_not_declare_it():
     masks = Masks(mask_mod=from_callable(gym_masks.causal_mask, "mask"))
     why = why_not(get_backend("tests.plugins_for_tests.gym_masks:plain_kernel"), ask_of_call(q, k, masks, "fp32", {}, False))
     assert why and "mask_mod" in why
+
+
+def test_a_mask_function_intersects_padding_documents_and_a_window():
+    from selfattn.inputs import make_document_ids, make_key_lengths
+
+    q, k, v = _inputs(2, 2, 2, 64, 64)
+    args = dict(key_lengths=make_key_lengths(2, 64, 0.3, seed=1), document_ids=make_document_ids(2, 64, 3, seed=1),
+                window=(20, 0))
+    mod = discovery.bind("mask", "global_sliding_window", {"window": 9, "global_tokens": 3, "causal": False})
+    ref = attention_reference(q, k, v, mask_mod=mod, **args)
+    for backend in ("naive", "sdpa", "chunked", "flex"):
+        out = selfattn.attention(q, k, v, backend=backend, mask_mod=mod, **args)
+        assert (out.double() - ref).abs().max() < 1e-5, backend
+
+
+@pytest.mark.parametrize("backend", ["naive", "chunked"])
+def test_gradients_through_a_mask_and_a_score_function(backend):
+    q, k, v = (t.double().requires_grad_(True) for t in _inputs(1, 4, 2, 40, 56))
+    mod = discovery.bind("mask", "dilated_sliding_window", {"window": 12, "dilation": 2})
+    out = selfattn.attention(q, k, v, backend=backend, mask_mod=mod, score_mod=gym_masks.relative_bias,
+                             **({"q_chunk": 16, "kv_chunk": 16} if backend == "chunked" else {}))
+    ref = attention_reference(q, k, v, mask_mod=mod, score_mod=gym_masks.relative_bias)
+    upstream = torch.randn_like(ref)
+    got = torch.autograd.grad(out, (q, k, v), upstream)
+    want = torch.autograd.grad(ref, (q, k, v), upstream)
+    for g, w in zip(got, want):
+        assert (g - w).abs().max() < 1e-9
