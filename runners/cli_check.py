@@ -203,6 +203,19 @@ def check_key(key: str, backends: Sequence[str], every: bool = False) -> str:
 FUNCTION_GROUPS = ("mask", "score_mod")  # selfattn/mods/: `mask=NAME mask.PARAM=VALUE`
 
 
+def function_name_problem(kind: str, name: str) -> str:
+    """'' when `name` is a mask (score) function the sweep can load, else the one-line problem."""
+    from selfattn.mods.discovery import resolve
+
+    if name == "none":
+        return ""
+    try:
+        resolve(kind, name)
+    except ValueError as exc:
+        return str(exc)
+    return ""
+
+
 def function_key_problem(key: str, named: Sequence[str]) -> str:
     """'' when `mask.<param>` (or `score_mod.<param>`) is a parameter of every function the command line names
     (conf/config.yaml's default: none), else the one-line problem from the function's own check."""
@@ -320,6 +333,10 @@ def problems(overrides: Sequence[str], config_dir: str | None = None) -> list[st
         backends += list(group_options("backend"))
     functions = {kind: [str(v) for o in ours if o.key_or_group == kind for v in _values(o) if v is not None]
                  for kind in FUNCTION_GROUPS}
+    for kind, values in functions.items():  # a function's name: the registry's own line (selfattn/mods/discovery.py)
+        for value in dict.fromkeys(values):
+            if problem := function_name_problem(kind, value):
+                found.append(problem)
     for o in ours:
         kind = o.key_or_group.split(".", 1)[0]
         if kind in FUNCTION_GROUPS and "." in o.key_or_group and not named["experiment"]:
