@@ -28,9 +28,25 @@ def _version(t: torch.Tensor | None) -> Any:
     return None if t is None else (id(t), torch_private.tensor_version(t))
 
 
+KEPT_PER_FUNCTION = 8  # geometries a bound function keeps across calls (shapes, devices), oldest dropped first
+
+
 def kept(masks: Any, key: tuple, make: Callable[[], Any]) -> Any:
-    """`make()`, made once per masks (and its tensors' versions) and kept on the Masks: a mask function's
-    dense mask or block map is built by the first (warm-up) call, never inside a timed one."""
+    """`make()`, made once and kept: a mask function's dense mask or block map is built by the first (warm-up)
+    call, never inside a timed one. Kept on the Masks when padding or documents (tensors: keyed on their
+    versions) take part; otherwise on the bound function, so that calls of `selfattn.attention` (each checking
+    its own Masks) reuse it too, for the same flags and shape."""
+    if masks.key_lengths is None and masks.document_ids is None and masks.mask_mod is not None:
+        store = masks.mask_mod.cache
+        full_key = ("mods", masks.causal, masks.window, *key)
+        if full_key in store:
+            value = store.pop(full_key)  # most recently used last
+        else:
+            value = make()
+        store[full_key] = value
+        while len(store) > KEPT_PER_FUNCTION:
+            store.pop(next(iter(store)))
+        return value
     full_key = ("mods", *key, _version(masks.key_lengths), _version(masks.document_ids))
     store = masks._decisions
     if full_key not in store:

@@ -68,10 +68,10 @@ def block_call_bytes(point: Any, q_chunk: int, kv_chunk: int) -> int:
 
 def sdpa_call_bytes(point: Any) -> int:
     """sdpa with the function's boolean attn_mask: torch converts it to a float mask in q's dtype (with a boolean
-    intermediate: about element_bytes + 2 bytes per cell of the mask), and the output; a fused kernel keeps no
-    scores (CPU, torch 2.13, B1 H2 n1024 d64 fp32: 6.1 bytes per cell measured). A backward adds the gradients
-    and the converted mask again."""
-    converted = dense_mask_bytes(point) * (point.element_bytes + 2)
+    intermediate: about element_bytes + 1 bytes per cell of the mask), and the output; a fused kernel keeps no
+    scores (CPU, torch 2.13, B1 H2 n1024 d64 fp32: 4.6-5.1 bytes per cell measured). A backward adds the
+    gradients and the converted mask again."""
+    converted = dense_mask_bytes(point) * (point.element_bytes + 1)
     total = point.out_bytes + converted
     if point.mode == "fwd_bwd":
         total += point.grad_bytes + converted
