@@ -18,7 +18,7 @@ all but `backend` and its options. Per matched point (the rule, in the spirit of
 
 - ratio = B's median time / A's (time_ms); its 95% interval: a bootstrap (BOOTSTRAP draws, seeded) of the
   ratio of medians from the two rows' samples (`time_samples_ms`);
-- p_value: a two-sided Mann-Whitney U test of the two rows' samples (analysis/ranktest.py);
+- p_value: a two-sided Mann-Whitney U test of the two rows' samples (`scipy.stats.mannwhitneyu`);
 - verdict (MIN_RATIO here is the device's factor: 1.1 on CUDA, CPU_MIN_RATIO 1.3 on a CPU, see below):
   `slower` when p < ALPHA and ratio >= MIN_RATIO, `faster` when p < ALPHA and ratio <= 1/MIN_RATIO,
   `same` when the ratio is within MIN_RATIO either way (significant or not: asv's "insignificant" change),
@@ -48,9 +48,9 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from analysis.load import NoUsableResults, load
-from analysis.ranktest import mann_whitney, min_p_value
 from analysis.repro import repro_command
 from selfattn.point import FIELD_NAMES
 
@@ -112,13 +112,32 @@ def samples_of(cell: object) -> np.ndarray:
         return np.empty(0)
 
 
+def _median_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.median(b, axis=axis) / np.median(a, axis=axis)
+
+
 def ratio_interval(a: np.ndarray, b: np.ndarray, draws: int = BOOTSTRAP, seed: int = SEED) -> tuple[float, float]:
-    """The bootstrap 95% interval of median(b) / median(a), each side resampled with replacement."""
-    rng = np.random.default_rng(seed)
-    med_a = np.median(a[rng.integers(0, a.size, (draws, a.size))], axis=1)
-    med_b = np.median(b[rng.integers(0, b.size, (draws, b.size))], axis=1)
-    ratios = med_b / med_a
-    return float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))
+    """The bootstrap 95% (percentile) interval of median(b) / median(a), each side resampled with replacement
+    (`scipy.stats.bootstrap`); a side of one sample has no spread to resample: the ratio itself."""
+    if min(a.size, b.size) < 2:
+        ratio = float(_median_ratio(a, b))
+        return ratio, ratio
+    found = stats.bootstrap((a, b), _median_ratio, n_resamples=draws, method="percentile", vectorized=True,
+                            confidence_level=0.95, random_state=np.random.default_rng(seed))
+    return float(found.confidence_interval.low), float(found.confidence_interval.high)
+
+
+def p_value_of(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sided Mann-Whitney U test of the two samples (scipy's method "auto": exact on small untied samples)."""
+    return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+def min_p_value(n1: int, n2: int) -> float:
+    """The smallest two-sided p-value samples of these sizes can give: scipy's test of two completely separated,
+    untied samples of these sizes (a rank test on 3 against 3 never goes below 0.1)."""
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    return p_value_of(np.arange(n1, dtype=float), np.arange(n2, dtype=float) + n1)
 
 
 def verdict(ratio: float, lo: float, hi: float, p_value: float, reachable: bool, noisy: bool,
@@ -207,7 +226,7 @@ def _compare_pair(a: pd.Series, b: pd.Series, shown: Sequence[str]) -> dict:
     lo = hi = p_value = math.nan
     if samples_a.size and samples_b.size:
         lo, hi = ratio_interval(samples_a, samples_b)
-        p_value = mann_whitney(samples_a, samples_b).p_value
+        p_value = p_value_of(samples_a, samples_b)
     noisy = bool(a.get("noisy") is True or b.get("noisy") is True)
     return {
         "point": describe(a, [s for s in shown if s != "seq_len"]), "seq_len": int(a["seq_len"]),

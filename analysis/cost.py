@@ -21,7 +21,7 @@ from analysis.claim import Evidence, claim
 from analysis.fit import PowerFit, fit_power_law
 from analysis.growth import Growth, judge_growth
 from analysis.slices import Slice, fix_axes, self_attention
-from analysis.theilsen import theil_sen
+from scipy.stats import theilslopes
 
 # Where a line ends: the point ran out of memory or the budget guard skipped it (figures 1 and 2 mark them). Only
 # these: an incorrect, timed-out or crashed row (analysis.judged) says nothing of where memory runs out; it is no
@@ -360,7 +360,7 @@ def layer_crossover(rows: pd.DataFrame) -> Evidence:
         return Evidence("no back end timed with scope=layer and scope=core at 3 or more n")
     passes, parts = [], []
     for (device, precision, backend, _options, d_model), g in groups:
-        slope = theil_sen(g["share"].to_numpy(), np.log(g["seq_len"].to_numpy(dtype=float))).slope
+        slope = theilslopes(g["share"].to_numpy(), np.log(g["seq_len"].to_numpy(dtype=float)), method="separate")[0]
         cross = crossover_n(g["seq_len"].to_numpy(), g["share"].to_numpy())
         theory = 2.0 * float(d_model)
         near = bool(np.isfinite(cross) and theory / CROSSOVER_FACTOR <= cross <= theory * CROSSOVER_FACTOR)

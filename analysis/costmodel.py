@@ -131,8 +131,9 @@ def fit_cost_model(n: np.ndarray, y: np.ndarray, *, noise: float = math.nan,
     fitted = coef[0] + coef[1] * n + coef[2] * n ** 2
     log_residuals = np.log(y / fitted)
     n_max = float(n.max())
-    # Residual bootstrap: the misfit itself is resampled, so a model that follows the rows badly gets a
-    # wide interval, and noise-free rows a point. All resamples are drawn in one call: numpy's generator
+    # Residual bootstrap, by hand: scipy.stats.bootstrap resamples observations, not a model's residuals. The
+    # misfit itself is resampled, so a model that follows the rows badly gets a wide interval, and noise-free
+    # rows a point. All resamples are drawn in one call: numpy's generator
     # gives a (resamples, sizes) draw the same numbers as one draw of `sizes` per resample in turn
     # (tests/analysis/test_costmodel_bootstrap.py), in a hundredth of the time; the fits are solved at once.
     rng = np.random.default_rng(BOOTSTRAP_SEED)

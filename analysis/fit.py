@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from analysis.theilsen import theil_sen
+from scipy.stats import theilslopes
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,8 @@ def upper_sizes(sizes: np.ndarray, min_points: int = 3) -> np.ndarray:
 
 
 def fit_power_law(n: np.ndarray, y: np.ndarray, *, min_points: int = 3) -> PowerFit | None:
-    """Fit y = c * n^b over the larger sizes; None when fewer than two usable sizes remain.
+    """Fit y = c * n^b over the larger sizes; None when fewer than two usable sizes remain, or when the law's
+    prefactor c is no float (values so far apart, an absurd TFLOP/s, that c overflows: no law to draw or read).
 
     Several y values at one n (seeds, repeats) are reduced to their median first, so every
     size weighs the same and the interval counts sizes, not repeats.
@@ -81,18 +82,24 @@ def fit_power_law(n: np.ndarray, y: np.ndarray, *, min_points: int = 3) -> Power
     log_y = np.log([np.median(y[n == s]) for s in sizes])
     if len(sizes) == 2:
         slope = (log_y[1] - log_y[0]) / (log_n[1] - log_n[0])
-        return PowerFit(float(slope), math.nan, math.nan, float(math.exp(log_y[0] - slope * log_n[0])),
-                        2, float(sizes[0]), float(sizes[-1]))
+        prefactor = _exp(log_y[0] - slope * log_n[0])
+        if prefactor is None:
+            return None
+        return PowerFit(float(slope), math.nan, math.nan, prefactor, 2, float(sizes[0]), float(sizes[-1]))
     fit = _theil_sen(sizes, log_n, log_y)
+    if fit is None:
+        return None
     if len(sizes) >= MIN_SIZES_FOR_LEAVE_ONE_OUT:
         keep = np.ones(len(sizes), dtype=bool)
         trials = []
         for i in range(len(sizes)):
             keep[i] = False
-            trials.append((_theil_sen(sizes[keep], log_n[keep], log_y[keep]), float(sizes[i])))
+            trial = _theil_sen(sizes[keep], log_n[keep], log_y[keep])
+            if trial is not None:
+                trials.append((trial, float(sizes[i])))
             keep[i] = True
-        best, size = min(trials, key=lambda t: t[0].ci_high - t[0].ci_low)
-        if best.ci_high - best.ci_low < (fit.ci_high - fit.ci_low) / 2:
+        best, size = min(trials, key=lambda t: t[0].ci_high - t[0].ci_low) if trials else (fit, None)
+        if size is not None and best.ci_high - best.ci_low < (fit.ci_high - fit.ci_low) / 2:
             fit = PowerFit(best.exponent, best.ci_low, best.ci_high, best.prefactor, best.n_points, best.n_min,
                            best.n_max, left_out=size)
     return fit
@@ -101,7 +108,18 @@ def fit_power_law(n: np.ndarray, y: np.ndarray, *, min_points: int = 3) -> Power
 MIN_SIZES_FOR_LEAVE_ONE_OUT = 6  # five or more sizes must remain
 
 
-def _theil_sen(sizes: np.ndarray, log_n: np.ndarray, log_y: np.ndarray) -> PowerFit:
-    slope, intercept, low, high = theil_sen(log_y, log_n, alpha=0.95)
-    return PowerFit(float(slope), float(low), float(high), float(math.exp(intercept)), len(sizes),
-                    float(sizes[0]), float(sizes[-1]))
+def _exp(log_value: float) -> float | None:
+    """exp(log_value), or None where it is no finite float."""
+    try:
+        value = math.exp(log_value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _theil_sen(sizes: np.ndarray, log_n: np.ndarray, log_y: np.ndarray) -> PowerFit | None:
+    slope, intercept, low, high = theilslopes(log_y, log_n, alpha=0.95, method="separate")
+    prefactor = _exp(intercept)
+    if prefactor is None:
+        return None
+    return PowerFit(float(slope), float(low), float(high), prefactor, len(sizes), float(sizes[0]), float(sizes[-1]))

@@ -24,7 +24,7 @@ import numpy as np
 
 from analysis.costmodel import MIN_MODEL_SIZES, CostModel, fit_cost_model, repeat_noise
 from analysis.fit import PowerFit, fit_power_law
-from analysis.theilsen import theil_sen
+from scipy.stats import theilslopes
 
 QUADRATIC_BAND = (1.7, 2.3)  # fitted exponent of a visibly quadratic cost
 MIN_FIT_SIZES = 3  # a power-law fit counts over at least this many sizes...
@@ -81,7 +81,7 @@ def _straight(n: np.ndarray, y: np.ndarray) -> Straight | None:
         return None
     log_n = np.log(sizes)
     log_y = np.log([float(np.median(y[n == s])) for s in sizes])
-    slope, intercept, low, high = theil_sen(log_y, log_n, alpha=0.95)
+    slope, intercept, low, high = theilslopes(log_y, log_n, alpha=0.95, method="separate")
     residual = float(np.sqrt(np.mean((log_y - intercept - slope * log_n) ** 2)))
     return Straight(float(slope), float(low), float(high), residual)
 

@@ -1,8 +1,8 @@
 """Non-negative least squares for a few columns, many problems at once: argmin ||A x - b|| subject to x >= 0.
 
 The cost model (analysis/costmodel.py) solves one such problem of three columns per line and 400 more for its
-bootstrap. scipy.optimize.nnls solves them one call at a time, and importing it costs a report more than every
-fit it makes (half a second on a small machine). With k columns the answer is found among 2^k - 1 supports:
+bootstrap. Kept by hand because scipy has no batched NNLS: scipy.optimize.nnls solves one problem a call, 400
+Python calls per line. With k columns the answer is found among 2^k - 1 supports:
 the solution is the unconstrained least squares of the columns it leaves non-zero (its KKT conditions), so
 of the supports whose least-squares coefficients are all non-negative, the one with the smallest residual is
 it (the problem is convex; for A of full column rank its solution is unique). That is seven small least

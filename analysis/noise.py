@@ -35,3 +35,15 @@ def noise_note(rows: pd.DataFrame) -> str:
         return ""
     return (f"; {noisy} of {ok} ok points noisy (their samples' spread or other processes' CPU share passed "
             "a limit: the `noise` column says which)")
+
+
+def unsure_mask(rows: pd.DataFrame) -> pd.Series:
+    """The ok rows whose time a reader should not take at a glance: noisy, or (on a CPU) timed on fewer threads
+    than the most its device used (selfattn/measure/threads.py falls back to fewer on a busy machine). The
+    figures draw them hollow."""
+    mask = noisy_mask(rows)
+    if {"num_threads", "device_label", "device"} <= set(rows.columns):
+        threads = pd.to_numeric(rows["num_threads"], errors="coerce")
+        most = threads.groupby(rows["device_label"]).transform("max")
+        mask = mask | ((rows["status"] == "ok") & (rows["device"] == "cpu") & (threads < most))
+    return mask

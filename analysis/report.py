@@ -13,6 +13,8 @@ import argparse
 import math
 import re
 import sys
+import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -26,7 +28,7 @@ from analysis.claims import (
 )
 from analysis.compare import device_speedups, pick_baseline, speedup_table
 from analysis.cost import cost_facets, exponent_table, memory_metric
-from analysis.figures import FIGURES, Context, Made, Skipped, draw
+from analysis.figures import FIGURES, Context, Made, Skipped
 from analysis.judged import exponent_marks, facet_notes, left_out_text, marks, not_results, status_parts
 from analysis.load import Loaded, NoUsableResults, describe_devices, load
 from analysis.summary import summary_markdown
@@ -44,48 +46,75 @@ class Report:
 
 def write_report(paths: Sequence[str | Path], out_dir: str | Path, *, baseline_device: str | None = None,
                  formats: Sequence[str] = ("png",), figures: Sequence[Callable] = FIGURES,
-                 warn: bool = True, workers: int | None = None) -> Report:
+                 warn: bool = True) -> Report:
     """Load `paths`, draw `figures` into out_dir/figures, write out_dir/report.md; raises NoUsableResults.
 
-    `workers`: processes drawing the figures (None: one per usable CPU, at most four, where the platform forks;
-    1: in this process, in order)."""
+    A figure that raises is a Skipped whose reason starts with "failed"; its traceback, and every warning a figure
+    gave, go to out_dir/report.log (LOG_NAME), never to the console."""
     out_dir = Path(out_dir)
     loaded = load(paths, warn=warn)
     rows = loaded.rows
     ctx = Context(out_dir / "figures", formats=tuple(formats), baseline_device=baseline_device)
-    # The figures are drawn in worker processes (analysis.figures.draw) while this one computes the tables. The
-    # cost lines and their models, which figures 1-4, the claims and the exponent table all read, are fitted
-    # first, here: the workers inherit them instead of fitting them again each.
-    for metric in ("time_ms", memory_metric(rows)):
-        for facet in cost_facets(rows, metric):
-            for line in facet.lines:
-                line.growth  # noqa: B018  (a cached property: fitted once, here)
-    drawing = draw.start(figures, rows, ctx, warn=warn, workers=workers)
-    try:
-        claims = claims_frame(check_claims(rows))
-        tables = study_tables(rows)
-        exponents = exponent_table(rows)
-        exponents["not_results"] = exponent_marks(exponents, [*cost_facets(rows, "time_ms"),
-                                                              *cost_facets(rows, memory_metric(rows))])
-        summary = summary_markdown(rows)
-        devices = pd.DataFrame()
-        baseline_note = None
-        if rows[rows["status"] == "ok"]["device_label"].nunique() > 1:
-            baseline, baseline_note = pick_baseline(rows, baseline_device)
-            devices = speedup_table(device_speedups(rows, baseline)).assign(baseline=baseline)
-            devices["not_results"] = marks(devices["backend"], rows)
-        # the text around the figures, while they are still being drawn: only their own section waits for them
-        head, tail = _text_parts(loaded, claims, exponents, devices, paths, out_dir, baseline_note, tables, summary)
-    finally:  # the figures are waited for even when a table fails: no worker outlives the report
-        made = drawing.result()
+    made = draw_figures(figures, rows, ctx, out_dir / LOG_NAME)
+    claims = claims_frame(check_claims(rows))
+    tables = study_tables(rows)
+    exponents = exponent_table(rows)
+    exponents["not_results"] = exponent_marks(exponents, [*cost_facets(rows, "time_ms"),
+                                                          *cost_facets(rows, memory_metric(rows))])
+    devices = pd.DataFrame()
+    baseline_note = None
+    if rows[rows["status"] == "ok"]["device_label"].nunique() > 1:
+        baseline, baseline_note = pick_baseline(rows, baseline_device)
+        devices = speedup_table(device_speedups(rows, baseline)).assign(baseline=baseline)
+        devices["not_results"] = marks(devices["backend"], rows)
     out_dir.mkdir(parents=True, exist_ok=True)
     claims.to_csv(out_dir / "claims.csv", index=False)
     exponents.to_csv(out_dir / "exponents.csv", index=False)
     if not devices.empty:
         devices.to_csv(out_dir / "devices_compared.csv", index=False)
     path = out_dir / "report.md"
-    path.write_text("\n".join([*head, *_figure_lines(made, out_dir), *tail]))
+    path.write_text(render(loaded, made, claims, exponents, devices, paths, out_dir, baseline_note, tables,
+                           summary_markdown(rows)))
     return Report(path, loaded, made, claims, exponents, devices)
+
+
+LOG_NAME = "report.log"  # beside report.md: what the figures that failed (or warned) had to say
+
+
+def draw_figures(figures: Sequence[Callable], rows: pd.DataFrame, ctx: Context, log_path: Path) -> list[Made | Skipped]:
+    """Each figure in turn, in this process. One that raises becomes a Skipped saying why in one line (one broken
+    figure must not cost the user the rest of the report); its traceback and the warnings a figure gave are
+    appended to `log_path`, which is written only when there is something to say."""
+    made: list[Made | Skipped] = []
+    log: list[str] = []
+    for make in figures:
+        name = getattr(make, "__name__", str(make))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                made.append(make(rows, ctx))
+            except Exception as exc:  # noqa: BLE001  (any failure of one figure is that figure's, reported)
+                reason = _one_line(f"{type(exc).__name__}: {exc}")
+                made.append(Skipped(name, name, f"failed: {reason}", "—"))
+                log += [f"figure {name}: failed", traceback.format_exc()]
+                _close_open_figures()
+        log += [f"figure {name}: {w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in caught]
+    if log:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text("\n".join(log) + "\n")
+    return made
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _close_open_figures() -> None:
+    """Close the figures a failed figure function left open (pyplot keeps them until closed)."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close("all")
 
 
 def render(loaded: Loaded, figures, claims: pd.DataFrame, exponents: pd.DataFrame, devices: pd.DataFrame,
@@ -198,37 +227,39 @@ def _figures_left_out(rows: pd.DataFrame) -> list[str]:
 
 
 def failed_figures(figures: Sequence[Made | Skipped]) -> list[Skipped]:
-    """The figures whose rows were there but whose drawing raised (draw.draw_one turns that into a Skipped whose
+    """The figures whose rows were there but whose drawing raised (draw_figures turns that into a Skipped whose
     reason starts with "failed"); a Skipped for want of rows is not a failure."""
     return [f for f in figures if isinstance(f, Skipped) and f.reason.startswith("failed")]
 
 
 def figure_summary(report: Report) -> tuple[list[str], bool]:
-    """The lines that say what the report drew (its path and counts, then one line per figure that failed, which
-    and why), and whether it failed: figures its rows call for (drawn or failed) and none of them drawn."""
+    """The lines that say what the report drew (its path and counts, then one line per figure that failed: which,
+    why, and the log holding its traceback), and whether it failed: figures its rows call for (drawn or failed)
+    and none of them drawn."""
     made = sum(isinstance(f, Made) for f in report.figures)
     failed = failed_figures(report.figures)
     figures_dir = report.path.parent / "figures"
-    lines = [f"report: {report.path} ({made} of {len(report.figures)} figures in {figures_dir}"
+    log = report.path.parent / LOG_NAME
+    lines = [f"report: {report.path} ({made} figure{'' if made == 1 else 's'} in {figures_dir}"
              + (f"; {len(failed)} of the {made + len(failed)} its rows call for failed" if failed else "") + ")"]
-    lines += [f"report: figure {f.name} not drawn: {f.reason.removeprefix('failed: ')}" for f in failed]
+    lines += [f"report: figure {f.name} not drawn: {f.reason.removeprefix('failed: ')} (traceback in {log})"
+              for f in failed]
     return lines, bool(failed) and made == 0
 
 
 def _figure_lines(figures: Sequence[Made | Skipped], out_dir: Path) -> list[str]:
-    """The figures' section: each drawn figure with how to read it, then one line naming those not drawn."""
+    """The figures' section: each drawn figure with how to read it, and each that failed with its reason. A figure
+    whose rows are absent (a study the sweep did not run) is not listed."""
     lines: list[str] = []
-    not_drawn = []
     for index, fig in enumerate(figures, start=1):
+        if isinstance(fig, Skipped) and not fig.reason.startswith("failed"):
+            continue
         numbered = re.match(r"fig(\d+)_", fig.name)  # keep the issue's numbering when only some are drawn
         number = numbered.group(1) if numbered else str(index)
-        if isinstance(fig, Skipped) and not fig.reason.startswith("failed"):
-            not_drawn.append(f"{number}. {fig.title} (`{fig.experiment}`)")
-            continue
         lines.append(f"### {number}. {fig.title}")
         lines.append("")
         if isinstance(fig, Skipped):
-            lines.append(f"*Not drawn: {fig.reason}.*")
+            lines.append(f"*Not drawn: {fig.reason} (the traceback is in {LOG_NAME}).*")
         else:
             png = [p for p in fig.files if p.suffix == ".png"]
             others = [p for p in fig.files if p.suffix != ".png"]
@@ -241,9 +272,8 @@ def _figure_lines(figures: Sequence[Made | Skipped], out_dir: Path) -> list[str]
                 lines.append("")
                 lines.append("Slice: " + "; ".join(fig.notes) + ".")
         lines.append("")
-    if not_drawn:
-        lines += ["*Not drawn, since no rows here make them (in parentheses: the experiment that draws each):* "
-                  + "; ".join(not_drawn) + ".", ""]
+    if not lines:
+        lines = ["*No figure: these rows call for none.*", ""]
     return lines
 
 
@@ -396,9 +426,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pdf", action="store_true",
                         help="also write a PDF copy of each figure (for papers; embedding fonts makes it slower)")
     parser.add_argument("--formats", default="png", help="figure formats, comma separated (png,pdf,svg)")
-    parser.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="processes drawing the figures (default: one per usable CPU, at most "
-                        f"{draw.MAX_WORKERS}, where the platform forks; 1: in this process)")
     parser.add_argument("--all-figures", action="store_true",
                         help="exit 1 when any figure its rows call for failed (default: only when none was drawn)")
     wandb_report.add_arguments(parser)
@@ -407,16 +434,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     allowed = {"png", "pdf", "svg"}
     if not formats or not set(formats) <= allowed:
         parser.error(f"--formats: expected a comma-separated subset of png, pdf, svg, got {args.formats!r}")
-    if args.workers is not None and args.workers < 1:
-        parser.error(f"--workers: expected a whole number of processes >= 1, got {args.workers}")
     if args.pdf and "pdf" not in formats:
         formats.append("pdf")
     if "png" in formats:  # the README embeds PNGs: write them first so their layout is the solved one
         formats.remove("png")
         formats.insert(0, "png")
     try:
-        report = write_report(args.paths, args.out, baseline_device=args.baseline_device, formats=formats,
-                              workers=args.workers)
+        report = write_report(args.paths, args.out, baseline_device=args.baseline_device, formats=formats)
     except NoUsableResults as exc:
         print(f"analysis: {exc}", file=sys.stderr)
         return 1

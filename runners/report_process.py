@@ -1,11 +1,9 @@
 """The report at a multirun's end, written by its own process within a time limit.
 
-The sweep's process holds torch's thread pools and wandb's threads, and the report forks its figure workers
-(analysis/figures/draw.py): a process forked from the measuring one inherits every lock those threads held at
-that moment, and one held forever hangs the report, and with it the sweep's end. So the report runs as its
-own command, `python -m analysis.report RESULTS --out DIR`, in a fresh interpreter (started by exec: nothing
-of this process comes with it but the environment), in a session of its own so that its figure workers share
-its process group. This process waits for it up to a limit (the `report_timeout_s` key; by default
+The sweep's process holds torch's thread pools and wandb's threads, and its memory: the report runs as its own
+command, `python -m analysis.report RESULTS --out DIR`, in a fresh interpreter (started by exec: nothing of this
+process comes with it but the environment), in a session of its own so that anything it starts shares its
+process group. This process waits for it up to a limit (the `report_timeout_s` key; by default
 `default_timeout_s` of the rows' count); past it the whole group is killed by the child's PID (its process
 group id), one line says the exact command that writes the report, and the sweep goes on as if no report had
 been asked for: the report only reads results.csv, so the rows and the CSV are as they were.
@@ -61,7 +59,7 @@ def _child_env() -> dict[str, str]:
 
 
 def _kill(child: subprocess.Popen) -> None:
-    """Kill the report and its figure workers: the process group whose id is the child's PID (a session of
+    """Kill the report and anything it started: the process group whose id is the child's PID (a session of
     its own), where the platform has groups; else the child alone."""
     try:
         if hasattr(os, "killpg"):

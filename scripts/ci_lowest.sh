@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI's lowest-versions stage: every direct dependency at exactly the floor pyproject.toml declares, in a venv of its
-# own, runs the quick tests (-m "not slow") and a 24-row sweep whose report must draw every figure its rows call
-# for. The main stage (.ci/run) tests the newest versions; this one proves the floors are true.
+# own, runs the quick tests (-m "not slow"), a 24-row sweep whose report must draw every figure its rows call
+# for, and the report of the default sweep's committed rows (its ten figures). The main stage (.ci/run) tests
+# the newest versions; this one proves the floors are true.
 # torch: its floor (2.13) is the CPU build on this machine's disk, so nothing of several GB is downloaded here.
 # Usage: bash scripts/ci_lowest.sh   (from anywhere; LOWEST_KEEP=1 keeps the venv and the sweep, and says where)
 set -euo pipefail
@@ -28,7 +29,7 @@ say "installing the floors: ${pins[*]}"
 "$py" -m pip install -q --disable-pip-version-check --no-deps -e .
 "$py" -m pip check  # the floors and what they pulled in agree with each other
 say "installed ($((SECONDS - started)) s): $("$py" -m pip list --format=freeze 2>/dev/null \
-    | grep -iE '^(torch|numpy|pandas|matplotlib|hydra-core|omegaconf|tabulate|wandb|submitit|scipy|pytest)==' \
+    | grep -iE '^(torch|numpy|pandas|matplotlib|seaborn|scipy|hydra-core|omegaconf|tabulate|wandb|submitit|pytest)==' \
     | tr '\n' ' ')"
 
 # The quick tier, as the main stage runs the whole suite (workers chosen by tests/conftest.py). All of it, not a
@@ -48,4 +49,8 @@ rows=$("$py" -c 'import csv, sys; print(sum(1 for _ in csv.DictReader(open(sys.a
 "$py" -m analysis.report "$sweep/results.csv" --out "$work/report" --all-figures
 drawn=$(find "$work/report/figures" -name '*.png' | wc -l)
 [[ $drawn -ge 1 ]] || { say "the 24-row report drew no figure"; exit 1; }
-say "passed: quick tests, 24 rows, $drawn figures, with every direct dependency at its floor"
+# The default sweep's rows (committed): the ten figures of its report, drawn by seaborn and scipy at their floors.
+"$py" -m analysis.report tests/analysis/data/default_sweep_results.csv --out "$work/report_default" --all-figures
+default_drawn=$(find "$work/report_default/figures" -name '*.png' | wc -l)
+[[ $default_drawn -ge 10 ]] || { say "the default sweep's report drew $default_drawn figures, not 10"; exit 1; }
+say "passed: quick tests, 24 rows, $drawn + $default_drawn figures, with every direct dependency at its floor"

@@ -6,7 +6,7 @@
 # Runs, each stage under a limit that its work needs, so the whole (installing the wheels
 # included) stays under --total-s (480 s: with start-up, a rerun still fits in 15 minutes of GPU time):
 #   1. env      nvidia-smi and Python/torch/triton versions          -> OUT_DIR/env.txt
-#   2. deps     hydra-core/omegaconf from --wheels DIR if missing (pip --no-index --target)
+#   2. deps     hydra-core/omegaconf/seaborn from --wheels DIR if missing (pip --no-index --target)
 #   3. plan     each stage's floor, estimated from what it runs: Hydra composes each sweep and
 #               parses its points (plain, compiled forward, compiled forward+backward), pytest
 #               collects each test stage; start-up + points x their estimates (the constants and
@@ -26,7 +26,7 @@
 # everything that can be written is written. Exit status 0 when every stage passed, 1 when
 # one failed, 2 for bad arguments or no CUDA device.
 #
-# --wheels DIR  install hydra-core, omegaconf and antlr4 wheels from DIR when they are missing
+# --wheels DIR  install hydra-core, omegaconf, antlr4 and seaborn wheels from DIR when they are missing
 # --pack        leave at most 8 files in OUT_DIR, none over 16 MiB, no folder: the report
 #               folder as report.tar.gz (plus report.md), the jobs' error.txt tracebacks as
 #               errors.tar.gz, the sweep folders in a temporary folder, logs over 16 MiB cut
@@ -206,21 +206,21 @@ else
   fi
 fi
 
-# 2. deps: hydra-core and omegaconf (pure-Python wheels) where the image lacks them.
+# 2. deps: hydra-core, omegaconf and seaborn (the figures') (pure-Python wheels) where the image lacks them.
 if ((DRY)); then
-  say "# if $PY -c 'import hydra, omegaconf' fails:"
+  say "# if $PY -c 'import hydra, omegaconf, seaborn' fails:"
   if [[ -n $WHEELS ]]; then
     stage deps "$OUT/sweep.log" "$PY" -m pip install -q --no-index --no-deps --target "$SITE" "$WHEELS/*.whl"
     say "+ export PYTHONPATH=$SITE:\$PYTHONPATH"
   else
     say "#   (no --wheels given: the sweeps fail, the tests still run)"
   fi
-elif ! "$PY" -c 'import hydra, omegaconf' 2>/dev/null; then
+elif ! "$PY" -c 'import hydra, omegaconf, seaborn' 2>/dev/null; then
   if [[ -n $WHEELS ]]; then
     stage deps "$OUT/sweep.log" "$PY" -m pip install -q --no-index --no-deps --target "$SITE" "$WHEELS"/*.whl
     export PYTHONPATH="$SITE:$PYTHONPATH"
   else
-    STAGES+=("deps|hydra-core/omegaconf missing and no --wheels DIR given|0|0"); FAILED=1
+    STAGES+=("deps|hydra-core/omegaconf/seaborn missing and no --wheels DIR given|0|0"); FAILED=1
   fi
 fi
 WANDB=wandb.mode=disabled

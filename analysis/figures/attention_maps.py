@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import seaborn as sns
 from matplotlib.colors import PowerNorm
 
 from analysis.figures.common import Context, Made, plt, save, suptitle
@@ -33,7 +34,9 @@ def attention_maps_figure(maps: pd.DataFrame, ctx: Context) -> Made:
             n = int(part["query"].max()) + 1
             a = np.zeros((n, int(part["key"].max()) + 1))
             a[part["query"].to_numpy(), part["key"].to_numpy()] = part["weight"].to_numpy()
-            image = ax.imshow(a, cmap="magma", norm=norm, interpolation="nearest")
+            sns.heatmap(a, cmap="magma", norm=norm, cbar=False, square=True, xticklabels=n // 4, yticklabels=n // 4,
+                        ax=ax)
+            image = ax.collections[0]
             title = str(part["title"].iloc[0])
             ax.set_title(title)
             ax.set_xlabel("key j")

@@ -1,4 +1,5 @@
-"""What every figure shares: the Agg back end, the theme, grids of line panels, axis helpers, saving.
+"""What every figure shares: the Agg back end, the project's seaborn theme, grids of line panels, axis helpers,
+saving.
 
 Colours live in analysis.figures.style."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 import math
 import textwrap
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from analysis.figures.made import Context, Made, Skipped  # noqa: F401  (re-exported: every figure module reads them here)
 
@@ -19,35 +20,24 @@ matplotlib.use("Agg")  # files only, no display: works headless and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
-
-from analysis.figures import grid  # noqa: E402
 
 DPI = 130
 # zlib's level for the PNGs: the same pixels at any level; 3 deflates the report's figures to the size the
 # default 6 does (within 1%) in two thirds of its time.
 PNG_COMPRESS_LEVEL = 3
+# The project's one theme: seaborn's "ticks" style in its "notebook" context, with smaller text (the panels are
+# small and many) and a light grid. A user restyles every figure by calling sns.set_theme after importing this.
 RC = {
     "figure.dpi": DPI, "savefig.dpi": DPI, "font.size": 9, "axes.titlesize": 9.5,
-    "axes.labelsize": 9, "legend.fontsize": 7.5, "legend.framealpha": 0.85, "xtick.labelsize": 8.5,
-    "ytick.labelsize": 8.5, "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.6,
+    "axes.labelsize": 9, "legend.fontsize": 7.5, "legend.title_fontsize": 8, "legend.framealpha": 0.85,
+    "xtick.labelsize": 8.5, "ytick.labelsize": 8.5, "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.6,
     "axes.spines.top": False, "axes.spines.right": False, "svg.fonttype": "none", "pdf.fonttype": 42,
 }
-# seaborn's "ticks" style in its "notebook" context with its "deep" palette, the look the figures were drawn in
-# with seaborn, as plain rcParams (RC above sets the sizes): dark grey text and spines, outward ticks, light grid.
-_DEEP = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]
-THEME = {
-    "axes.axisbelow": True, "axes.edgecolor": ".15", "axes.labelcolor": ".15", "axes.linewidth": 1.25,
-    "axes.prop_cycle": matplotlib.cycler(color=_DEEP), "text.color": ".15", "xtick.color": ".15",
-    "ytick.color": ".15", "grid.color": ".8", "legend.title_fontsize": 12.0, "lines.solid_capstyle": "round",
-    "patch.edgecolor": "w", "patch.force_edgecolor": True,
-    "font.sans-serif": ["Arial", "DejaVu Sans", "Liberation Sans", "Bitstream Vera Sans", "sans-serif"],
-    "xtick.major.size": 6.0, "xtick.major.width": 1.25, "xtick.minor.size": 4.0, "xtick.minor.width": 1.0,
-    "ytick.major.size": 6.0, "ytick.major.width": 1.25, "ytick.minor.size": 4.0, "ytick.minor.width": 1.0,
-}
-matplotlib.rcParams.update({**THEME, **RC})
+sns.set_theme(context="notebook", style="ticks", palette="deep", rc=RC)
 
 # The mask is a line's style in every figure: solid circles without, dashed squares with a causal mask.
 MASKS = ("no mask", "causal")
@@ -56,6 +46,7 @@ MASK_DASHES = {"no mask": "", "causal": (4, 2)}
 # Each line is the median over seeds at each x; the shaded interval is their p20-p80 where seeds differ.
 ESTIMATOR = "median"
 SEED_INTERVAL = ("pi", 60)
+Estimator = str | Callable[[pd.Series], float]
 
 
 def suptitle(fig, text: str) -> None:
@@ -69,14 +60,14 @@ def line_grid(data: pd.DataFrame, *, x: str, y: str, panel_width: float, panel_h
               row: str | None = None, col: str | None = None, col_wrap: int | None = None,
               errorbar=SEED_INTERVAL, share_y: bool = False, row_order: Sequence | None = None,
               col_order: Sequence | None = None, hue_order: Sequence | None = None,
-              style_order: Sequence | None = None, estimator: grid.Estimator = ESTIMATOR, **kw) -> grid.Grid:
-    """Per panel, the median over seeds at each x with its interval: one line per hue x style level
-    (analysis.figures.grid; the picture seaborn's `relplot(kind="line")` drew).
+              style_order: Sequence | None = None, estimator: Estimator = ESTIMATOR, **kw) -> sns.FacetGrid:
+    """seaborn's `relplot(kind="line")`: per panel, the median over seeds at each x with its interval, one line per
+    hue x style level; returns its FacetGrid (`axes_dict` keyed by the column's level, the row's, or both).
 
-    Panels keep their own axes (sizes, ranges and slices differ between them; `share_y` shares y), titles and legends
-    are left to the figure, and an empty row x col cell is hidden. `style="mask"` draws the mask
-    the same way in every figure; any other `style` gets seaborn's default markers and dashes unless given.
-    `kw` goes to each line (matplotlib's Line2D properties), `markers` and `dashes` aside.
+    Panels keep their own x axes (sizes, ranges and slices differ between them; `share_y` shares y), titles and
+    legends are left to the figure, and an empty row x col cell is hidden. `style="mask"` draws the mask the same
+    way in every figure; any other `style` gets seaborn's default markers and dashes unless given. `kw` goes to
+    each line (matplotlib's Line2D properties).
     """
     markers, dashes = kw.pop("markers", None), kw.pop("dashes", None)
     if style == "mask":
@@ -91,13 +82,12 @@ def line_grid(data: pd.DataFrame, *, x: str, y: str, panel_width: float, panel_h
         col_wrap = None  # one row: wrapping would only add empty cells to the right
     kw.setdefault("linewidth", 1.6)
     kw.setdefault("markersize", 4.5)
-    g = grid.facets(data, panel_width=panel_width, panel_height=panel_height, row=row, col=col,
-                            row_order=row_order, col_order=col_order, col_wrap=col_wrap, share_y=share_y)
-    for ax, part in g.panels:
-        grid.lines(ax, part, x=x, y=y, hue=hue, hue_order=hue_order, palette=palette, style=style,
-                   style_order=style_order, markers=markers, dashes=dashes, estimator=estimator, errorbar=errorbar,
-                   **kw)
-    grid.label_outer(g, x, y)
+    style_kw = dict(style=style, style_order=style_order, markers=markers, dashes=dashes) if style else {}
+    hue_kw = dict(hue=hue, hue_order=hue_order, palette=palette) if hue else {}
+    g = sns.relplot(data=data, kind="line", x=x, y=y, **hue_kw, **style_kw, row=row, col=col, col_wrap=col_wrap,
+                    row_order=row_order, col_order=col_order, estimator=estimator, errorbar=errorbar,
+                    height=panel_height, aspect=panel_width / panel_height, legend=False,
+                    facet_kws=dict(sharex=False, sharey=share_y), **kw)
     for ax in g.axes.flat:
         if not ax.lines:
             ax.set_axis_off()
@@ -216,10 +206,10 @@ def _drop_touching_tick_labels(fig, placed, pad_px: float = 3.0) -> bool:
 
 
 def size_text(n: float) -> str:
-    """1024 -> '1K', 131072 -> '128K', 300 -> '300'."""
+    """One style for every size: 300 -> '300', 1024 -> '1K', 1536 -> '1.5K', 131072 -> '128K'."""
     n = int(round(n))
-    if n >= 1024 and n % 1024 == 0:
-        return f"{n // 1024}K"
+    if n >= 1024:
+        return f"{n / 1024:.3g}K"
     return str(n)
 
 
@@ -267,15 +257,44 @@ def _spaced_ticks(ax, ticks: list[float], axis: str, text) -> list[float]:
     return sorted(kept)
 
 
+def bytes_text(value: float) -> str:
+    """Bytes in binary units, as every figure and table gives them: 1536 -> '1.5 KiB', 2**30 -> '1 GiB'."""
+    if not value > 0:
+        return ""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.3g} B"
+
+
 def bytes_formatter() -> ticker.FuncFormatter:
-    def fmt(value, _pos):
-        if value <= 0:
-            return ""
-        for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-            if value >= size:
-                return f"{value / size:g} {unit}"
-        return f"{value:g} B"
-    return ticker.FuncFormatter(fmt)
+    return ticker.FuncFormatter(lambda value, _pos: bytes_text(value))
+
+
+def bytes_axis(ax, axis: str = "y") -> None:
+    """A byte axis in binary units: on a log scale its ticks at powers of 4 (1 KiB, 4 KiB, 16 KiB, ...), so no
+    label reads '1.05 MiB'; the minor ticks unlabelled."""
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    if (ax.get_yscale() if axis == "y" else ax.get_xscale()) == "log":
+        target.set_major_locator(ticker.LogLocator(base=4, numticks=8))
+        target.set_minor_locator(ticker.NullLocator())
+    target.set_major_formatter(bytes_formatter())
+
+
+UNSURE_LABEL = "hollow: noisy, or timed on fewer threads"
+
+
+def hollow_points(ax, points: pd.DataFrame, x: str, y: str, color_of, marker_of) -> list[Line2D]:
+    """Each row of `points` (the unsure ones: analysis.noise.unsure_mask) as a hollow marker over its line, and
+    the legend entry that says what hollow means (none when there is no such row)."""
+    shown = points[np.isfinite(points[y]) & (points[y] > 0)] if len(points) else points
+    for _, row in shown.iterrows():
+        ax.plot(row[x], row[y], marker=marker_of(row), markersize=6, markerfacecolor="white",
+                markeredgecolor=color_of(row), markeredgewidth=1.3, linestyle="none", zorder=4)
+    if shown.empty:
+        return []
+    return [Line2D([], [], marker="o", markersize=6, markerfacecolor="white", markeredgecolor="0.3",
+                   markeredgewidth=1.3, linestyle="none", label=UNSURE_LABEL)]
 
 
 def log_if_spans(ax, values: Iterable[float], axis: str = "y", decades: float = 1.3) -> bool:
@@ -342,8 +361,9 @@ def mark_failed(ax, failed, y_column: str | None, color_of, top_fraction: float 
 
 def legend_right(ax, extra_handles: Sequence[Line2D] = (), lead_handles: Sequence[Line2D] = (),
                  loc: str = "right") -> None:
-    """The axis's legend: `lead_handles` (the data lines), its own labelled artists, then extras;
-    to the right of the axis, or inside it at `loc` when that is not "right"."""
+    """The axis's legend: `lead_handles` (the data lines), its own labelled artists, then extras; outside the
+    data, to the right of the axis (a figure whose legends are wide gives its panels the room: `panel_width`
+    counts it), or inside it at `loc` when that is not "right"."""
     handles, _ = ax.get_legend_handles_labels()
     handles = list(lead_handles) + list(handles) + list(extra_handles)
     if not handles:

@@ -8,7 +8,7 @@ from matplotlib.lines import Line2D
 from analysis.compiled import compiled_study, mask_order, mode_order, points
 from analysis.cost import memory_metric, variant_order
 from analysis.figures.common import (
-    Context, Made, Skipped, bytes_formatter, guide_lines, legend_right, line_grid, save, set_log2_ticks, suptitle,
+    Context, Made, Skipped, bytes_axis, guide_lines, legend_right, line_grid, save, set_log2_ticks, suptitle,
     tidy_log_axis,
 )
 from analysis.figures.style import backend_palette
@@ -97,7 +97,7 @@ def compiled_time_memory(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         _at_least_a_decade(ax)
         set_log2_ticks(ax, cell["seq_len"])
         if memory:
-            ax.yaxis.set_major_formatter(bytes_formatter())
+            bytes_axis(ax)
         else:
             tidy_log_axis(ax)
         ax.set_ylabel(("peak allocated (bytes)" if metric == "peak_alloc_bytes" else "peak RSS (bytes)") if memory

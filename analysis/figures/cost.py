@@ -5,23 +5,30 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import seaborn as sns
 from matplotlib.lines import Line2D
 
 from analysis.cost import Facet, cost_facets, memory_metric
 from analysis.costmodel import MIN_MODEL_SIZES
-from analysis.figures import grid
 from analysis.figures.common import (
-    MASKS, SEED_INTERVAL, Context, Made, Skipped, bytes_formatter, guide_lines, legend_right, line_grid, log_if_spans,
+    MASK_MARKERS, MASKS, SEED_INTERVAL, Context, Made, Skipped, bytes_axis, guide_lines, hollow_points, legend_right,
+    line_grid, log_if_spans,
     mark_failed, mask_handle, save, set_log2_ticks, suptitle, tidy_log_axis,
 )
 from analysis.figures.style import backend_palette, precision_order
 from analysis.judged import facet_notes
+from analysis.noise import unsure_mask
 
 EXPERIMENT = "quadratic_cost (or the default sweep)"
 
 
 def _mask_text(causal: bool) -> str:
     return "causal" if causal else "no mask"
+
+
+# A panel's width: the data's 6.4 inches and its legend's (long fit labels) beside them, so the legend never
+# squeezes the data.
+PANEL_WIDTH_IN = 6.4 + 4.6
 
 
 def _panel_order(facets: list[Facet]) -> list[Facet]:
@@ -41,15 +48,24 @@ def _grid(facets: list[Facet], metric: str, errorbar=SEED_INTERVAL, estimator: s
     data = data[(data["status"] == "ok") & np.isfinite(data[metric]) & (data[metric] > 0)]
     data = data.assign(mask=data["causal"].map(lambda c: _mask_text(bool(c))))
     g = line_grid(data, x="seq_len", y=metric, hue="label", palette=palette, style="mask", col="panel",
-                  col_order=[f.title for f in facets], col_wrap=2, errorbar=errorbar, panel_width=7.6,
+                  col_order=[f.title for f in facets], col_wrap=2, errorbar=errorbar, panel_width=PANEL_WIDTH_IN,
                   panel_height=3.7, estimator=estimator)
     return g, palette, {(f.precision, f.device_label): g.axes_dict[f.title] for f in facets}
 
 
 def _legend(ax, facet: Facet, palette: dict[str, str], label_of, extra=()) -> None:
-    """One entry per line (its colour and mask, labelled with its fit), then the figure's extras."""
+    """One entry per line (its colour and mask, labelled with its fit), then the figure's extras, right of the panel
+    in the room PANEL_WIDTH_IN leaves it."""
     handles = [mask_handle(palette[line.label], _mask_text(line.causal), label_of(line)) for line in facet.lines]
     legend_right(ax, extra, lead_handles=handles)
+
+
+def _hollow(ax, facet: Facet, metric: str, palette: dict[str, str]) -> list[Line2D]:
+    """The facet's noisy or fewer-thread ok rows drawn hollow over their lines (analysis.noise.unsure_mask)."""
+    rows = facet.slice_rows
+    unsure = rows[unsure_mask(rows)]
+    return hollow_points(ax, unsure, "seq_len", metric, lambda r: palette.get(r["label"], "0.5"),
+                         lambda r: MASK_MARKERS[_mask_text(bool(r["causal"]))])
 
 
 MODEL_STYLE = {"linewidth": 0.8, "alpha": 0.75, "zorder": 2}
@@ -91,6 +107,10 @@ def _with_share(text: str, line, shares: dict[str, str]) -> str:
     return text + (f"; {shares[line.label]}" if not line.causal and line.label in shares else "")
 
 
+HOLLOW_TEXT = (" Hollow markers are rows flagged noisy or timed on fewer threads than the device's others: their time "
+               "may be the machine's load rather than the kernel's (the rows' `noise` column says why).")
+
+
 def _row_color(palette: dict[str, str]):
     return lambda row: palette.get(row["label"], "0.5")
 
@@ -117,7 +137,8 @@ def time_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         guide_lines(ax, values["seq_len"].min(), values["seq_len"].max(), float(first.min()) / 2.5)
         shares = _draw_models(ax, facet, palette)
         share_shown |= any(t.startswith("n²") for t in shares.values())
-        failed = mark_failed(ax, facet.failed, None, _row_color(palette)) + _model_handles(any(t.startswith("n²") for t in shares.values()))
+        failed = (mark_failed(ax, facet.failed, None, _row_color(palette)) + _hollow(ax, facet, "time_ms", palette)
+                  + _model_handles(any(t.startswith("n²") for t in shares.values())))
         set_log2_ticks(ax, pd.concat([values["seq_len"], facet.failed["seq_len"]]))
         ax.set_xlabel("sequence length n (tokens)")
         ax.set_ylabel("time per call, median (ms; fastest repeat)")
@@ -136,13 +157,16 @@ def time_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                    "legend's share says how much of the time it is at the largest n (the compute claim judges by it)."
                    if share_shown else
                    f" No line was measured at the {MIN_MODEL_SIZES} sizes the cost model fixed + linear·n + "
-                   "quadratic·n² needs, or none follows it, so no model or n² share is drawn."),
+                   "quadratic·n² needs, or none follows it, so no model or n² share is drawn.")
+                + (HOLLOW_TEXT if unsure_mask(pd.concat([f.slice_rows for f in facets])).any() else ""),
                 save(g.figure, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets] + facet_notes(facets))
 
 
 def _predicted(ax, data: pd.DataFrame, **kw) -> None:
     """The analytic memory prediction of each line, where the row carries one."""
-    grid.lines(ax, data[data["predicted_mem_bytes"] > 0], x="seq_len", y="predicted_mem_bytes", **kw)
+    data = data[data["predicted_mem_bytes"] > 0]
+    if not data.empty:
+        sns.lineplot(data=data, x="seq_len", y="predicted_mem_bytes", ax=ax, legend=False, **kw)
 
 
 def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
@@ -154,7 +178,8 @@ def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                        EXPERIMENT)
     g, palette, placed = _grid(facets, metric)
     # The analytic prediction, thin and dotted, so a reader sees where measurement and model part.
-    for ax, part in g.panels:
+    for panel, ax in g.axes_dict.items():
+        part = g.data[g.data["panel"] == panel]
         _predicted(ax, part, hue="label", palette=palette, style="mask", style_order=MASKS,
                    dashes={m: (1, 1.5) for m in MASKS}, estimator="median", errorbar=None, linewidth=0.9, alpha=0.8)
     g.set(yscale="log")
@@ -183,7 +208,7 @@ def memory_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                          "point and not drawn")
         if not pred.empty:
             handles.append(Line2D([], [], color="0.3", linestyle=":", label="analytic prediction (dotted)"))
-        ax.yaxis.set_major_formatter(bytes_formatter())
+        bytes_axis(ax)
         set_log2_ticks(ax, pd.concat([values["seq_len"], facet.failed["seq_len"]]))
         ax.set_xlabel("sequence length n (tokens)")
         ax.set_ylabel("peak allocated beyond inputs (bytes)" if metric == "peak_alloc_bytes"
@@ -232,10 +257,12 @@ def throughput_vs_seq_len(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_ylabel("achieved throughput (TFLOP/s)")
         tidy_log_axis(ax)
         ax.set_title(f"{facet.title}\n{facet.slice_text}")
-        _legend(ax, facet, palette, lambda line: f"{line.label}, {_mask_text(line.causal)}")
+        _legend(ax, facet, palette, lambda line: f"{line.label}, {_mask_text(line.causal)}",
+                _hollow(ax, facet, "tflops", palette))
     suptitle(g.figure, "Achieved TFLOP/s (useful attention FLOPs / median time) vs the device's measured matmul peak")
     return Made(name, title,
                 "Each line is the attention FLOPs (only unmasked scores counted) divided by the median time; the "
                 "black line is the same device's measured matmul peak, so the gap is the fraction of the hardware "
-                "a back end leaves unused.",
+                "a back end leaves unused." + (HOLLOW_TEXT if unsure_mask(pd.concat([f.slice_rows for f in facets])).any()
+                                               else ""),
                 save(g.figure, ctx, name), [f"{f.title}: {f.slice_text}" for f in facets] + facet_notes(facets))

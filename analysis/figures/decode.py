@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import seaborn as sns
+from matplotlib.lines import Line2D
 
 from analysis.decode import ceilings, context_series, decode_rows, generate_rows, roofline_rows
-from analysis.figures.common import Context, Made, Skipped, save, suptitle
+from analysis.figures.common import Context, Made, Skipped, linestyle_of, plt, save, suptitle
 from analysis.figures.style import backend_palette
 
 PHASE_MARKERS = {"prefill": "o", "decode": "s", "generate": "^"}
-KV_DASHES = ("-", "--", ":", "-.")  # kv_heads, most first
+KV_DASHES = ("", (4, 2), (1, 1.5), (4, 1.5, 1, 1.5))  # kv_heads, most first (seaborn's dashes)
+CACHE_DASHES = {"cache": "", "no cache": (4, 2), "FP8 cache": (1, 1.5)}
+CACHE_MARKERS = {"cache": "o", "no cache": "s", "FP8 cache": "o"}
 
 
 def roofline(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
@@ -25,9 +28,8 @@ def roofline(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     fig, axes = plt.subplots(1, len(devices), figsize=(6.2 * len(devices), 4.6), squeeze=False)
     for ax, device in zip(axes[0], devices):
         part = points[points["device_label"] == device]
-        for (backend, ph), group in part.groupby(["backend", "phase"]):
-            ax.scatter(group["intensity"], group["achieved_tflops"], color=palette[backend],
-                       marker=PHASE_MARKERS[ph], s=18, alpha=0.75, zorder=3)
+        sns.scatterplot(data=part, x="intensity", y="achieved_tflops", hue="backend", palette=palette, style="phase",
+                        markers=PHASE_MARKERS, s=18, alpha=0.75, zorder=3, legend=False, ax=ax)
         peak_tflops, peak_gbps = ceilings(part)
         if peak_tflops and peak_gbps:
             x = np.logspace(np.log10(part["intensity"].min() / 2), np.log10(part["intensity"].max() * 2), 200)
@@ -41,11 +43,11 @@ def roofline(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_xlabel("arithmetic intensity (FLOPs / byte moved)")
         ax.set_ylabel("achieved TFLOP/s")
         ax.set_title(device)
-        handles = [plt.Line2D([], [], color=palette[b], marker="o", linestyle="", label=b) for b in sorted(part["backend"].unique())]
-        handles += [plt.Line2D([], [], color="0.3", marker=PHASE_MARKERS[p], linestyle="", label=p)
+        handles = [Line2D([], [], color=palette[b], marker="o", linestyle="", label=b) for b in sorted(part["backend"].unique())]
+        handles += [Line2D([], [], color="0.3", marker=PHASE_MARKERS[p], linestyle="", label=p)
                     for p in PHASE_MARKERS if p in set(part["phase"])]
-        handles.append(plt.Line2D([], [], color="0.15", label="min(matmul peak, intensity x copy bandwidth)"))
-        ax.legend(handles=handles, loc="lower right", fontsize=7)
+        handles.append(Line2D([], [], color="0.15", label="min(matmul peak, intensity x copy bandwidth)"))
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7)  # beside the points
     suptitle(fig, "Every row on its device's roofline: prefill, decode steps and generation loops")
     return Made(name, title,
                 "x: FLOPs per byte the call must move (flops / bytes_moved); y: achieved TFLOP/s. The solid line is "
@@ -68,20 +70,23 @@ def decode_time(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     for ax, (q_len, batch) in zip(axes[0], panels):
         part = dec[(dec["q_len"] == q_len) & (dec["batch"] == batch)]
         fp8 = part["precision"].astype(str).str.startswith("fp8")  # an FP8 K/V cache: its own line, x markers
-        for (backend, kv, is_fp8), group in part.groupby([part["backend"], part["kv_heads"], fp8]):
-            line = group.groupby("seq_len")["ms_per_step"].median().sort_index()
-            ax.plot(line.index, line.values, color=palette[backend], linestyle=dashes[kv], marker="x" if is_fp8 else "o",
-                    markersize=5 if is_fp8 else 3)
+        part = part.assign(series=[f"kv_heads={kv:g}" + (", FP8" if f else "") for kv, f in zip(part["kv_heads"], fp8)])
+        kinds = part[["series", "kv_heads"]].drop_duplicates().assign(fp8=lambda d: d["series"].str.endswith("FP8"))
+        sns.lineplot(data=part, x="seq_len", y="ms_per_step", hue="backend", palette=palette, style="series",
+                     dashes={r.series: dashes[r.kv_heads] for r in kinds.itertuples()},
+                     markers={r.series: "x" if r.fp8 else "o" for r in kinds.itertuples()},
+                     estimator="median", errorbar=None, markersize=4, legend=False, ax=ax)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("cache length (seq_len, tokens)")
         ax.set_title(f"q_len={q_len:g}, batch={batch:g}")
-    axes[0][0].set_ylabel("time per step, median (ms)")
-    handles = [plt.Line2D([], [], color=palette[b], label=b) for b in sorted(dec["backend"].unique())]
-    handles += [plt.Line2D([], [], color="0.3", linestyle=dashes[kv], label=f"kv_heads={kv:g}") for kv in kv_values]
+        ax.set_ylabel("time per step, median (ms)" if ax is axes[0][0] else "")
+    handles = [Line2D([], [], color=palette[b], label=b) for b in sorted(dec["backend"].unique())]
+    handles += [Line2D([], [], color="0.3", linestyle=linestyle_of(dashes[kv]), label=f"kv_heads={kv:g}")
+                for kv in kv_values]
     if dec["precision"].astype(str).str.startswith("fp8").any():
-        handles.append(plt.Line2D([], [], color="0.3", marker="x", label="FP8 K/V cache"))
-    axes[0][-1].legend(handles=handles, loc="upper left", fontsize=7)
+        handles.append(Line2D([], [], color="0.3", marker="x", label="FP8 K/V cache"))
+    axes[0][-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7)  # beside the lines
     suptitle(fig, f"One decode step against the cache length (heads={dec['heads'].max():g}), per back end and kv_heads")
     return Made(name, title,
                 "Each line is one back end (colour) at one number of K/V heads (dash). A step reads the whole cache, "
@@ -98,32 +103,31 @@ def generation(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     palette = backend_palette(gen["backend"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.0))
     series = context_series(gen)
-    for (backend, precision, cache, batch), part in series.groupby(["backend", "precision", "kv_cache", "batch"]):
-        part = part.sort_values("context")
-        if len(part) < 2:  # a lone prompt (the T grid's) is no line against the context
-            continue
-        fp8 = str(precision).startswith("fp8")  # an FP8 K/V cache: its own line, dotted
-        axes[0].plot(part["context"], part["ms_per_token"], color=palette[backend], marker="o" if cache else "s",
-                     linestyle=":" if fp8 else "-" if cache else "--",
-                     label=f"{backend}, {'cache' if cache else 'no cache'}, batch {batch:g}" + (f", {precision}" if fp8 else ""))
+    # a lone prompt (the T grid's) is no line against the context
+    series = series[series.groupby(["backend", "precision", "kv_cache", "batch"])["context"].transform("size") >= 2]
+    if not series.empty:
+        fp8 = series["precision"].astype(str).str.startswith("fp8")  # an FP8 K/V cache: its own line, dotted
+        series = series.assign(way=np.where(fp8, "FP8 cache", np.where(series["kv_cache"].astype(bool), "cache",
+                                                                         "no cache")))
+        sns.lineplot(data=series, x="context", y="ms_per_token", hue="backend", palette=palette, style="way",
+                     dashes=CACHE_DASHES, markers=CACHE_MARKERS, units="batch", estimator=None, ax=axes[0])
     axes[0].set_xscale("log", base=2)
     axes[0].set_yscale("log")
     axes[0].set_xlabel("context (prompt + half the new tokens)")
     axes[0].set_ylabel("time per new token, median (ms)")
-    if axes[0].get_legend_handles_labels()[0]:  # one prompt per back end (scope=generate alone) draws no line here
-        axes[0].legend(loc="upper left", fontsize=7)
+    if axes[0].get_legend() is not None:  # one prompt per back end (scope=generate alone) draws no line here
+        sns.move_legend(axes[0], "upper left", fontsize=7, title=None)
     # Cumulative time against T at one prompt: the prompt length with the most new_tokens values.
     per_prompt = gen.groupby("seq_len")["new_tokens"].nunique()
     prompt = per_prompt.idxmax()
     part = gen[(gen["seq_len"] == prompt) & ~gen["precision"].astype(str).str.startswith("fp8")]
-    for (backend, cache), group in part.groupby(["backend", "kv_cache"]):
-        line = group.groupby("new_tokens")["time_ms"].median().sort_index()
-        axes[1].plot(line.index, line.values / 1e3, color=palette[backend], marker="o" if cache else "s",
-                     linestyle="-" if cache else "--", label=f"{backend}, {'cache' if cache else 'no cache'}")
+    part = part.assign(way=np.where(part["kv_cache"].astype(bool), "cache", "no cache"), time_s=part["time_ms"] / 1e3)
+    sns.lineplot(data=part, x="new_tokens", y="time_s", hue="backend", palette=palette, style="way",
+                 dashes=CACHE_DASHES, markers=CACHE_MARKERS, estimator="median", errorbar=None, ax=axes[1])
     axes[1].set_xlabel("new tokens T")
     axes[1].set_ylabel("cumulative generation time (s)")
     axes[1].set_title(f"prompt of {prompt:g} tokens")
-    axes[1].legend(loc="upper left", fontsize=7)
+    sns.move_legend(axes[1], "upper left", fontsize=7, title=None)
     suptitle(fig, "What the KV-cache saves: cost per token against the context, and total time against T")
     return Made(name, title,
                 "Left: time per new token against the context on log-log axes; a slope of 1 is linear (the cache: one "

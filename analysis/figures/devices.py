@@ -41,7 +41,7 @@ def devices_compared(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_title(label)
         tidy_log_axis(ax)
         devices = [mask_handle(palette[d], "no mask", d) for d in sorted(part["device_label"].unique())]
-        legend_right(ax, lead_handles=devices, loc="best")
+        legend_right(ax, lead_handles=devices)
     text = chosen.describe(always=("precision", "head_dim", "causal"))
     suptitle(g.figure, f"Time on {baseline} / time on each device, same points — {text}")
     notes = [f"{text}"] + ([note] if note else [])

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import seaborn as sns
 from matplotlib.lines import Line2D
 
-from analysis.figures import grid
 from analysis.figures.common import Context, Made, Skipped, save, set_log2_ticks, suptitle
 from analysis.figures.style import precision_color, scale_color
 from analysis.fp8 import BASELINES, FP8_AXES, _scaled_errors, fp8_points, overflow_points, predicted_nonfinite_frac, \
@@ -37,11 +37,11 @@ def fp8_error(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     precisions = sorted(part["series"].unique())
     twins = part[["series", "precision", "fp8_matmul"]].drop_duplicates()
     palette = {s: _shade(precision_color(p), matmuls.index(str(m))) for s, p, m in twins.itertuples(index=False)}
-    g = grid.facets(part, col="outliers", row="P", panel_width=3.2 * 1.3, panel_height=3.2, share_x=True,
-                    share_y=True)
-    for ax, cell in g.panels:  # per format (and products' way), the median over d_k and n with a bar over their range
-        grid.points(ax, cell, x="variant", order=variants, y="rel_rms_err", hue="series", hue_order=precisions,
-                    palette=palette, estimator="median", dodge=0.3 if len(precisions) > 1 else 0.0)
+    # per format (and products' way), the median over d_k and n with a bar over their range
+    g = sns.catplot(data=part, kind="point", x="variant", order=variants, y="rel_rms_err", hue="series",
+                    hue_order=precisions, palette=palette, estimator="median", errorbar=("pi", 100),
+                    dodge=0.3 if len(precisions) > 1 else False, col="outliers", row="P", height=3.2, aspect=1.3,
+                    sharex=True, sharey=True, legend=False)
     base = plain_rows(rows[(rows["status"] == "ok") & rows["precision"].isin(BASELINES) & (rows["backend"] == "naive")
                            & (rows["input_std"] == 1) & rows["seq_len"].isin(part["seq_len"].unique())
                            & rows["head_dim"].isin(part["head_dim"].unique())], vary=FP8_AXES)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
+import seaborn as sns
+from matplotlib.lines import Line2D
 
-from analysis.figures.common import Context, Made, Skipped, bytes_formatter, save, set_log2_ticks, suptitle
+from analysis.figures.common import Context, Made, Skipped, bytes_axis, plt, save, set_log2_ticks, suptitle
 from analysis.figures.style import backend_palette
 from analysis.masks import gqa_study, ideal_line, mask_study
 from analysis.slices import number_text
@@ -38,32 +40,41 @@ def masks_vs_density(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     palette = backend_palette(study["label"])
     ideal = ideal_line(study)
     fig, axes = plt.subplots(len(devices), 2, figsize=(13, 3.9 * len(devices)), squeeze=False)
+    notes = []
     for i, device in enumerate(devices):
         part = study[study["device_label"] == device]
         markers = _markers(part["mask"].unique())
         for j, (metric, ylabel) in enumerate((("time_per_seq_ms", "time per sequence, median (ms)"),
                                                ("alloc_per_seq_bytes", "peak allocated per sequence"))):
             ax = axes[i][j]
-            for label, group in part.groupby("label"):
-                for _, r in group.iterrows():
-                    ax.scatter(r["mask_density"], r[metric], color=palette[label], marker=markers[r["mask"]], s=30,
-                               zorder=3)
-            if metric == "time_per_seq_ms" and not ideal.empty:  # linear axes: the ideal is a straight line
-                for variant, line in ideal[ideal["device_label"] == device].groupby("variant"):
-                    color = palette.get(variant, backend_palette([variant])[variant])
-                    ax.plot(line["mask_density"], line["ideal_ms"], color=color, linestyle=":", linewidth=1.2)
-                ax.set_ylim(bottom=0)
-            else:
-                ax.set_yscale("log")  # memory spans orders of magnitude between back ends
-                ax.yaxis.set_major_formatter(bytes_formatter())
+            measured = part[np.isfinite(part[metric]) & (part[metric] > 0)]
             ax.set_xlim(0, 1.05)
             ax.set_xlabel("mask density (fraction of query-key pairs left)")
             ax.set_ylabel(ylabel)
             ax.set_title(f"{device}, n={number_text(float(part['seq_len'].max()))}")
-        handles = [plt.Line2D([], [], color=palette[lab], linewidth=2, label=lab) for lab in sorted(part["label"].unique())]
-        handles += [plt.Line2D([], [], color="0.3", marker=markers[m], linestyle="", label=m)
+            if measured.empty:  # a column the sweep did not measure (metrics without memory): said, not drawn
+                column = "peak_alloc_bytes" if metric == "alloc_per_seq_bytes" else "time_ms"
+                ax.text(0.5, 0.5, f"{column} not measured", transform=ax.transAxes, ha="center", va="center",
+                        color="0.35")
+                notes.append(f"{device}: {column} not measured (the sweep's metrics left it out)")
+                continue
+            sns.scatterplot(data=measured, x="mask_density", y=metric, hue="label", palette=palette, style="mask",
+                            markers=markers, s=30, legend=False, zorder=3, ax=ax)
+            if metric == "time_per_seq_ms" and not ideal.empty:  # linear axes: the ideal is a straight line
+                line = ideal[ideal["device_label"] == device]
+                sns.lineplot(data=line, x="mask_density", y="ideal_ms", hue="variant",
+                             palette={v: palette.get(v, backend_palette([v])[v]) for v in line["variant"].unique()},
+                             linestyle=":", linewidth=1.2, estimator=None, legend=False, ax=ax)
+                ax.set_ylim(bottom=0)
+            elif metric == "alloc_per_seq_bytes":
+                ax.set_yscale("log")  # memory spans orders of magnitude between back ends
+                bytes_axis(ax)
+            ax.set_xlabel("mask density (fraction of query-key pairs left)")  # seaborn named them after the columns
+            ax.set_ylabel(ylabel)
+        handles = [Line2D([], [], color=palette[lab], linewidth=2, label=lab) for lab in sorted(part["label"].unique())]
+        handles += [Line2D([], [], color="0.3", marker=markers[m], linestyle="", label=m)
                     for m in sorted(markers, key=lambda m: -part[part["mask"] == m]["mask_density"].max())]
-        handles.append(plt.Line2D([], [], color="0.3", linestyle=":", label="ideal: time ∝ density"))
+        handles.append(Line2D([], [], color="0.3", linestyle=":", label="ideal: time ∝ density"))
         # outside the panels: the points fill every corner of both
         axes[i][1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7)
     suptitle(fig, "Time and memory against the mask density, at the largest n per back end")
@@ -72,7 +83,7 @@ def masks_vs_density(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
                 "against the time and memory per sequence. Dotted: the back end's unmasked time scaled by the density, "
                 "what a back end that skips exactly the hidden work would reach. Points near their dotted line turn "
                 "the mask into saved time; a flat row of points (naive) computes every score anyway.",
-                save(fig, ctx, name))
+                save(fig, ctx, name), notes)
 
 
 def gqa_vs_kv_heads(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
@@ -83,20 +94,19 @@ def gqa_vs_kv_heads(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     study = study[study["seq_len"] == study.groupby("backend")["seq_len"].transform("max")]
     palette = backend_palette(study["label"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.9))
-    for (label, mode), group in study.groupby(["label", "mode"]):
-        by_kv = group.groupby("kv_heads")["time_ms"].median().sort_index()
-        axes[0].plot(by_kv.index, by_kv.values, color=palette[label], marker="o" if mode == "fwd" else "s",
-                     linestyle="-" if mode == "fwd" else "--", label=f"{label} {mode}")
-    kv = study.groupby("kv_heads")["kv_bytes"].median().sort_index()
-    axes[1].plot(kv.index, kv.values, color="0.2", marker="o", label="K and V (what a decode step reads)")
+    sns.lineplot(data=study, x="kv_heads", y="time_ms", hue="label", palette=palette, style="mode", markers=True,
+                 estimator="median", errorbar=None, ax=axes[0])
+    kv = study.groupby("kv_heads")["kv_bytes"].median().reset_index()
+    sns.lineplot(data=kv, x="kv_heads", y="kv_bytes", color="0.2", marker="o", label="K and V (what a decode step reads)",
+                 ax=axes[1])
     for ax in axes:
         set_log2_ticks(ax, study["kv_heads"].unique(), text=lambda v: str(int(v)))
         ax.set_xlabel(f"K/V heads (query heads: {number_text(float(study['heads'].iloc[0]))})")
-        ax.legend(loc="best", fontsize=7)
+        sns.move_legend(ax, "upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, title=None)  # beside the data
     axes[0].set_yscale("log")
     axes[0].set_ylabel("time per call, median (ms)")
     axes[1].set_ylabel("bytes")
-    axes[1].yaxis.set_major_formatter(bytes_formatter())
+    bytes_axis(axes[1])
     suptitle(fig, f"Fewer K/V heads at n={number_text(float(study['seq_len'].max()))}: time per back end, and the K/V bytes")
     return Made(name, title,
                 "Left: time per call against the number of K/V heads (solid forward, dashed forward+backward); the "

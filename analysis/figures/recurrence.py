@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import seaborn as sns
 from matplotlib.ticker import FuncFormatter
 
 from analysis.figures.common import Context, Made, Skipped, plt, save, suptitle
@@ -12,6 +13,10 @@ from analysis.recurrence import PATH_SCOPES, sensitivity_by_distance
 from analysis.slices import number_text
 
 MAX_PANELS = 4  # the largest n measured, one panel each
+
+
+def _scope_label(scope: str) -> str:
+    return "attention layer" if scope == "layer" else scope.upper()
 
 
 def sensitivity_vs_distance(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
@@ -29,14 +34,15 @@ def sensitivity_vs_distance(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
     notes = []
     for ax, n in zip(axes[0], ns):
         part = tidy[tidy["seq_len"] == n]
-        for scope in [s for s in PATH_SCOPES if s in set(part["scope"])]:
-            line = part[part["scope"] == scope].groupby("distance")["sensitivity"].median().sort_index()
-            shown = line[line > 0]  # a 0 is float64's underflow: no point on a log axis
-            ax.plot(shown.index, shown.values, marker="o", markersize=3.5, color=palette[scope],
-                    label="attention layer" if scope == "layer" else scope.upper())
-            if len(shown) < len(line):
-                notes.append(f"n={number_text(n)} {scope}: {len(line) - len(shown)} distance(s) underflowed to 0 "
-                             "in float64 (not drawn)")
+        line = part.groupby(["scope", "distance"])["sensitivity"].median().reset_index()
+        shown = line[line["sensitivity"] > 0]  # a 0 is float64's underflow: no point on a log axis
+        for scope, count in (line["sensitivity"] <= 0).groupby(line["scope"]).sum().items():
+            if count:
+                notes.append(f"n={number_text(n)} {scope}: {count} distance(s) underflowed to 0 in float64 (not drawn)")
+        sns.lineplot(data=shown.assign(series=shown["scope"].map(_scope_label)), x="distance", y="sensitivity",
+                     hue="series", hue_order=[_scope_label(s) for s in PATH_SCOPES if s in set(shown["scope"])],
+                     palette={_scope_label(s): c for s, c in palette.items()}, marker="o", markersize=3.5,
+                     estimator=None, ax=ax, legend="auto" if ax is axes[0][-1] else False)
         ax.set_xscale("symlog", linthresh=1.0)
         ax.set_yscale("log")
         ax.set_xlim(left=-0.2)
@@ -44,8 +50,11 @@ def sensitivity_vs_distance(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         ax.set_xlabel("distance k to the last token (0 = itself)")
         ax.set_title(f"n = {number_text(n)}")
         ax.axvline(1, color="0.7", linewidth=0.8, linestyle=":")
-    axes[0][0].set_ylabel("gradient norm of the last output\nw.r.t. the token k back (float64, init)")
-    axes[0][-1].legend(loc="lower left")
+    for ax in axes[0]:
+        ax.set_ylabel("gradient norm of the last output\nw.r.t. the token k back (float64, init)"
+                      if ax is axes[0][0] else "")
+    if axes[0][-1].get_legend() is not None:
+        sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1.0), title=None)  # beside the lines
     where = f"d_model = {number_text(tidy['d_model'].iloc[0])} · {tidy['device_label'].iloc[0]}"
     suptitle(fig, f"How strongly the last output depends on a token k positions back — {where}")
     ratios = (tidy.pivot_table(index=["scope", "seq_len"], columns="distance", values="sensitivity")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import pandas as pd
+import seaborn as sns
 from matplotlib.lines import Line2D
 
 from analysis.cost import variant_order
-from analysis.figures.common import Context, Made, Skipped, save, set_log2_ticks, suptitle
+from analysis.figures.common import Context, Made, Skipped, plt, save, set_log2_ticks, suptitle
 from analysis.figures.style import VARIANT_MARKERS, variant_palette
 from analysis.variants import EXPERIMENT, PLAIN, variant_ratios
 
@@ -33,10 +33,11 @@ def variant_costs(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
         mine = ratios[ratios["backend_label"] == backend]
         for i, (metric, ylabel) in enumerate(METRICS):
             ax = axes[i][j]
-            for kind, line in mine[mine[metric].notna()].groupby("variant"):
-                line = line.sort_values("seq_len")
-                ax.plot(line["seq_len"], line[metric], color=palette[kind], marker=markers[kind], linewidth=1.5,
-                        markersize=4.5)
+            measured = mine[mine[metric].notna()]
+            if not measured.empty:
+                sns.lineplot(data=measured, x="seq_len", y=metric, hue="variant", palette=palette, style="variant",
+                             markers=markers, dashes=False, estimator="median", errorbar=None, linewidth=1.5,
+                             markersize=4.5, legend=False, ax=ax)
             ax.axhline(1.0, color="0.3", linestyle=":", linewidth=1.0)
             values = mine[metric].dropna()
             values = values[values > 0]
@@ -46,8 +47,7 @@ def variant_costs(rows: pd.DataFrame, ctx: Context) -> Made | Skipped:
             sizes = mine["seq_len"].to_numpy(dtype=float)  # every n the back end was asked for, drawn or not
             ax.set_xlim(sizes.min() / 1.2, sizes.max() * 1.2)
             ax.set_xlabel("seq_len n")
-            if j == 0:
-                ax.set_ylabel(ylabel)
+            ax.set_ylabel(ylabel if j == 0 else "")
             if i == 0:
                 ax.set_title(backend)
         for i, (metric, _) in enumerate(METRICS):

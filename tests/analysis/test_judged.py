@@ -152,7 +152,7 @@ def test_devices_compared_mark_a_back_end_incorrect_on_some_points(fabricate, tm
     gpu = add_fastbad(fabricate(device="cuda", device_name="Fake GPU", hostname="host-b", speed=8.0, seed=3)
                       .quadratic_cost(), device_speed=8.0)
     paths = [cpu.write(tmp_path / "cpu" / "results.csv"), gpu.write(tmp_path / "gpu" / "results.csv")]
-    report = write_report(paths, tmp_path / "report", figures=(), warn=False, workers=1)
+    report = write_report(paths, tmp_path / "report", figures=(), warn=False)
     devices = report.devices.set_index("backend")
     assert devices.loc[BAD, "not_results"] == "8 incorrect, 2 timeout, 2 crashed of 20 points"
     assert devices.loc["naive", "not_results"] == ""

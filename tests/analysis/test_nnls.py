@@ -1,4 +1,4 @@
-"""analysis.nnls gives scipy.optimize.nnls' answers (scipy is a test dependency here, not a report's)."""
+"""analysis.nnls (batched, which scipy is not) gives scipy.optimize.nnls' answers, one problem at a time."""
 
 import numpy as np
 import pytest

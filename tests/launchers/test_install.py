@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import zipfile
 from pathlib import Path
@@ -84,14 +85,28 @@ def install(tmp_path_factory, source) -> SimpleNamespace:
     return SimpleNamespace(tmp=tmp, src=src, wheel=wheel, target=target, elsewhere=elsewhere, env=_env(target))
 
 
+def _running_site_packages() -> list[str]:
+    """The site-packages folders of the environment running the tests (a venv's own, not its base interpreter's)."""
+    paths = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+    return sorted(p for p in paths if p and Path(p).is_dir())
+
+
 @pytest.fixture(scope="module")
 def editable(tmp_path_factory, source) -> SimpleNamespace:
-    """`pip install -e` (setuptools' import-hook finder, pip's default) into a fresh virtual environment."""
+    """`pip install -e` (setuptools' import-hook finder, pip's default) into a fresh virtual environment.
+
+    The build runs without isolation (offline), so it uses the setuptools of the environment the README's test
+    command installed into: the `test` extra declares the one it needs (bdist_wheel built in). A nested venv's
+    --system-site-packages would give the *base* interpreter's packages instead (when the tests run inside a venv,
+    as CI's do), whose setuptools may be older and lack bdist_wheel; so the new venv sees the running
+    environment's site-packages through a .pth file (plain folders: their own .pth files, such as this
+    checkout's editable install, are not processed there)."""
     tmp = tmp_path_factory.mktemp("editable")
     venv, elsewhere = tmp / "venv", tmp / "elsewhere"
-    # --without-pip: the system's pip and setuptools build it (a new venv's own setuptools may be too old)
-    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], cwd=tmp)
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp)
     python = str(venv / "bin" / "python")
+    purelib = _run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], cwd=tmp).stdout.strip()
+    (Path(purelib) / "_running_environment.pth").write_text("".join(f"{p}\n" for p in _running_site_packages()))
     env = {k: v for k, v in _env(tmp).items() if k != "PYTHONPATH"}  # only the install puts the project on sys.path
     _run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e", str(source)],
          cwd=tmp, env=env)
@@ -194,3 +209,16 @@ def test_without_the_launcher_a_multirun_falls_back_to_hydras_basic_one(checkout
     with results.open(newline="") as f:
         assert sorted((r["status"], r["seq_len"]) for r in csv.DictReader(f)) == [("ok", "32"), ("ok", "64")]
     assert "hydra/launcher: basic" in (results.parent / "multirun.yaml").read_text()
+
+
+def test_the_editable_build_uses_the_running_environment_not_the_base_interpreter(editable):
+    """What the build runs with: the running environment's pip and setuptools, with bdist_wheel in setuptools
+    itself, whatever the base interpreter carries (setuptools 65, no `wheel`, on a stock Python 3.11)."""
+    code = ("import json, pip, setuptools; from setuptools.command import bdist_wheel; "
+            "print(json.dumps([pip.__file__, setuptools.__file__, setuptools.__version__]))")
+    pip_file, setuptools_file, version = json.loads(_run([editable.python, "-c", code], cwd=editable.tmp,
+                                                         env=editable.env).stdout)
+    homes = [Path(p).resolve() for p in _running_site_packages()]
+    for file in (pip_file, setuptools_file):
+        assert any(home in Path(file).resolve().parents for home in homes), f"{file} not from {homes}"
+    assert tuple(int(part) for part in version.split(".")[:2]) >= (70, 1), version

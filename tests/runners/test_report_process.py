@@ -22,19 +22,19 @@ POINT = {"name": "t", "backend": {"name": "naive"}, "precision": {"name": "fp32"
          "retry_failed": False, "grids": None, "grid_point": None, "wandb": {"mode": "disabled"}}
 
 # A sitecustomize for the report's child only (PYTHONPATH carries it into every process started with it; only the
-# one running `-m analysis.report` acts on it): every figure, in the report's process and in its forked workers,
-# notes its PID in HANG_DIR and then sleeps for good, as a figure stuck on a lock would.
+# one running `-m analysis.report` acts on it): the first figure notes the report's PID in HANG_DIR and then sleeps
+# for good, as a figure stuck on a lock would.
 HANG = '''
 import os, sys
 if "analysis.report" in sys.orig_argv and os.environ.get("HANG_DIR"):
     import time
-    import analysis.figures.draw as draw
+    import analysis.figures as figures
 
-    def draw_one(make, rows, ctx, warn):
+    def hang(self, rows, ctx):
         open(os.path.join(os.environ["HANG_DIR"], str(os.getpid())), "w").close()
         time.sleep(3600)
 
-    draw.draw_one = draw_one
+    figures.Figure.__call__ = hang
 '''
 
 
@@ -93,7 +93,7 @@ def test_the_sweep_end_writes_the_report_in_another_process(sweep, capfd):
     assert f"report: {sweep / 'report' / 'report.md'} (" in out  # the child's own line, on the same terminal
 
 
-def test_a_report_that_hangs_is_stopped_at_its_limit_with_its_workers(sweep, hanging_report, capfd):
+def test_a_report_that_hangs_is_stopped_at_its_limit(sweep, hanging_report, capfd):
     csv_before = (sweep / "results.csv").read_bytes() if (sweep / "results.csv").exists() else None
     began = time.monotonic()
     end_sweep(sweep, report_timeout_s=4)  # returns: the sweep ends normally (it measured points)
@@ -108,7 +108,7 @@ def test_a_report_that_hangs_is_stopped_at_its_limit_with_its_workers(sweep, han
     if csv_before is not None:
         assert (sweep / "results.csv").read_bytes() == csv_before
     hung = [int(p.name) for p in hanging_report.iterdir()]
-    assert len(hung) >= 2  # the report's process and at least one figure worker hung ...
+    assert len(hung) == 1  # the report's process hung in its first figure ...
     deadline = time.monotonic() + 10
     while not all(gone(pid) for pid in hung) and time.monotonic() < deadline:
         time.sleep(0.1)
