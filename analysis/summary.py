@@ -30,7 +30,7 @@ import math
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -85,7 +85,7 @@ def _measured(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[rows["status"] != "invalid"] if "status" in rows else rows
 
 
-def baseline_label(labels: Sequence[str], name: str | None = None) -> str | None:
+def baseline_label(labels: Iterable[str], name: str | None = None) -> str | None:
     """The back-end label (as `summary_frame` names them) the speed-ups are over, among `labels`.
 
     `name` None: sdpa when it ran, else none. `none`: none. A label ("chunked (q_chunk=256)"), or a back end's

@@ -214,6 +214,8 @@ def check_key(key: str, backends: Sequence[str], every: bool = False) -> str:
     `backend.*` key must be an option of one of `backends`, or of each of them when `every`."""
     if key in GROUPS:
         return ""
+    if key.split(".", 1)[0] in FUNCTION_GROUPS:  # a function's parameter: function_key_problem
+        return ""
     if key.startswith("grids.") or key == "grids":  # the union of grids: its keys are checked as a grid's
         return ""
     if key in _plain_keys():
@@ -228,6 +230,41 @@ def check_key(key: str, backends: Sequence[str], every: bool = False) -> str:
         return (f"{key}: not an option of {', '.join(dict.fromkeys(backends))}; "
                 f"{', '.join(owners)} {'has' if len(owners) == 1 else 'have'} it")
     return str(unknown_key(key, all_keys()))
+
+
+FUNCTION_GROUPS = ("mask", "score_mod")  # selfattn/mods/: `mask=NAME mask.PARAM=VALUE`
+
+
+def function_name_problem(kind: str, name: str) -> str:
+    """'' when `name` is a mask (score) function the sweep can load, else the one-line problem."""
+    from selfattn.mods.discovery import resolve
+
+    if name == "none":
+        return ""
+    try:
+        resolve(kind, name)
+    except ValueError as exc:
+        return str(exc)
+    return ""
+
+
+def function_key_problem(key: str, named: Sequence[str]) -> str:
+    """'' when `mask.<param>` (or `score_mod.<param>`) is a parameter of every function the command line names
+    (conf/config.yaml's default: none), else the one-line problem from the function's own check."""
+    from selfattn.mods.discovery import resolve
+
+    kind, _, param = key.partition(".")
+    for name in dict.fromkeys(named or ["none"]):
+        if name == "none":
+            return f"{key}: {kind}=none takes no parameters; name a {kind} first ({kind}=NAME)"
+        try:
+            resolve(kind, name).check_options({param: None})
+        except ValueError as exc:
+            if "unknown key" in str(exc) or "takes no parameters" in str(exc):
+                return str(exc)
+        except Exception:  # a parameter's type check on the placeholder: the key itself is known
+            pass
+    return ""
 
 
 def _values(override: Any) -> list[Any]:
@@ -331,6 +368,17 @@ def problems(overrides: Sequence[str], config_dir: str | None = None) -> list[st
     backends = [str(v) for v in named["backend"]] or ["naive"]
     if named["experiment"]:
         backends += list(group_options("backend"))
+    functions = {kind: [str(v) for o in ours if o.key_or_group == kind for v in _values(o) if v is not None]
+                 for kind in FUNCTION_GROUPS}
+    for kind, values in functions.items():  # a function's name: the registry's own line (selfattn/mods/discovery.py)
+        for value in dict.fromkeys(values):
+            if problem := function_name_problem(kind, value):
+                found.append(problem)
+    for o in ours:
+        kind = o.key_or_group.split(".", 1)[0]
+        if kind in FUNCTION_GROUPS and "." in o.key_or_group and not named["experiment"]:
+            if problem := function_key_problem(o.key_or_group, functions[kind]):
+                found.append(problem)
     for o in ours:  # `+backend.x` adds the key where it is missing (the point refuses it there)
         every = not named["experiment"] and not o.is_add() and not o.is_force_add()
         if problem := check_key(o.key_or_group, backends, every):

@@ -70,7 +70,8 @@ class WandbConf:
 
 # Config sections that are dataclasses of their own; the point's axes and RunnerConf are flat keys.
 SECTIONS: dict[str, type] = {"budget": Budget, "wandb": WandbConf}
-NODES = ("backend", "precision")  # config groups: {name: ..., options}
+NODES = ("backend", "precision", "mask", "score_mod")  # config groups: {name: ..., options}
+FUNCTION_NODES = ("mask", "score_mod")  # groups of selfattn/mods/: {name: ..., parameters}
 
 
 def known_keys(options_of: Callable[[str], Iterable[str]] | None = None) -> list[str]:
@@ -170,6 +171,7 @@ def _point(values: Mapping[str, Any], d_model: int | None) -> Point:
     options = {k: v for k, v in {**spelled, **given}.items() if v is not None}
     precision, _ = _node(values.get("precision"))
     axes = {key: values[key] for key in AXES if key in values and key not in NODES}
+    functions = _functions(values, axes)
     if "device" in axes:
         if axes["device"] not in DEVICES:
             raise ValueError(f"device: expected one of {', '.join(DEVICES)}, got {axes['device']!r}")
@@ -182,9 +184,31 @@ def _point(values: Mapping[str, Any], d_model: int | None) -> Point:
             if d_model % heads:
                 raise ValueError(f"heads: {heads} does not divide d_model={d_model} (head_dim = d_model / heads)")
             axes["head_dim"] = d_model // heads
-    point = Point(backend=name, backend_options=options, precision=precision, **axes)
+    point = Point(backend=name, backend_options=options, precision=precision, **axes, **functions)
     point.validate()
     return point
+
+
+def _functions(values: Mapping[str, Any], axes: dict[str, Any]) -> dict[str, Any]:
+    """The mask and score_mod nodes as Point fields; a built-in that today's axes say (`mask=causal`,
+    `mask=sliding_window mask.window=64`, `score_mod=softcap`) sets those axes in `axes` instead, so it is the
+    same point, with the same id, as `causal=true` (selfattn/mods/catalogue.py's fast paths)."""
+    from selfattn.mods.discovery import fast_path
+
+    fields_: dict[str, Any] = {}
+    for kind in FUNCTION_NODES:
+        name, options = _node(values.get(kind, "none"))
+        name = "none" if name is None else name
+        fast = fast_path(kind, name, options)
+        if fast is None:
+            fields_[kind], fields_[f"{kind}_options"] = name, options
+            continue
+        for key, value in fast.items():
+            given = axes.get(key, axis_default(key))
+            if given not in (axis_default(key), value):
+                raise ValueError(f"{key}: {kind}={name} sets {key}={value!r}, and {key}={given!r} was given too")
+            axes[key] = value
+    return fields_
 
 
 def typed_columns(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -202,9 +226,9 @@ def typed_columns(values: Mapping[str, Any]) -> dict[str, Any]:
         value = values.get(f.name)
         if f.name in NODES:  # a config group's node: {name: ..., options}
             value = value.get("name") if isinstance(value, Mapping) else value
-        if f.name == "backend_options":
-            backend = values.get("backend")
-            options = {k: v for k, v in backend.items() if k != "name"} if isinstance(backend, Mapping) else {}
+        if f.name in ("backend_options", "mask_options", "score_mod_options"):
+            node = values.get(f.name[: -len("_options")])
+            options = {k: v for k, v in node.items() if k != "name"} if isinstance(node, Mapping) else {}
             columns[f.name] = json.dumps(options, sort_keys=True, default=str)
             continue
         if row_types[f.name] is str:

@@ -83,7 +83,10 @@ def predict_grid(cfg: Mapping[str, Any], given: Collection[str] | None) -> list[
     if _grid_point(cfg) is None:
         return None
     try:
-        base = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+        raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+        if not isinstance(raw, dict):
+            return None
+        base: dict[str, Any] = {str(key): value for key, value in raw.items()}
         count = len(config.grid_points(base.get("grids")))
         if not 0 < count <= MAX_GRID_POINTS:
             return None
@@ -93,7 +96,7 @@ def predict_grid(cfg: Mapping[str, Any], given: Collection[str] | None) -> list[
         seconds = []
         for index in range(count):
             job = config.parse_job({**base, "grid_point": index}, given)
-            if job.point is None:
+            if job.point is None or job.budget is None:
                 return None
             device = resolve_device(job.point.device)
             seconds.append(predict_point_s(job.point, nominal_peak_tflops(device, job.point.precision),

@@ -21,11 +21,11 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from runners.config import NODES, SECTIONS, RunnerConf, WandbConf
+from runners.config import FUNCTION_NODES, NODES, SECTIONS, RunnerConf, WandbConf
 from selfattn.backends import BACKEND_NAMES, get_backend
 from selfattn.fields import allowed_text, config_fields, default_of, field_types
 from selfattn.measure.budget import Budget
-from selfattn.point import SCOPE_DEFAULTS, Point
+from selfattn.point import OPTION_FIELDS, SCOPE_DEFAULTS, Point
 
 BEGIN = "<!-- config-reference:begin -->"
 END = "<!-- config-reference:end -->"
@@ -97,6 +97,8 @@ def _table(header: str, rows: list[str]) -> list[str]:
 def reference() -> str:
     """The generated tables (without the marker lines)."""
     groups = {node: f"; a config group: `{node}=NAME` picks conf/{node}/NAME.yaml" for node in NODES}
+    groups.update({node: f"; a config group made from the functions (`{node}=NAME {node}.PARAM=VALUE`; "
+                         "`python -m selfattn.mods` lists them and their parameters)" for node in FUNCTION_NODES})
     backends_without = [name for name in BACKEND_NAMES if not config_fields(get_backend(name).options_type)]
     option_rows = [row.replace("| `backend.", f"| `{name}` | `backend.", 1)
                    for name in BACKEND_NAMES for row in _rows(get_backend(name).options_type, "backend.")]
@@ -107,7 +109,7 @@ def reference() -> str:
         "The point: the flat sweep axes, each a field of `selfattn.Point` (selfattn/point.py).",
         "",
         *_table("| key | default | allowed | meaning |",
-                _rows(Point, skip=("backend_options",), notes={**groups, **_scope_notes()})),
+                _rows(Point, skip=OPTION_FIELDS, notes={**groups, **_scope_notes()})),
         "",
         "Defaults that follow the scope (`SCOPE_DEFAULTS` in selfattn/point.py), for a key neither typed nor set by",
         "the experiment or its grid:",

@@ -33,6 +33,8 @@ def attention(
     softcap: float | None = None,
     alibi: bool = False,
     sink: float | None = None,
+    mask_mod: Any = None,
+    score_mod: Any = None,
     **options: Any,
 ) -> torch.Tensor:
     """Scaled dot-product attention softmax(scale * Q K^T + mask) V with back end `backend`.
@@ -42,10 +44,13 @@ def attention(
     back end's options) is docs/api.md; the masks' geometry is selfattn/masks.py. window=(left, right),
     softcap, alibi and sink are the variants of selfattn/variants.py; what a back end does not declare
     (a variant, a dtype, a mask, a backward...) raises selfattn.Unsupported naming it, before it is called.
+    mask_mod(b, h, q_idx, kv_idx) -> bool and score_mod(score, b, h, q_idx, kv_idx) are functions in the field's
+    convention (flex_attention's), q_idx the query's bottom-right aligned position (selfattn/mods/contract.py).
     """
     check_qkv(q, k, v)
     masks = check_masks(causal, window, key_lengths, document_ids, batch=q.shape[0], q_len=q.shape[2],
-                        seq_len=k.shape[2], device=q.device, softcap=softcap, alibi=alibi, sink=sink)
+                        seq_len=k.shape[2], device=q.device, softcap=softcap, alibi=alibi, sink=sink,
+                        mask_mod=mask_mod, score_mod=score_mod)
     return resolve_call(backend, q, k, masks, resolve_scale(scale, q.shape[3]), options).run(q, k, v, masks)
 
 

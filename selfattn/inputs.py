@@ -181,8 +181,12 @@ def point_masks(point: Point, device: torch.device | str = "cpu") -> Masks:
     ids drawn from its seed (above), on `device`. selfattn/masks.py is the geometry they feed."""
     key_lengths = make_key_lengths(point.batch, point.seq_len, point.pad_frac, seed=point.seed)
     document_ids = make_document_ids(point.batch, point.seq_len, point.documents, seed=point.seed)
+    from selfattn.mods.discovery import bind  # mask and score functions (selfattn/mods/), with their parameters
+
     return Masks(
         causal=point.causal, window=point.window, softcap=point.softcap, alibi=point.alibi, sink=point.sink,
+        mask_mod=bind("mask", point.mask, point.mask_options),
+        score_mod=bind("score_mod", point.score_mod, point.score_mod_options),
         key_lengths=None if key_lengths is None else key_lengths.to(device),
         document_ids=None if document_ids is None else document_ids.to(device),
     )

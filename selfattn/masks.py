@@ -59,18 +59,28 @@ class Masks:
     softcap: float | None = None
     alibi: bool = False
     sink: float | None = None
+    # a mask function and a score function in the field's convention (selfattn/mods/): the mask_mod hides keys
+    # beyond the intervals above (intersected), the score_mod changes the scaled logits before the mask
+    mask_mod: Any = None  # selfattn.mods.BoundMod | None
+    score_mod: Any = None  # selfattn.mods.BoundMod | None
     # decisions kept for these tensors' values (see `decision`); not a mask argument
     _decisions: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def only_causal(self) -> bool:
         """Causal or nothing: the case fused kernels have a flag for (`is_causal`)."""
-        return self.window is None and self.key_lengths is None and self.document_ids is None
+        return (self.window is None and self.key_lengths is None and self.document_ids is None
+                and self.mask_mod is None)
 
     @property
     def plain_scores(self) -> bool:
         """No score transform: softmax(scale * q.k) over the keys a row sees."""
-        return self.softcap is None and not self.alibi and self.sink is None
+        return self.softcap is None and not self.alibi and self.sink is None and self.score_mod is None
+
+    @property
+    def functions(self) -> tuple[str, ...]:
+        """The mask functions these arguments use ("mask_mod", "score_mod"), for a back end's declaration."""
+        return tuple(name for name in ("mask_mod", "score_mod") if getattr(self, name) is not None)
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -90,8 +100,17 @@ class Masks:
     def keep(self, q_len: int, seq_len: int, *, rows: torch.Tensor | None = None,
              keys: tuple[int, int] | None = None, device: torch.device | str | None = None) -> torch.Tensor:
         """Bool (batch or 1, rows, keys): True where query i may see key j (the mask itself)."""
+        if self.mask_mod is not None:
+            raise ValueError("masks: a mask function may read the head: its mask comes from keep_heads")
         lo, hi = self.intervals(q_len, seq_len, device)
         return keep_from_intervals(lo, hi, seq_len, rows=rows, keys=keys)
+
+    def keep_heads(self, q_len: int, seq_len: int, *, batch: int, heads: int, rows: torch.Tensor | None = None,
+                   keys: tuple[int, int] | None = None, device: torch.device | str | None = None) -> torch.Tensor:
+        """Bool (batch or 1, heads or 1, rows, keys): the mask with the mask function's, if any (selfattn/mods/)."""
+        if self.mask_mod is None:
+            return self.keep(q_len, seq_len, rows=rows, keys=keys, device=device)[:, None]
+        return self.mask_mod.keep(self, batch, heads, q_len, seq_len, device, rows=rows, keys=keys)
 
     def decision(self, key: tuple, decide: Callable[[torch.device | str], T]) -> T:
         """`decide(device)`, made once for these masks' values and kept: a Python value that a call
@@ -106,7 +125,8 @@ class Masks:
         """
         tensors = [t for t in (self.key_lengths, self.document_ids) if t is not None]
         if not tensors:
-            shared_key = (self.causal, self.window, *key)
+            shared_key = (self.causal, self.window, *(m.key if m is not None else None
+                                                      for m in (self.mask_mod, self.score_mod)), *key)
             with _shared_lock:
                 if shared_key in _shared:
                     _shared.move_to_end(shared_key)
@@ -122,8 +142,11 @@ class Masks:
             self._decisions[own_key] = decide(tensors[0].device)
         return self._decisions[own_key]
 
-    def empty_rows(self, q_len: int, seq_len: int) -> bool:
-        """Whether some query row sees no key (lo > hi somewhere), decided once (`decision`)."""
+    def empty_rows(self, q_len: int, seq_len: int, *, batch: int = 1, heads: int = 1) -> bool:
+        """Whether some query row sees no key (lo > hi somewhere), decided once (`decision`); with a mask
+        function, of some sequence of `batch` and head of `heads` (selfattn/mods/geometry.py)."""
+        if self.mask_mod is not None:
+            return self.mask_mod.empty_rows(self, batch, heads, q_len, seq_len)
 
         def decide(device: torch.device | str) -> bool:
             lo, hi = self.intervals(q_len, seq_len, device)

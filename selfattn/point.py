@@ -22,6 +22,7 @@ from selfattn.fields import default_of, spec, validate_instance
 from selfattn.fp8_formats import fp8_format
 from selfattn.precision_names import ELEMENT_BYTES, PRECISIONS
 from selfattn.scopes import SCOPES, names_where
+from selfattn.mods.discovery import check_name as check_mod_name, mod_name
 from selfattn.variants import parse_alibi, parse_sink, parse_softcap, parse_window, variants_used, window_text
 
 # precision -> bytes per element (tf32 is float32 storage with TF32 matmuls; fp8_* is what an FP8
@@ -138,6 +139,19 @@ class Point:
     sink: float | None = spec(None, parse=parse_sink, help="a sink logit: null, or a number joining every softmax's "
                               "denominator with no value vector (GPT-OSS, FlashAttention 4's learnable sink)")
     seed: int = spec(0, ge=0, plain=False, help="seed of the inputs and of the sampled accuracy rows")
+    # mask and score functions in flex_attention's convention (selfattn/mods/), named as back ends are
+    mask: str = spec("none", parse=check_mod_name("mask"),
+                     help="a mask function: a built-in (prefix_lm, dilated_sliding_window, global_sliding_window, ...; "
+                          "those today's axes say, such as causal, become those axes), an entry point of selfattn.masks, "
+                          "or a path module:function (`python -m selfattn.mods` lists them); parameters mask.<name>")
+    mask_options: Mapping[str, Any] = spec(default_factory=dict, plain=False,
+                                           help="the mask function's parameters (config: mask.<name>)")
+    score_mod: str = spec("none", parse=check_mod_name("score_mod"),
+                          help="a score function score_mod(score, b, h, q_idx, kv_idx): a built-in (softcap, alibi: "
+                               "their axes), an entry point of selfattn.score_mods, or a path module:function; "
+                               "parameters score_mod.<name>")
+    score_mod_options: Mapping[str, Any] = spec(default_factory=dict, plain=False,
+                                                help="the score function's parameters (config: score_mod.<name>)")
 
     def __post_init__(self) -> None:
         # a window pair arrives as a list (Hydra, JSON): kept as a tuple, so a Point and its Masks hash
@@ -229,13 +243,18 @@ class Point:
     @property
     def masked(self) -> bool:
         """Whether any mask hides keys (what makes back ends build or skip anything)."""
-        return self.causal or self.window is not None or self.masks_per_sequence
+        return self.causal or self.window is not None or self.masks_per_sequence or self.mask != "none"
+
+    @property
+    def functions(self) -> bool:
+        """Whether a mask or score function (selfattn/mods/) takes part."""
+        return self.mask != "none" or self.score_mod != "none"
 
     def validate(self) -> None:
         """Raise ValueError with one line naming the field and what is allowed (the first rule broken)."""
         validate_instance(self)
         for check in (_check_shape, _check_scope_axes, _check_inputs, _check_layer_masks, _check_score_transforms,
-                      _check_scores_positions, _check_recurrent):
+                      _check_scores_positions, _check_functions, _check_recurrent):
             check(self)
 
     def with_device(self, device: str) -> Point:
@@ -255,10 +274,11 @@ class Point:
         if isinstance(self.window, (tuple, list)):  # a pair's cell: "[left, right]", as it is typed
             values["window"] = window_text((self.window[0], self.window[1]))
         values["kv_heads"] = self.kv_heads_resolved
-        try:
-            values["backend_options"] = json.dumps(dict(self.backend_options), sort_keys=True, default=str)
-        except (TypeError, ValueError):
-            values["backend_options"] = str(self.backend_options)
+        for name in OPTION_FIELDS:
+            try:
+                values[name] = json.dumps(dict(getattr(self, name)), sort_keys=True, default=str)
+            except (TypeError, ValueError):
+                values[name] = str(getattr(self, name))
         try:
             values.update(scale=scale_label(self.scale), scale_value=self.scale_value, d_model=self.d_model)
         except (TypeError, ValueError):
@@ -281,6 +301,9 @@ class Point:
         key.update(backend=backend_name(self.backend) if isinstance(self.backend, str) else self.backend,
                    backend_options=dict(sorted(options.items())), q_len=self.q_len_resolved,
                    scale=scale_label(self.scale))
+        for kind in ("mask", "score_mod"):  # a function's name, not its path (as for the back end)
+            if kind in key and isinstance(key[kind], str):
+                key[kind] = mod_name(key[kind])
         return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -360,6 +383,30 @@ def _check_recurrent(point: Point) -> None:
             raise ValueError(f"{name}: scope={point.scope} is a recurrent layer with no attention, so {name} "
                              f"must stay {axis_default(name)!r}, got {value!r}")
 
+
+def _check_functions(point: Point) -> None:
+    """mask and score_mod: their parameters, and where they are measured (the attention core)."""
+    from selfattn.mods.discovery import resolve
+
+    for kind in ("mask", "score_mod"):
+        name, options = getattr(point, kind), getattr(point, f"{kind}_options")
+        if not isinstance(options, Mapping):
+            raise ValueError(f"{kind}_options: expected a mapping of parameters, got {options!r}")
+        if name == "none":
+            if options:
+                raise ValueError(f"{kind}.{next(iter(options))}: {kind}=none takes no parameters")
+            continue
+        resolve(kind, name).check_options(options)
+        if not SCOPES[point.scope].gives_qkv:
+            raise ValueError(f"{kind}: a function is measured on the attention core, so it needs "
+                             f"scope={' or '.join(names_where('gives_qkv'))}, got scope={point.scope}")
+        if point.score != "dot":
+            raise ValueError(f"{kind}: a function of the dot product's scores needs score=dot, got score={point.score}")
+        if point.q_len_resolved > point.seq_len:
+            raise ValueError(f"{kind}: positions are bottom-right aligned, so it needs q_len <= seq_len, "
+                             f"got q_len={point.q_len_resolved} > seq_len={point.seq_len}")
+
+
 def _check_scores_positions(point: Point) -> None:
     """score and pos_enc: which scopes each exists for (a back end that cannot run one is `unsupported`)."""
     scope = SCOPES[point.scope]
@@ -393,9 +440,11 @@ _ALWAYS_IN_ID = frozenset({"backend", "backend_options", "precision", "device", 
 # q_len: or = seq_len). heads x head_dim still sets d_model, the recurrence's hidden size.
 # (The back end's options are checked against their defaults where those are known: measure/run.py.)
 ATTENTION_ONLY = ("backend", "kv_heads", "q_len", "causal", "window", "pad_frac", "documents",
-                  "scale", "softcap", "alibi", "sink")
-# The flat sweep axes: every field but the back end's options (those are `backend.<option>`).
-AXES: tuple[str, ...] = tuple(name for name in FIELD_NAMES if name != "backend_options")
+                  "scale", "softcap", "alibi", "sink", "mask", "score_mod")
+# The options of a config group's choice (`backend.<option>`, `mask.<param>`, `score_mod.<param>`): not flat keys.
+OPTION_FIELDS = ("backend_options", "mask_options", "score_mod_options")
+# The flat sweep axes: every field but those options.
+AXES: tuple[str, ...] = tuple(name for name in FIELD_NAMES if name not in OPTION_FIELDS)
 # Columns a row spends on its point: the fields plus what they imply (d_model, the scale's factor).
 POINT_COLUMNS: tuple[str, ...] = (*FIELD_NAMES, "d_model", "scale_value")
 

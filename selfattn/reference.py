@@ -29,6 +29,8 @@ def attention_reference(
     softcap: float | None = None,
     alibi: bool = False,
     sink: float | None = None,
+    mask_mod: Callable | None = None,
+    score_mod: Callable | None = None,
     dtype: torch.dtype = torch.float64,
     cast_weights: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
@@ -39,7 +41,9 @@ def attention_reference(
     weights before they multiply V (an FP8 point's P cast).
 
     The masks are selfattn.attention's (selfattn/masks.py), and so are the score transforms
-    (selfattn/variants.py: soft-cap, then ALiBi, then the mask; the sink's logit joins the softmax);
+    (selfattn/variants.py: soft-cap, then ALiBi, then the mask; the sink's logit joins the softmax); a
+    mask_mod and a score_mod (selfattn/mods/: the field's convention, positions bottom-right aligned) are
+    evaluated themselves on the rows computed, the score_mod after the built-in transforms;
     K and V may have fewer heads than Q (query head h uses K/V head h // (H / Hkv)); a row that sees
     no key is zeros.
     Differentiable: pass float64 leaves to get reference gradients (wrap in torch.no_grad()
@@ -49,7 +53,8 @@ def attention_reference(
     batch, heads, q_len, head_dim = q.shape
     seq_len = k.shape[2]
     masks = check_masks(causal, window, key_lengths, document_ids, batch=batch, q_len=q_len, seq_len=seq_len,
-                        device=q.device, softcap=softcap, alibi=alibi, sink=sink)
+                        device=q.device, softcap=softcap, alibi=alibi, sink=sink, mask_mod=mask_mod,
+                        score_mod=score_mod)
     scale_value = resolve_scale(scale, head_dim)
     q_BHLD = q.to(dtype)
     if rows is not None:
@@ -61,7 +66,7 @@ def attention_reference(
     k_BHLD = k.to(dtype).repeat_interleave(group, dim=1)
     v_BHLD = v.to(dtype).repeat_interleave(group, dim=1)
     scores_BHLL = transform_scores((q_BHLD @ k_BHLD.transpose(-1, -2)) * scale_value, masks, q_len, seq_len, rows=rows)
-    keep, sees = no_empty_rows(masks.keep(q_len, seq_len, rows=rows, device=q.device)[:, None])
+    keep, sees = no_empty_rows(masks.keep_heads(q_len, seq_len, batch=batch, heads=heads, rows=rows, device=q.device))
     scores_BHLL = scores_BHLL.masked_fill(~keep, float("-inf"))
     weights_BHLL = softmax_with_sink(scores_BHLL, masks.sink)
     if cast_weights is not None:

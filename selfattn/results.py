@@ -74,6 +74,10 @@ class Row:
     softcap: float | None = None  # logit soft-cap c (s -> c tanh(s / c)), empty = none
     alibi: bool | None = None  # ALiBi's per-head distance bias (empty in older files: false)
     sink: float | None = None  # a sink logit in every softmax's denominator, empty = none
+    mask: str = ""  # a mask function (selfattn/mods/): a built-in's name or a plugin's as typed; empty in older files: none
+    mask_options: str = ""  # JSON of its parameters
+    score_mod: str = ""  # a score function, likewise
+    score_mod_options: str = ""  # JSON of its parameters
     seed: int | None = None
     # time (median and 20th/80th percentiles over time_samples timed calls)
     time_ms: float | None = None

@@ -35,7 +35,8 @@ def alibi_bias(heads: int, q_len: int, seq_len: int, *, device: torch.device | s
 
 def transform_scores(scores_BHLL: torch.Tensor, masks: Masks, q_len: int, seq_len: int, *,
                      rows: torch.Tensor | None = None, keys: tuple[int, int] | None = None) -> torch.Tensor:
-    """Scaled scores (batch, heads, rows, keys) soft-capped, then biased by ALiBi (FlashAttention's order).
+    """Scaled scores (batch, heads, rows, keys) soft-capped, then biased by ALiBi (FlashAttention's order), then
+    changed by the score function if any (its q_idx the rows' positions, selfattn/mods/contract.py).
 
     Returns a new tensor (the input is left as it was); the mask and the sink come after.
     """
@@ -46,6 +47,8 @@ def transform_scores(scores_BHLL: torch.Tensor, masks: Masks, q_len: int, seq_le
         bias = alibi_bias(scores_BHLL.shape[1], q_len, seq_len, device=scores_BHLL.device, dtype=scores_BHLL.dtype,
                           rows=rows, keys=keys)
         scores_BHLL = scores_BHLL + bias
+    if masks.score_mod is not None:  # a score function (selfattn/mods/): after the built-in transforms
+        scores_BHLL = masks.score_mod.apply(scores_BHLL, q_len, seq_len, rows=rows, keys=keys)
     return scores_BHLL
 
 

@@ -61,33 +61,63 @@ def check_masks(
     softcap: Any = None,
     alibi: Any = False,
     sink: Any = None,
+    mask_mod: Any = None,
+    score_mod: Any = None,
 ) -> Masks:
     """The mask arguments and score transforms, checked, as one `Masks` (see selfattn/masks.py for what
     each mask hides, selfattn/variants.py for the transforms)."""
     check_causal(causal, q_len, seq_len)
     window = parse_window(window)
     softcap, alibi, sink = parse_softcap(softcap), parse_alibi(alibi), parse_sink(sink)
-    if key_lengths is not None:
-        if not isinstance(key_lengths, torch.Tensor) or key_lengths.dtype.is_floating_point or key_lengths.dtype == torch.bool:
-            raise ValueError(f"key_lengths: expected an integer tensor of shape ({batch},), got {_describe(key_lengths)}")
-        if tuple(key_lengths.shape) != (batch,):
-            raise ValueError(f"key_lengths: expected shape ({batch},), got {tuple(key_lengths.shape)}")
-        if key_lengths.numel() and (int(key_lengths.min()) < 1 or int(key_lengths.max()) > seq_len):
-            raise ValueError(f"key_lengths: expected values in 1..{seq_len}, got min {int(key_lengths.min())} "
-                             f"max {int(key_lengths.max())}")
-        key_lengths = key_lengths.to(device=device, dtype=torch.long)
-    if document_ids is not None:
-        if not isinstance(document_ids, torch.Tensor) or document_ids.dtype.is_floating_point or document_ids.dtype == torch.bool:
-            raise ValueError(f"document_ids: expected an integer tensor of shape ({batch}, {seq_len}), got {_describe(document_ids)}")
-        if tuple(document_ids.shape) != (batch, seq_len):
-            raise ValueError(f"document_ids: expected shape ({batch}, {seq_len}), got {tuple(document_ids.shape)}")
-        if q_len != seq_len:
-            raise ValueError(f"document_ids: needs q_len == seq_len (packed self-attention), got q_len={q_len}, seq_len={seq_len}")
-        if seq_len > 1 and bool((document_ids[:, 1:] < document_ids[:, :-1]).any()):
-            raise ValueError("document_ids: must not decrease along the sequence (each document is one contiguous run)")
-        document_ids = document_ids.to(device=device, dtype=torch.long)
+    key_lengths = _checked_key_lengths(key_lengths, batch, seq_len, device)
+    document_ids = _checked_document_ids(document_ids, batch, q_len, seq_len, device)
+    mask_mod, score_mod = _checked_functions(mask_mod, score_mod, q_len, seq_len)
     return Masks(causal=causal, window=window, key_lengths=key_lengths, document_ids=document_ids,
-                 softcap=softcap, alibi=alibi, sink=sink)
+                 softcap=softcap, alibi=alibi, sink=sink, mask_mod=mask_mod, score_mod=score_mod)
+
+
+def _checked_key_lengths(key_lengths: Any, batch: int, seq_len: int, device: torch.device) -> torch.Tensor | None:
+    """key_lengths (batch,): integers in 1..seq_len, on the device as long."""
+    if key_lengths is None:
+        return None
+    if not isinstance(key_lengths, torch.Tensor) or key_lengths.dtype.is_floating_point or key_lengths.dtype == torch.bool:
+        raise ValueError(f"key_lengths: expected an integer tensor of shape ({batch},), got {_describe(key_lengths)}")
+    if tuple(key_lengths.shape) != (batch,):
+        raise ValueError(f"key_lengths: expected shape ({batch},), got {tuple(key_lengths.shape)}")
+    if key_lengths.numel() and (int(key_lengths.min()) < 1 or int(key_lengths.max()) > seq_len):
+        raise ValueError(f"key_lengths: expected values in 1..{seq_len}, got min {int(key_lengths.min())} "
+                         f"max {int(key_lengths.max())}")
+    return key_lengths.to(device=device, dtype=torch.long)
+
+
+def _checked_document_ids(document_ids: Any, batch: int, q_len: int, seq_len: int,
+                          device: torch.device) -> torch.Tensor | None:
+    """document_ids (batch, seq_len): non-decreasing integers (each document one run), q_len == seq_len."""
+    if document_ids is None:
+        return None
+    if not isinstance(document_ids, torch.Tensor) or document_ids.dtype.is_floating_point or document_ids.dtype == torch.bool:
+        raise ValueError(f"document_ids: expected an integer tensor of shape ({batch}, {seq_len}), got {_describe(document_ids)}")
+    if tuple(document_ids.shape) != (batch, seq_len):
+        raise ValueError(f"document_ids: expected shape ({batch}, {seq_len}), got {tuple(document_ids.shape)}")
+    if q_len != seq_len:
+        raise ValueError(f"document_ids: needs q_len == seq_len (packed self-attention), got q_len={q_len}, seq_len={seq_len}")
+    if seq_len > 1 and bool((document_ids[:, 1:] < document_ids[:, :-1]).any()):
+        raise ValueError("document_ids: must not decrease along the sequence (each document is one contiguous run)")
+    return document_ids.to(device=device, dtype=torch.long)
+
+
+def _checked_functions(mask_mod: Any, score_mod: Any, q_len: int, seq_len: int) -> tuple[Any, Any]:
+    """Mask and score functions in the field's convention (selfattn/mods/), bound as the harness calls them."""
+    if mask_mod is None and score_mod is None:
+        return None, None
+    from selfattn.mods.contract import from_callable
+
+    mask_mod = None if mask_mod is None else from_callable(mask_mod, "mask")
+    score_mod = None if score_mod is None else from_callable(score_mod, "score_mod")
+    if mask_mod is not None and q_len > seq_len:
+        raise ValueError(f"mask_mod: positions are bottom-right aligned, so it needs q_len <= seq_len, "
+                         f"got q_len={q_len} > seq_len={seq_len}")
+    return mask_mod, score_mod
 
 
 def _describe(value: Any) -> str:

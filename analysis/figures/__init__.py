@@ -50,6 +50,7 @@ FIGURES = (
     Figure("fp8", "fp8_error"),  # 20
     Figure("fp8", "fp8_overflow"),  # 21
     Figure("variants", "variant_costs"),  # 22
+    Figure("mask_functions", "time_vs_density"),  # 23
 )
 
 __all__ = ["FIGURES", "Context", "Figure", "Made", "Skipped"]

@@ -10,6 +10,11 @@ built-in's do, in every process that composes a job's config (the local launcher
 which composes its own and so imports the plugin itself). A plugin that fails to import gets
 `{name: <name>}`: its points become `unsupported` rows naming the error (selfattn/backends/registry.py).
 
+The same source answers the groups `mask` and `score_mod` (selfattn/mods/), which have no files at all:
+`mask=<name>` is `{name: <name>, <parameter>: <default>, ...}` for a built-in, an entry point or a path alike,
+its parameters read from the function's declaration or signature, so `mask=prefix_lm mask.prefix=64` composes;
+a name that is none is `{name: <name>}`, which the runner refuses with the reason.
+
 Hydra takes config sources from its hydra_plugins namespace package, hence this folder (Hydra glue, like
 hydra_plugins/selfattn_launcher/). Selfattn is imported only when a plugin's config is asked for.
 """
@@ -23,6 +28,15 @@ from hydra.plugins.config_source import ConfigResult, ConfigSource
 from omegaconf import OmegaConf
 
 GROUP = "backend"
+FUNCTION_GROUPS = ("mask", "score_mod")  # selfattn/mods/: every option generated, the built-ins' too
+
+
+def _group_and_name(config_path: str) -> tuple[str, str] | None:
+    """`backend/my_pkg.attn:fast(.yaml)` -> (backend, `my_pkg.attn:fast`); None for another group or path."""
+    group, _, name = config_path.rstrip("/").partition("/")
+    if group not in (GROUP, *FUNCTION_GROUPS) or not name or "/" in name:
+        return None
+    return group, (name[: -len(".yaml")] if name.endswith(".yaml") else name)
 
 
 def _option_name(config_path: str) -> str | None:
@@ -40,6 +54,29 @@ def _is_file_path(name: str) -> bool:
     from selfattn.backends.discovery import is_file_path
 
     return is_file_path(name)
+
+
+    """`backend/my_pkg.attn:fast(.yaml)` -> `my_pkg.attn:fast`; None for another group or path."""
+    found = _group_and_name(config_path)
+    return found[1] if found is not None and found[0] == GROUP else None
+
+
+def function_node(kind: str, name: str) -> dict[str, Any]:
+    """The group option of mask or score function `name`: its name and every parameter at its default."""
+    from selfattn.mods.discovery import resolve
+
+    node: dict[str, Any] = {"name": name}
+    if name == "none":
+        return node
+    try:
+        params = resolve(kind, name).params
+    except ValueError:  # not a function's name: the runner refuses it with its reason
+        return node
+    for param in params:
+        value = param.default
+        if value is None or isinstance(value, (bool, int, float, str)):
+            node[param.name] = value
+    return node
 
 
 def plugin_node(name: str) -> dict[str, Any]:
@@ -66,30 +103,39 @@ class SelfattnBackendSource(ConfigSource):
         return "selfattn-backend"
 
     def load_config(self, config_path: str) -> ConfigResult:
-        name = _option_name(config_path)
-        assert name is not None and self.is_config(config_path), config_path
-        return ConfigResult(config=OmegaConf.create(plugin_node(name)), path=f"{self.scheme()}://{self.path}",
+        found = _group_and_name(config_path)
+        assert found is not None and self.is_config(config_path), config_path
+        group, name = found
+        node = plugin_node(name) if group == GROUP else function_node(group, name)
+        return ConfigResult(config=OmegaConf.create(node), path=f"{self.scheme()}://{self.path}",
                             provider=self.provider, header={"package": None})
 
     def available(self) -> bool:
         return True
 
     def is_group(self, config_path: str) -> bool:
-        return config_path.rstrip("/") == GROUP
+        return config_path.rstrip("/") in (GROUP, *FUNCTION_GROUPS)
 
     def is_config(self, config_path: str) -> bool:
         """Every name that is not a built-in's (those are files): whether it is a back end at all is the
         runner's to say (runners/config.py, selfattn.backends.describe_name), as for any value: one line
         and exit status 2 in a single run, an `invalid` row in a sweep that goes on, not Hydra's
         "Could not find 'backend/...'" for the whole sweep."""
-        name = _option_name(config_path)
-        if name is None:
+        found = _group_and_name(config_path)
+        if found is None:
             return False
+        if found[0] in FUNCTION_GROUPS:
+            return True
+        name = found[1]
         from selfattn.backends import BUILTIN_NAMES
 
         return name not in BUILTIN_NAMES
 
     def list(self, config_path: str, results_filter: Optional[ObjectType]) -> List[str]:
+        if config_path.rstrip("/") in FUNCTION_GROUPS and results_filter != ObjectType.GROUP:
+            from selfattn.mods.discovery import names
+
+            return list(names(config_path.rstrip("/")))
         if config_path.rstrip("/") != GROUP or results_filter == ObjectType.GROUP:
             return []
         from selfattn.backends import BUILTIN_NAMES, backend_names

@@ -46,7 +46,8 @@ def ask_of_point(point: Any, device: str, options: Mapping[str, Any], compiled: 
                  changed_options: tuple[str, ...] = ()) -> Ask:
     """The Ask of a `selfattn.Point` on `device` (a device type) with its resolved `options`."""
     used = {"causal": point.causal, "window": point.window is not None, "key_lengths": point.pad_frac > 0,
-            "document_ids": point.documents is not None}
+            "document_ids": point.documents is not None, "mask_mod": getattr(point, "mask", "none") != "none",
+            "score_mod": getattr(point, "score_mod", "none") != "none"}
     return Ask(device=device, precision=point.precision, head_dim=point.head_dim, heads=point.heads,
                kv_heads=point.kv_heads_resolved, masks=tuple(name for name, on in used.items() if on),
                variants=point.variants, backward=point.mode == "fwd_bwd" or _trains(point.scope),
@@ -65,7 +66,8 @@ def ask_of_call(q: Any, k: Any, masks: Any, precision: str, options: Mapping[str
     import torch
 
     used = {"causal": masks.causal, "window": masks.window is not None, "key_lengths": masks.key_lengths is not None,
-            "document_ids": masks.document_ids is not None}
+            "document_ids": masks.document_ids is not None, "mask_mod": masks.mask_mod is not None,
+            "score_mod": masks.score_mod is not None}
     backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k))
     return Ask(device=q.device.type, precision=precision, head_dim=q.shape[-1], heads=q.shape[1], kv_heads=k.shape[1],
                masks=tuple(name for name, on in used.items() if on), variants=masks.variants, backward=backward,

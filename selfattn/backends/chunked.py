@@ -273,6 +273,19 @@ def compiles(options: Mapping[str, Any]) -> bool:
     return bool(options.get("compile", False))
 
 
+def _with_functions(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, masks: Masks, scale: float,
+                    q_chunk: int | None, kv_chunk: int | None, compile: bool, fp8_options: Mapping[str, Any]) -> torch.Tensor:
+    """Block by block over the mask's block map (selfattn/mods/blocks.py): hidden blocks skipped, partial ones
+    masked with tiles kept from the warm-up call."""
+    from selfattn.errors import Unsupported
+    from selfattn.mods import blocks as mod_blocks
+
+    for name, given in (("an fp8 precision", fp8_path.active(fp8_options)), ("compile=true", compile)):
+        if given:
+            raise Unsupported(f"chunked with a mask or score function: {name} is not built for it")
+    return mod_blocks.attention(q_BHMD, k_BKND, v_BKND, masks=masks, scale=scale, q_chunk=q_chunk, kv_chunk=kv_chunk)
+
+
 def attention(
     q_BHMD: torch.Tensor,
     k_BKND: torch.Tensor,
@@ -286,6 +299,8 @@ def attention(
     compile: bool = False,
     **fp8_options: Any,
 ) -> torch.Tensor:
+    if masks.functions:  # a mask or score function (selfattn/mods/): the blocks its block map keeps
+        return _with_functions(q_BHMD, k_BKND, v_BKND, masks, scale, q_chunk, kv_chunk, compile, fp8_options)
     if fp8_path.active(fp8_options):  # the FP8 hook: dequantized inputs, P cast before each P.V
         fp8_path.check_call(q_BHMD, k_BKND, v_BKND, fp8_options)
         products = _fp8_products(q_BHMD, k_BKND, masks, q_chunk, kv_chunk, fp8_options)
@@ -876,8 +891,28 @@ def _variant_bytes(point: Point, block: int, q_chunk: int, kv_chunk: int, rows_c
     return fwd, bwd
 
 
+def _functions_mem_bytes(point: Point, options: Mapping[str, Any]) -> int:
+    """A mask or score function's path: its block map's blocks (selfattn/mods/memory.py)."""
+    from selfattn.mods.blocks import DEFAULT_BLOCK
+    from selfattn.mods.memory import block_call_bytes
+
+    return block_call_bytes(point, options.get("q_chunk") or DEFAULT_BLOCK, options.get("kv_chunk") or DEFAULT_BLOCK)
+
+
+def _model_chunk_sizes(point: Point, options: Mapping[str, Any], device: str) -> tuple[int, int]:
+    """The block sizes the point's calls use: the options', else the device's automatic ones (on CUDA from its
+    memory budget, the calls' own sizes)."""
+    point_masks = Masks(causal=point.causal, window=point.window)
+    auto = None
+    if device == "cuda" and (options.get("q_chunk") is None or options.get("kv_chunk") is None):
+        auto = auto_sizes(point_masks, "cuda", point.batch * point.kv_heads_resolved)
+    return chunk_sizes(point_masks, options.get("q_chunk"), options.get("kv_chunk"), auto)
+
+
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
     """O(n d) copies plus a few q_chunk x kv_chunk blocks per (batch, head); never O(n^2)."""
+    if point.functions:  # a mask or score function: its block map's path (selfattn/mods/memory.py)
+        return _functions_mem_bytes(point, options)
     s = point.element_bytes
     out, grads = point.out_bytes, point.grad_bytes
     low = s < FP32_BYTES  # fp16/bf16: scores and accumulators in fp32, results cast back
@@ -887,11 +922,7 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     bh, d = point.batch * point.heads, point.head_dim
     q_len, seq_len = point.q_len_resolved, point.seq_len
     group = point.heads // point.kv_heads_resolved
-    point_masks = Masks(causal=point.causal, window=point.window)
-    auto = None
-    if device == "cuda" and (options.get("q_chunk") is None or options.get("kv_chunk") is None):
-        auto = auto_sizes(point_masks, "cuda", point.batch * point.kv_heads_resolved)  # the calls' own sizes
-    q_size, kv_size = chunk_sizes(point_masks, options.get("q_chunk"), options.get("kv_chunk"), auto)
+    q_size, kv_size = _model_chunk_sizes(point, options, device)
     q_chunk = min(q_size, group * q_len)  # blocks of virtual rows (cuts only make blocks smaller)
     kv_chunk = min(kv_size, seq_len)
     bkv = point.batch * point.kv_heads_resolved  # K and V are per K/V head (GQA shares them)
@@ -931,5 +962,6 @@ backend(attention, takes_masks=True, options=Options, efficiency=EFFICIENCY,
         # included); soft-cap and ALiBi transform each block's scores (chunked_mods.py); the sink joins each row's
         # log-sum-exp at the end (_with_sink_). FP8 and compiled blocks run them too.
         variants=("asymmetric_window", "softcap", "alibi", "sink"),
+        masks=("causal", "window", "key_lengths", "document_ids", "mask_mod", "score_mod"),  # selfattn/mods/blocks.py
         mem_model=predict_mem_bytes, kernel_label=kernel_label, resolve_options=resolve_options, compiles=compiles,
         prepare=prepare, kernel_ran=kernel_ran)

@@ -33,6 +33,9 @@ from selfattn.precision_names import PRECISIONS
 from selfattn.variants import VARIANT_NAMES
 
 MASK_ARGUMENTS = ("causal", "window", "key_lengths", "document_ids")
+# Functions in the field's convention (selfattn/mods/): a back end names them in `masks` to take them (on its
+# Masks: takes_masks=True); not among the defaults, so a back end written before them is never handed one
+MASK_FUNCTIONS = ("mask_mod", "score_mod")
 LAYOUTS = ("BHSD", "BSHD")  # (batch, heads, seq, dim): the harness's; (batch, seq, heads, dim): FlashAttention's
 DEVICE_TYPES = ("cpu", "cuda")
 # Precisions a back end may declare; tf32 is fp32 storage, so declaring fp32 declares it too. An fp8 precision is
@@ -83,7 +86,7 @@ class Declaration:
     devices: tuple[str, ...] = DEVICE_TYPES  # device types it runs on
     # precisions (fp32 includes tf32), or device type -> precisions where they differ
     dtypes: tuple[str, ...] | Mapping[str, tuple[str, ...]] = ("fp64", "fp32", "fp16", "bf16")
-    masks: tuple[str, ...] = MASK_ARGUMENTS  # the mask arguments it honours ("causal" ...)
+    masks: tuple[str, ...] = MASK_ARGUMENTS  # the mask arguments it honours ("causal" ...), and MASK_FUNCTIONS it runs
     gqa: bool = True  # k, v with fewer heads than q (heads % kv_heads == 0)
     backward: bool | Mapping[str, bool] = True  # autograd through it (mode=fwd_bwd, scope=train), or per device type
     max_head_dim: int | None = None  # the largest head_dim it takes (None: any)
@@ -123,7 +126,7 @@ class Declaration:
 
     def __post_init__(self) -> None:
         self._check_requirements()
-        for name, allowed in (("devices", DEVICE_TYPES), ("masks", MASK_ARGUMENTS), ("variants", VARIANT_NAMES),
+        for name, allowed in (("devices", DEVICE_TYPES), ("masks", MASK_ARGUMENTS + MASK_FUNCTIONS), ("variants", VARIANT_NAMES),
                               ("scores", SCORES)):
             object.__setattr__(self, name, _names(name, getattr(self, name), allowed))
         object.__setattr__(self, "dtypes", _per_device("dtypes", self.dtypes, lambda v: _names("dtypes", v, PRECISIONS)))

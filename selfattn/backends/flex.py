@@ -132,6 +132,8 @@ def flex_call(flex: Callable, q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND
     device's way; the tests pass torch's eager flex_attention too, which has a backward on a CPU."""
     batch, heads, q_len = q_BHMD.shape[:3]
     seq_len = k_BKND.shape[2]
+    if masks.functions:  # a mask or score function (selfattn/mods/): flex takes them as they are
+        return _with_functions(flex, q_BHMD, k_BKND, v_BKND, masks, scale)
     sink_key = masks.sink is not None and sink_by == "key"
     if sink_key:  # one more key, zeros, that every row sees: its score is the sink (score_mod), its value 0
         k_BKND, v_BKND = (torch.cat([t, t.new_zeros(*t.shape[:2], 1, t.shape[3])], dim=2) for t in (k_BKND, v_BKND))
@@ -155,8 +157,11 @@ def prepare(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *,
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     started = time.perf_counter()
-    _block_mask(masks, q_BHMD.shape[0], q_BHMD.shape[2], k_BKND.shape[2], device, rebuild=True,
-                sink_key=masks.sink is not None and sink_way(device) == "key")
+    if masks.functions:
+        _function_block_mask(masks, q_BHMD.shape[0], q_BHMD.shape[1], q_BHMD.shape[2], k_BKND.shape[2], device)
+    else:
+        _block_mask(masks, q_BHMD.shape[0], q_BHMD.shape[2], k_BKND.shape[2], device, rebuild=True,
+                    sink_key=masks.sink is not None and sink_way(device) == "key")
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return {"block_mask_s": time.perf_counter() - started}
@@ -259,6 +264,59 @@ def _interval_mask_mod(lo_bM: torch.Tensor, hi_bM: torch.Tensor, sink_at: int | 
     return with_sink
 
 
+def _with_functions(flex: Callable, q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, masks: Masks,
+                    scale: float) -> torch.Tensor:
+    """flex_attention with the mask function as the BlockMask's mask_mod and the score function as its score_mod,
+    each given the harness's positions: q_idx + (seq_len - q_len), bottom-right aligned (selfattn/mods/contract.py)."""
+    from selfattn.errors import Unsupported
+
+    if masks.sink is not None:
+        raise Unsupported("flex with a mask or score function: the sink is not built beside them")
+    batch, heads, q_len = q_BHMD.shape[:3]
+    seq_len = k_BKND.shape[2]
+    block_mask = _function_block_mask(masks, batch, heads, q_len, seq_len, q_BHMD.device)
+    score_mod = _score_mod(masks, heads, q_len, seq_len, q_BHMD.device)
+    if masks.score_mod is not None:
+        score_mod = _with_offset_score_mod(masks.score_mod.fn, score_mod, seq_len - q_len)
+    return flex(q_BHMD, k_BKND, v_BKND, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                enable_gqa=k_BKND.shape[1] != heads)
+
+
+def _with_offset_score_mod(fn: Callable, before: Callable | None, offset: int) -> Callable:
+    def score_mod(score, b, h, q_idx, kv_idx):
+        if before is not None:  # the built-in transforms first (soft-cap, ALiBi), as the reference applies them
+            score = before(score, b, h, q_idx, kv_idx)
+        return fn(score, b, h, q_idx + offset, kv_idx)
+
+    return score_mod
+
+
+def _function_block_mask(masks: Masks, batch: int, heads: int, q_len: int, seq_len: int, device: torch.device):
+    """The BlockMask of the mask function (and the interval masks beside it), built once per masks and kept
+    (selfattn/mods/geometry.py `kept`): per sequence and per head only where the function may read them."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from selfattn.mods.geometry import kept
+
+    def make():
+        offset = seq_len - q_len
+        lo_bM, hi_bM = masks.intervals(q_len, seq_len, device)
+        within = _interval_mask_mod(lo_bM, hi_bM)
+        mod = masks.mask_mod
+        if mod is None:
+            mask_mod = within
+        else:
+            def mask_mod(b, h, q_idx, kv_idx):
+                return within(b, h, q_idx, kv_idx) & mod.fn(b, h, q_idx + offset, kv_idx)
+
+        per_sequence = lo_bM.shape[0] > 1 or (mod is not None and mod.per_sequence)
+        per_head = mod is not None and mod.per_head
+        return create_block_mask(mask_mod, B=batch if per_sequence else None, H=heads if per_head else None,
+                                 Q_LEN=q_len, KV_LEN=seq_len, device=device, BLOCK_SIZE=BLOCK_SIZE)
+
+    return kept(masks, ("flex_block_mask", batch, heads, q_len, seq_len, str(device)), make)
+
+
 # (transforms, heads, shape, device) -> score_mod, most recently used last
 _score_mods: OrderedDict[tuple, Callable] = OrderedDict()
 
@@ -353,5 +411,6 @@ backend(attention, takes_masks=True, options=Options, efficiency=EFFICIENCY,
         dtypes={"cpu": ("fp32", "fp16", "bf16"), "cuda": ("fp64", "fp32", "fp16", "bf16")},
         backward={"cpu": False, "cuda": True},
         variants=("asymmetric_window", "softcap", "alibi", "sink"), gaps=GAPS,  # selfattn/variants.py: all of them
+        masks=("causal", "window", "key_lengths", "document_ids", "mask_mod", "score_mod"),  # selfattn/mods/: as they are
         unavailable=missing, mem_model=predict_mem_bytes, kernel_label=kernel_label, resolve_options=resolve_options,
         compiles=compiles, prepare=prepare, kernel_ran=kernel_ran)

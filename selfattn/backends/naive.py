@@ -74,11 +74,27 @@ def attention(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, 
               **fp8_options: Any) -> torch.Tensor:
     """softmax(scale * Q K^T + mask) V by the chapter's steps (`_steps`), with the mask and variants of `masks`;
     an FP8 precision quantizes first (`_fp8_attention`)."""
+    if masks.functions:  # a mask or score function (selfattn/mods/): materialized with its dense mask
+        return _with_functions(q_BHMD, k_BKND, v_BKND, masks, scale, upcast_softmax, scale_at, compile, fp8_options)
     how = How(upcast_softmax, scale_at, softcap=masks.softcap, alibi=masks.alibi, sink=masks.sink)
     if fp8_path.active(fp8_options):
         return _fp8_attention(q_BHMD, k_BKND, v_BKND, masks, scale, how, fp8_options)
     mask_bMN, sees_bM1 = additive_mask(masks, q_BHMD.shape[2], k_BKND.shape[2], q_BHMD.dtype, q_BHMD.device)
     return (compiled(_steps) if compile else _steps)(q_BHMD, k_BKND, v_BKND, mask_bMN, sees_bM1, scale, how)
+
+
+def _with_functions(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, masks: Masks, scale: float,
+                    upcast_softmax: bool, scale_at: str, compile: bool, fp8_options: Mapping[str, Any]) -> torch.Tensor:
+    """The steps with a mask or score function: selfattn/mods/dense.py (the same five steps, the mask from the
+    function, built once per masks by the warm-up call)."""
+    from selfattn.errors import Unsupported
+    from selfattn.mods import dense
+
+    for name, given in (("an fp8 precision", fp8_path.active(fp8_options)), ("scale_at=query", scale_at != "logits"),
+                        ("compile=true", compile)):
+        if given:
+            raise Unsupported(f"naive with a mask or score function: {name} is not built for it")
+    return dense.attention(q_BHMD, k_BKND, v_BKND, masks=masks, scale=scale, upcast_softmax=upcast_softmax)
 
 
 def _steps(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, mask_bMN: torch.Tensor | None,
@@ -274,6 +290,10 @@ def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> 
     A call allocates no mask: the point's additive mask (additive_mask: q_len x seq_len in the scores' dtype, per
     sequence with padding or documents) is made once by `prepare`, before the measured calls, and kept like the
     inputs; step 3's add makes the masked scores while the scaled ones die, still two matrices at once."""
+    if point.functions:  # a mask or score function (selfattn/mods/memory.py)
+        from selfattn.mods.memory import dense_call_bytes
+
+        return dense_call_bytes(point)
     s = point.element_bytes
     scores, out, grads = point.score_elements, point.out_bytes, point.grad_bytes
     if fp8_format(point.precision):  # fp32: the scores and softmax stay alive while P's cast makes its fp32
@@ -316,5 +336,6 @@ def _variant_bytes(point: Point, s: int) -> int:
 backend(attention, takes_masks=True, options=Options, efficiency=EFFICIENCY,
         dtypes=("fp64", "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"), scores=("dot", "additive"),
         variants=("asymmetric_window", "softcap", "alibi", "sink"),  # selfattn/variants.py: all of them
+        masks=("causal", "window", "key_lengths", "document_ids", "mask_mod", "score_mod"),  # selfattn/mods/
         mem_model=predict_mem_bytes, kernel_label=kernel_label, resolve_options=resolve_options, compiles=compiles,
         kernel_ran=kernel_ran, prepare=prepare)

@@ -81,6 +81,8 @@ def attention(
     kernel: str = "auto",
     bool_mask: bool = False,
 ) -> torch.Tensor:
+    if masks.mask_mod is not None:  # a mask function (selfattn/mods/): its boolean mask as attn_mask
+        return _with_mask_function(q_BHMD, k_BKND, v_BKND, masks, scale, kernel)
     seq_len = k_BKND.shape[2]  # the keys the masks speak of (a sink's key comes after them)
     k_BKND, v_BKND, mask, is_causal, sees = _arguments(q_BHMD, k_BKND, v_BKND, masks, bool_mask)
     gqa = k_BKND.shape[1] != q_BHMD.shape[1]
@@ -92,6 +94,25 @@ def attention(
     if sees is not None and masks.empty_rows(q_BHMD.shape[2], seq_len):
         out = out * sees[:, None]  # rows that see no key: zeros (their opened mask row was a stand-in)
     return out
+
+
+def _with_mask_function(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, masks: Masks, scale: float,
+                        kernel: str) -> torch.Tensor:
+    """SDPA with the mask function's boolean mask (B or 1, H or 1, q_len, seq_len), evaluated once per masks by
+    the warm-up call (selfattn/mods/dense.py); rows that see no key opened there and zeroed here."""
+    from selfattn.errors import Unsupported
+    from selfattn.mods.dense import dense_keep
+
+    if masks.alibi or masks.sink is not None:
+        raise Unsupported("sdpa with a mask function: ALiBi and the sink are a float bias, not built beside it")
+    keep_bhMN, sees_bhM1 = dense_keep(masks, q_BHMD.shape[0], q_BHMD.shape[1], q_BHMD.shape[2], k_BKND.shape[2],
+                                      q_BHMD.device)
+    gqa = k_BKND.shape[1] != q_BHMD.shape[1]
+    if kernel == "auto":
+        out = _call(q_BHMD, k_BKND, v_BKND, keep_bhMN, False, scale, gqa)
+    else:
+        out = _forced(kernel, q_BHMD, k_BKND, v_BKND, keep_bhMN, False, scale, gqa, masks)
+    return out if sees_bhM1 is None else out * sees_bhM1
 
 
 def _arguments(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, masks: Masks,
@@ -173,6 +194,14 @@ def kernel_ran(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor,
     the label is "unknown", never a kernel that may not be the one that ran."""
     if kernel != "auto":
         return kernel
+    if masks.mask_mod is not None:  # a mask function: its boolean mask (selfattn/mods/dense.py)
+        from selfattn.mods.dense import dense_keep
+
+        mask, _ = dense_keep(masks, q_BHMD.shape[0], q_BHMD.shape[1], q_BHMD.shape[2], k_BKND.shape[2], q_BHMD.device)
+        try:
+            return _fused_choice(q_BHMD, k_BKND, v_BKND, mask, False, scale, k_BKND.shape[1] != q_BHMD.shape[1])
+        except (AttributeError, RuntimeError, TypeError, ValueError):
+            return "unknown"
     k_BKND, v_BKND, mask, is_causal, _ = _arguments(q_BHMD, k_BKND, v_BKND, masks, bool_mask)
     gqa = k_BKND.shape[1] != q_BHMD.shape[1]
     try:
@@ -285,6 +314,10 @@ def _bias_bytes(point: Point) -> tuple[int, int, int]:
 
 def predict_mem_bytes(point: Point, options: Mapping[str, Any], device: str) -> int:
     """Fused kernels keep O(n) per head; the math kernel materializes like naive."""
+    if point.functions:  # a mask or score function (selfattn/mods/memory.py)
+        from selfattn.mods.memory import sdpa_call_bytes
+
+        return sdpa_call_bytes(point)
     kernel = options.get("kernel", "auto")
     math_kernel = kernel == "math" or (kernel == "auto" and auto_runs_math(point, device))
     if point.alibi or point.sink is not None:  # one float bias instead of any mask or flag
@@ -374,8 +407,11 @@ def _biased_mem_bytes(point: Point, math_kernel: bool, device: str) -> int:
 # Why it lacks what it does not declare: said in the point's `unsupported` row (capability.why_not).
 GAPS = {"softcap": "torch's scaled_dot_product_attention adds a bias to the scaled logits but cannot apply tanh to them "
                    "inside its kernels (naive computes it)",
+        "score_mod": "torch's scaled_dot_product_attention takes a mask or an additive bias, not a function of the "
+                     "scores (flex, naive and chunked run score_mod)",
         "fp8": "torch's scaled_dot_product_attention has no FP8 kernel (it takes fp16, bf16, fp32, fp64); naive and "
                "chunked quantize Q, K, V and P themselves"}
 backend(attention, takes_masks=True, options=Options, efficiency=EFFICIENCY,
         variants=("asymmetric_window", "alibi", "sink"), gaps=GAPS,  # selfattn/variants.py; softcap is a gap
+        masks=("causal", "window", "key_lengths", "document_ids", "mask_mod"),  # a mask function: a boolean attn_mask
         mem_model=predict_mem_bytes, kernel_label=kernel_label, resolve_options=resolve_options, kernel_ran=kernel_ran)

@@ -51,8 +51,14 @@ def projection_flops(point: Point) -> float:
     return 2.0 * point.batch * point.seq_len * point.projection_weights
 
 
-def point_pairs(point: Point) -> int:
-    """(query, key) pairs the point's masks let through, over its whole batch (per head)."""
+def point_pairs(point: Point) -> int | float:
+    """(query, key) pairs the point's masks let through, over its whole batch (per head; with a mask function
+    that reads the head, the mean over heads: selfattn/mods/geometry.py counts every head's)."""
+    if point.mask != "none":
+        from selfattn.mods.geometry import pairs
+
+        total = pairs(point_masks(point), point.batch, point.heads, point.q_len_resolved, point.seq_len)
+        return total // point.heads if total % point.heads == 0 else total / point.heads
     if point.window is None and point.pad_frac == 0 and point.documents is None:  # the closed form
         return point.batch * unmasked_pairs(point.q_len_resolved, point.seq_len, point.causal)
     lo, hi = point_masks(point).intervals(point.q_len_resolved, point.seq_len)

@@ -118,6 +118,10 @@ def _at_point_shape(point: Point, dtype: torch.dtype, device: torch.device | str
     masks = None if layer else _neutral(point_masks(point, device), q_len, seq_len)  # a layer: causal only
     mask_args = dict(causal=point.causal) if masks is None else dict(
         causal=masks.causal, window=masks.window, key_lengths=masks.key_lengths, document_ids=masks.document_ids)
+    if masks is not None and masks.mask_mod is not None:  # a mask function's path, hiding nothing (selfattn/mods/)
+        from selfattn.mods.catalogue import none as see_all
+
+        mask_args["mask_mod"] = see_all()
     options = point.call_options
     scale = parse_scale(point.scale)
 

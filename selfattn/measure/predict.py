@@ -270,6 +270,10 @@ def mask_bytes(point: Point) -> int:
     """At least what a point's mask geometry allocates (selfattn/masks.py): each query row's key interval (two
     int64 per row; per sequence with padding or documents) and the documents' ids (an int64 per key and
     sequence). FLOPs and mask density are counted from these tensors, before the full guard can run."""
+    if point.mask != "none":  # a mask function's kept boolean mask (or tiles), beside its intervals
+        from selfattn.mods.memory import dense_mask_bytes
+
+        return dense_mask_bytes(point) + 2 * 8 * point.batch * point.q_len_resolved
     if point.window is None and not point.masks_per_sequence:
         return 0  # causal or none: closed forms, nothing allocated
     sequences = point.batch if point.masks_per_sequence else 1

@@ -38,7 +38,7 @@ import torch
 from selfattn import compile as compile_cache
 from selfattn.backends.resolved import Resolved, resolve_point
 from selfattn.errors import Unsupported
-from selfattn.measure import checks, failures, noise
+from selfattn.measure import checks, failures, hints, noise
 from selfattn.measure.budget import Budget
 from selfattn.measure.device import device_peak_tflops, environment, peak_source, resolve_device
 from selfattn.measure.guard import compile_key, guard_point
@@ -242,8 +242,11 @@ def _judge(m: Measured, warm: WarmUp, timed: checks.LastOutput, guard: checks.In
         row.grad_err_bound = verdict.grads.bound if verdict.grads is not None else None
         m.reference = verdict.reference
     _set(row, run_stage(WARMUP_OUTPUT, m, metrics))
+    # an incorrect output whose errors follow a known pattern says which (selfattn/measure/hints.py)
+    hinted = (hints.hint(m.point, m.workload, warm.checked, verdict.out.bound)
+              if verdict is not None and not verdict.out.ok else "")
     m.checked = m.reference = warm.checked = None  # dropped: the calls below need the room
-    reason = tampered or (verdict.reason if verdict else "")
+    reason = tampered or ((verdict.reason + hinted) if verdict and verdict.reason else "")
     if verdict is not None and not reason:
         reason = checks.judge_last(m.workload, last, verdict)
     del last

@@ -81,7 +81,8 @@ def stability(
         keys_seen_r = torch.full((1, 1, len(rows)), seq_len, dtype=torch.long)
         sees_r1 = None
         if masked:
-            keep_rL, sees_r1 = no_empty_rows(masks.keep(q_len, seq_len, rows=rows.to(q.device), device=q.device)[:, None])
+            keep_rL, sees_r1 = no_empty_rows(masks.keep_heads(q_len, seq_len, batch=q.shape[0], heads=q.shape[1],
+                                                                 rows=rows.to(q.device), device=q.device))
             logits_BHrL = logits_BHrL.masked_fill(~keep_rL, float("-inf"))
             keys_seen_r = (keep_rL & sees_r1).sum(dim=-1).cpu()
         weights_BHrL = torch.softmax(logits_BHrL, dim=-1)

@@ -108,8 +108,10 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
                        requires_grad=grad, kv_heads=point.kv_heads_resolved,
                        outliers=point.input_outliers, outlier_std=point.outlier_std)
     masks = point_masks(point, device)
-    mask_args: dict[str, Any] = dict(causal=masks.causal, window=masks.window, key_lengths=masks.key_lengths,
-                     document_ids=masks.document_ids, softcap=masks.softcap, alibi=masks.alibi, sink=masks.sink)
+    mask_args: dict[str, Any] = dict(
+        causal=masks.causal, window=masks.window, key_lengths=masks.key_lengths,
+        document_ids=masks.document_ids, softcap=masks.softcap, alibi=masks.alibi, sink=masks.sink,
+        mask_mod=masks.mask_mod, score_mod=masks.score_mod)  # functions: selfattn/mods/
     # The dense upstream exists only where a backward runs (drawing it costs as much as Q).
     upstream = _randn((b, h, q_len, d), point.seed + UPSTREAM_SEED_OFFSET, dtype, device) if grad else None
     rows_dev = rows.to(device)
@@ -203,7 +205,8 @@ def _checked_attention(resolved: Resolved, q: torch.Tensor, k: torch.Tensor, v: 
     masks = check_masks(mask_args["causal"], mask_args["window"], mask_args["key_lengths"], mask_args["document_ids"],
                         batch=q.shape[0], q_len=q.shape[2], seq_len=k.shape[2], device=q.device,
                         softcap=mask_args.get("softcap"), alibi=mask_args.get("alibi", False),
-                        sink=mask_args.get("sink"))
+                        sink=mask_args.get("sink"), mask_mod=mask_args.get("mask_mod"),
+                        score_mod=mask_args.get("score_mod"))
     scale_value, entry, options = resolve_scale(scale, q.shape[3]), resolved.backend, resolved.options
     if rotate_qk is None:  # the back end's one-time work (a plugin's layout conversion) done here, once
         return entry.bind(q, k, v, masks=masks, scale=scale_value, **options), masks

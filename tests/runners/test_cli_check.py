@@ -199,3 +199,16 @@ def test_a_builtins_option_keys_read_from_conf_are_its_options_fields():
 
     for name in BACKEND_NAMES:
         assert cli_check.builtin_options(name) == tuple(f.name for f in config_fields(get_backend(name).options_type)), name
+
+
+def test_mask_names_and_their_parameters_are_checked_before_the_first_point():
+    from runners import cli_check
+
+    assert cli_check.problems(["mask=prefix_lm", "mask.prefix=3"]) == []
+    assert cli_check.problems(["mask=prefix_lm", "mask.prefx=3"]) == ["mask.prefx: unknown key; did you mean mask.prefix?"]
+    assert cli_check.problems(["mask.prefix=3"]) == [
+        "mask.prefix: mask=none takes no parameters; name a mask first (mask=NAME)"]
+    (line,) = cli_check.problems(["-m", "mask=prefix_lm,prefix_ml"][1:])
+    assert line.startswith("mask: expected one of none, causal") and line.endswith("did you mean prefix_lm?")
+    (line,) = cli_check.problems(["score_mod=no_such_module:f"])
+    assert line.startswith("score_mod: cannot load no_such_module:f: ModuleNotFoundError")

@@ -270,3 +270,24 @@ def test_jobs_sharing_device_per_launcher():
     assert jobs_sharing_device({"_target_": local, "array_parallelism": 256}, 5) == 5
     slurm = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
     assert jobs_sharing_device({"_target_": slurm}, 5) == 1
+
+
+def test_a_builtin_mask_that_an_axis_says_is_that_axis_point():
+    base = {**BASE}
+    causal = config.parse_job({**base, "causal": True})
+    by_mask = config.parse_job({**base, "mask": {"name": "causal"}})
+    assert not by_mask.problem and by_mask.point_id == causal.point_id and by_mask.point.causal
+    window = config.parse_job({**base, "mask": {"name": "sliding_window", "window": 8}})
+    assert window.point.window == 8 and window.point.mask == "none"
+    assert window.point_id == config.parse_job({**base, "window": 8}).point_id
+    soft = config.parse_job({**base, "score_mod": {"name": "softcap", "cap": 5}})
+    assert soft.point.softcap == 5.0
+    conflict = config.parse_job({**base, "window": 4, "mask": {"name": "sliding_window", "window": 8}})
+    assert conflict.problem == "window: mask=sliding_window sets window=8, and window=4 was given too"
+    prefix = config.parse_job({**base, "mask": {"name": "prefix_lm", "prefix": 8}})
+    assert prefix.point.mask == "prefix_lm" and prefix.columns["mask_options"] == '{"prefix": 8}'
+    assert prefix.point_id != config.parse_job(base).point_id
+    assert config.parse_job({**base, "mask": {"name": "prefix_lm", "prefx": 8}}).problem == (
+        "mask.prefx: unknown key; did you mean mask.prefix?")
+    assert config.parse_job({**base, "scope": "layer", "mask": {"name": "prefix_lm"}}).problem.startswith(
+        "mask: a function is measured on the attention core")
