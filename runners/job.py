@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from runners import config, curves, interrupts, isolate, ledger, progress, quiet, row_store, rows
+from runners import config, curves, interrupts, isolate, ledger, point_state, progress, quiet, row_store, rows
 from runners.scheduler_signals import StoppedByScheduler, stops_from_scheduler
 from runners.config import ParsedJob
 from runners.wandb_log import SINK
@@ -70,20 +70,40 @@ def measure(parsed: ParsedJob, metrics: tuple[str, ...] | None = None) -> Row:
     metrics = parsed.runner["metrics"] if metrics is None else metrics
     start = time.perf_counter()
     if isolate.isolated(parsed.point, parsed.runner.get("isolate", "plugins")):  # in the worker (runners/isolate.py)
-        outcome = isolate.run_isolated(parsed.point, parsed.budget, metrics, parsed.runner.get("isolate_limit_s"))
+        outcome = isolate.run_isolated(parsed.point, parsed.budget, metrics, parsed.runner.get("isolate_limit_s"),
+                                       parsed.point_id)
         row, _isolated_traceback = outcome.row or isolate.unfinished_row(parsed.point, outcome), outcome.traceback
     else:
-        try:
-            from selfattn.measure import measure_point  # lazy: the back ends and the timers load here
-
-            row = measure_point(parsed.point, parsed.budget, metrics)
-        except SystemExit as exc:  # sys.exit inside a back end ends the point, not the sweep
-            row = isolate.unfinished_row(parsed.point, isolate.Outcome(status="crashed", error=isolate.exit_reason(exc.code)))
-        except Exception as exc:  # never by contract; a bug must still leave a row, not stop the sweep
-            return failed_row(parsed, "error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        row = _measure_here(parsed, metrics)
     row.point_wall_s = time.perf_counter() - start  # so job_wall_s - point_wall_s = runner + Hydra
     if row.d_model is None:
         row.d_model = parsed.point.d_model
+    return row
+
+
+def _measure_here(parsed: ParsedJob, metrics: tuple[str, ...]) -> Row:
+    """measure_point in this process, which later points share: what the back end changes of torch's global
+    state, the RNGs, fds 0-2 and the signal handlers is put back after it (runners/point_state.py)."""
+    from selfattn.measure import measure_point  # lazy: the back ends and the timers load here
+    import torch
+
+    changes = point_state.Changes()
+    threads = torch.get_num_threads()
+    with point_state.kept(changes, signals=interrupts.SIGNALS):
+        try:
+            row = measure_point(parsed.point, parsed.budget, metrics)
+            if torch.get_num_threads() != threads and row.num_threads is not None:
+                row.num_threads = torch.get_num_threads()  # the back end changed it: what its timed calls ran on
+        except SystemExit as exc:  # sys.exit inside a back end ends the point, not the sweep
+            row = isolate.unfinished_row(parsed.point, isolate.Outcome(status="crashed", error=isolate.exit_reason(exc.code)))
+        except KeyboardInterrupt as exc:  # the back end's own: the user's Ctrl-C is interrupts.Interrupted
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            row = isolate.unfinished_row(parsed.point, isolate.Outcome(
+                status="error", error=f"the back end raised KeyboardInterrupt: {first}"))
+        except Exception as exc:  # never by contract; a bug must still leave a row, not stop the sweep
+            return failed_row(parsed, "error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    if changes.restored or changes.unrestorable:
+        row.note = "; ".join(filter(None, (row.note, changes.note())))
     return row
 
 
