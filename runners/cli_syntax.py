@@ -99,6 +99,8 @@ def path_problems(parsed: Sequence[Any]) -> list[str]:
         for value in values:
             if key == "name" and not (isinstance(value, str) and "${" in value):
                 found.append(paths.name_problem(value if isinstance(value, str) else str(value)))
+            elif key == paths.SUBDIR_KEY and not (isinstance(value, str) and "${" in value):
+                found.append(paths.subdir_problem(value))  # an interpolation: judged per job (runners/sweep.py)
             elif key in FOLDER_KEYS:
                 text = "" if value is None else str(value)
                 literal = text.split("${", 1)[0]  # `sweeps/x/${now:...}`: what is there before the clock

@@ -140,8 +140,8 @@ def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
 
     varying = _varying(cfg, ctx.varying)
     stored = row_store.point_row(ctx.sweep_dir, parsed.point_id, ctx.job_dir)  # its own index entry: flat in the sweep's size
-    for path in row_store.take_corrupt():  # a row file cut short (a copy, a hand edit): said, and the point measured again
-        print(f"warning: {path} holds no whole row; its point is measured again", file=sys.stderr, flush=True)
+    for path, why in row_store.take_corrupt():  # a row file cut short (a copy, a hand edit) or invalid: said, measured again
+        print(f"warning: {path} {why}; its point is measured again", file=sys.stderr, flush=True)
     ledger.LEDGER.ran(parsed.point_id)
     done = None if stored is None else str(stored.get("status"))
     metrics = tuple(parsed.runner["metrics"])
@@ -192,8 +192,9 @@ def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
             raise RowNotWritten(f"{why}; the point was measured but not recorded") from exc
         ledger.LEDGER.not_written(parsed.point_id, why)  # the sweep's end says how many points have no row, exit 1
         print(progress.line(index, ctx.total, progress.describe(written, varying), written,
-                            note=f"not recorded: {why}; once there is room, the same command measures "
-                                 "the points left without a row"), file=sys.stderr, flush=True)
+                            note=f"not recorded: {why}; once "
+                                 f"{'the link is removed' if exc.errno == errno.ELOOP else 'there is room'}, the "
+                                 "same command measures the points left without a row"), file=sys.stderr, flush=True)
         if exc.errno == errno.EROFS:  # nothing more can be written: stop in one line rather than measure in vain
             print("error: the file system turned read-only, so the sweep stops here; the rows written are intact, "
                   "and the same command measures the rest once it is writable", file=sys.stderr, flush=True)

@@ -28,7 +28,7 @@ from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from omegaconf.errors import OmegaConfBaseException  # noqa: E402
 
-from runners import config, given, job, launcher, quiet  # noqa: E402
+from runners import config, given, job, launcher, paths, quiet  # noqa: E402
 from runners.callbacks import claim, failed_points, nothing_measured, sweep_id, sweep_meta  # noqa: E402
 
 config.register_resolvers()  # ${by_device:...} and ${grid_range:} in conf/experiment/*.yaml
@@ -58,6 +58,8 @@ def context(cfg: DictConfig) -> job.JobContext:
             else "pkg://selfattn_conf")
 def main(cfg: DictConfig) -> None:
     ctx = context(cfg)
+    if ctx.multirun and (problem := paths.job_folder_problem(ctx.sweep_dir, ctx.job_dir)):
+        refuse(problem)  # hydra.sweep.subdir=${...} that led outside: its row would be written elsewhere
     if not ctx.multirun and (problem := claim(cfg, ctx.sweep_dir, "hydra.run.dir", shared=True)):
         refuse(problem)  # a sweep's callback claims its folder before its first job
     try:

@@ -87,6 +87,7 @@ class ComposeOnceLauncher(BasicLauncher):
                 with open_dict(sweep_config):
                     sweep_config.hydra.job.id = idx
                     sweep_config.hydra.job.num = idx
+                _job_folder_inside(sweep_config)  # before Hydra makes the folder: one line and exit 2 if outside
                 runs.append(run_job(hydra_context=self.hydra_context, task_function=self.task_function,
                                     config=sweep_config, job_dir_key="hydra.sweep.dir",
                                     job_subdir_key="hydra.sweep.subdir"))
@@ -125,6 +126,18 @@ class ComposeOnceLauncher(BasicLauncher):
 
 if WHY_NOT is not None:
     del ComposeOnceLauncher
+
+
+def _job_folder_inside(config: DictConfig) -> None:
+    """Refuse (one line, exit 2) a job whose folder, hydra.sweep.subdir resolved, is not inside the sweep folder."""
+    from runners.paths import job_folder_problem
+
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    if problem := job_folder_problem(sweep_dir, sweep_dir / str(config.hydra.sweep.subdir)):
+        import sys
+
+        print(f"error: {problem}", file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 def _plain_changes(template: _Composed, parsed: list[Override]) -> bool:
