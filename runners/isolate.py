@@ -441,6 +441,21 @@ def stop_worker() -> None:
         _worker = None
 
 
+def kill_worker_now() -> None:
+    """Kill this process's worker group at once (from the signal watcher, while the main thread is stuck)."""
+    worker = _worker
+    if worker is not None:
+        for pid in session_members(worker.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            os.killpg(worker.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def worker_pid() -> int | None:
     return _worker.pid if _worker is not None and _worker.alive() else None
 

@@ -6,6 +6,7 @@ report. Everything but reading Hydra's runtime state lives in runners/job.py and
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -14,6 +15,9 @@ from runners import interrupts
 
 if __name__ == "__main__":  # Ctrl-C while torch and Hydra import (seconds): one line, as later, no traceback
     interrupts.before_run()
+    # A plugin module's import in this process (Hydra composing a job) waits at most this long: past it, its
+    # points go to the isolated worker, whose time limit makes them `timeout` rows (selfattn/backends/import_limit.py)
+    os.environ.setdefault("SELFATTN_PLUGIN_IMPORT_S", "60")
     if len(sys.argv) == 1:  # no arguments: the default study, as the README's first command promises
         sys.argv.append("experiment=quick")
     from runners import cli_check

@@ -22,8 +22,7 @@ _NON_NEGATIVE_SUFFIXES = ("_ms", "_s", "_bytes", "_frac", "_rows", "_samples", "
 _NON_NEGATIVE = frozenset(
     name for name, kind in _KINDS.items()
     if kind != "str" and (name.endswith(_NON_NEGATIVE_SUFFIXES) or name in {
-        "batch", "heads", "kv_heads", "q_len", "seq_len", "head_dim", "d_model", "documents", "new_tokens",
-        "steps", "time_samples", "num_threads", "jobs_sharing_device", "tokens_per_s", "schema_version"}))
+        "time_samples", "num_threads", "jobs_sharing_device", "tokens_per_s", "schema_version"}))
 # A timed call's time and a measured size: a number, never NaN or infinite
 _FINITE = frozenset({"time_ms", "time_ms_p20", "time_ms_p80", "peak_mem_bytes", "peak_alloc_bytes", "flops"})
 MAX_TEXT_CHARS = 1 << 20  # a cell longer than this (a MiB) is no measurement's
@@ -47,9 +46,10 @@ def row_problem(row: Any, strict: bool = False) -> str | None:
     status = row.get("status")
     if status not in STATUSES:
         return f"status {status!r} is not one of {', '.join(STATUSES)}"
+    typed = status == "invalid"  # a refused point's row keeps its values as typed (seq_len=-1, causal=2)
     for name, value in row.items():
         kind = _KINDS.get(name)
-        if kind is None:
+        if kind is None or typed:
             if not _plain(value):
                 return f"column {name!r} holds a {type(value).__name__}, not a plain value"
             continue

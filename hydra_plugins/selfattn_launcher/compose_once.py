@@ -80,8 +80,9 @@ class ComposeOnceLauncher(BasicLauncher):
             # While Hydra composes the job's config and sets the job up, Ctrl-C or SIGTERM waits: raised inside
             # OmegaConf's flag_override, the interrupt left a list half set and its exit raised AttributeError in
             # its place (a traceback and exit 1, not one line and 143). The job's task releases it at its start
-            # (runners/job.py), so a point being measured is still interrupted at once.
-            interrupts.hold()
+            # (runners/job.py), so a point being measured is still interrupted at once. A composition that does not
+            # end within half a second of the signal (a plugin's import hanging) is ended by interrupts' watcher.
+            interrupts.hold(composing=True)  # at most interrupts.COMPOSING_GRACE_S: a plugin's import may hang here
             try:
                 sweep_config = self.job_config(list(overrides))
                 with open_dict(sweep_config):

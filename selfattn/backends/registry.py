@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from selfattn.backends import import_limit
 from selfattn.backends.contract import Declaration, Speed, declaration_of
 from selfattn.backends.discovery import BUILTIN_NAMES, describe_name, entry_points, is_path, path_name
 from selfattn.errors import BackendContractError, Unsupported
@@ -216,7 +217,7 @@ def _load(name: str, target: str, source: str) -> Backend:
     obj: Any = None  # stays None when the module itself fails to import
     part = ""
     try:
-        obj = importlib.import_module(module_name)
+        obj = import_limit.imported(module_name)  # within the process's limit, where it has one
         for part in filter(None, attribute.split(".")):
             obj = getattr(obj, part)
     except BaseException as err:  # noqa: BLE001 - a plugin's import may raise anything, SystemExit included

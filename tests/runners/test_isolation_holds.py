@@ -4,7 +4,8 @@ Through the real command line: a plugin that forges a row on the worker's channe
 pickle that would run a command, leaves a process running, changes torch's global state, raises
 KeyboardInterrupt or closes fds 1 and 2, between built-ins whose rows must stay intact and correct; the
 same with isolate=false for what applies in the sweep's own process. After the sweep no process of its
-worker's session is left.
+worker's session is left. A plugin whose import hangs is a `timeout` row, and SIGTERM while the sweep's
+process is stuck importing it (Hydra composing the job) ends the sweep in one line within a second.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -109,3 +112,44 @@ def test_hostile_plugins_cost_their_own_rows_and_leave_nothing_behind(tmp_path):
     _probe_sees_the_original_state(tmp_path / "in_process.probe")
     assert rows["closes_std"]["status"] == "ok" and "fd 1 (closed)" in rows["closes_std"]["note"]
     assert "[6/6] sdpa" in out.stdout  # the harness's own output survived fd 1 closed
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_plugin_whose_import_hangs_is_a_timeout_row_and_the_sweep_goes_on(tmp_path):
+    env = {**_env(tmp_path, "hangs"), "SELFATTN_PLUGIN_IMPORT_S": "3"}
+    out = subprocess.run(sweep_cmd("-m", "backend=naive,hangs_at_import:attn,sdpa", "experiment=smoke",
+                                   "isolate_limit_s=4", f"hydra.sweep.dir={tmp_path / 'hangs'}"), cwd=ROOT,
+                         capture_output=True, text=True, timeout=240, env={**os.environ, **env})
+    assert out.returncode == 1, out.stderr[-3000:]
+    rows = _rows(tmp_path / "hangs")
+    _builtins_intact(rows)
+    assert rows["attn"]["status"] == "timeout" and "past its limit of 4 s" in rows["attn"]["error"], rows["attn"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sigterm_while_a_plugin_import_hangs_in_composition_ends_the_sweep_in_a_second(tmp_path):
+    proc = subprocess.Popen(sweep_cmd("-m", "backend=naive,hangs_at_import:attn,sdpa", "experiment=smoke",
+                                      f"hydra.sweep.dir={tmp_path / 's'}"), cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **_env(tmp_path, "s")})
+    try:
+        seen = ""
+        while "[1/3] naive" not in seen:  # the next job's composition imports the plugin, which never returns
+            line = proc.stdout.readline()
+            assert line, proc.communicate()
+            seen += line
+        time.sleep(2)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143 and took < 1.0, (proc.returncode, took, stderr)
+    assert stderr.strip().splitlines() == [
+        "interrupted after 1 of 3 points; the same command resumes: python -m runners.sweep -m "
+        f"backend=naive,hangs_at_import:attn,sdpa experiment=smoke hydra.sweep.dir={tmp_path / 's'}"]
+    assert list(pd.read_csv(tmp_path / "s" / "results.csv")["backend"]) == ["naive"]
