@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib
 from types import ModuleType
 from typing import Any, Callable, Mapping
 
