@@ -4,7 +4,8 @@ Inside a container (docker --memory, a SLURM job's cgroup, systemd's MemoryMax) 
 describes the whole host, so a limit derived from it lets a point grow past the container's and meet the
 kernel's out-of-memory killer (a `crashed` row) instead of a failed allocation (`oom`). cgroup v2
 (`memory.max` - `memory.current`, the tightest of the process's cgroup and its parents) and v1
-(`memory.limit_in_bytes` - `memory.usage_in_bytes`) are both read; "max" or an absurd v1 value is no limit.
+(`memory.limit_in_bytes` - `memory.usage_in_bytes`) are both read, the inactive page cache counted as room;
+"max" or v1's huge value is no limit.
 """
 
 from __future__ import annotations
@@ -29,6 +30,19 @@ def _read_int(path: Path) -> int | None:
         return None
 
 
+def _stat(path: Path, key: str) -> int:
+    """One counter of a memory.stat file (0 where missing): the inactive page cache, which the kernel reclaims
+    before it fails an allocation, so it counts as room (as `docker stats`' working set does)."""
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def cgroup_room_bytes(proc_cgroup: str | None = None, root: Path = CGROUP_ROOT) -> int | None:
     """Bytes left under the tightest memory limit of this process's cgroups, or None where none is set."""
     if proc_cgroup is None:
@@ -45,7 +59,7 @@ def cgroup_room_bytes(proc_cgroup: str | None = None, root: Path = CGROUP_ROOT) 
             while True:
                 limit, used = _read_int(folder / "memory.max"), _read_int(folder / "memory.current")
                 if limit is not None and used is not None:
-                    rooms.append(max(0, limit - used))
+                    rooms.append(max(0, limit - used + _stat(folder / "memory.stat", "inactive_file")))
                 if folder == root or root not in folder.parents:
                     break
                 folder = folder.parent
@@ -53,7 +67,7 @@ def cgroup_room_bytes(proc_cgroup: str | None = None, root: Path = CGROUP_ROOT) 
             for base in (root / "memory" / path.lstrip("/"), root / "memory"):
                 limit, used = _read_int(base / "memory.limit_in_bytes"), _read_int(base / "memory.usage_in_bytes")
                 if limit is not None and used is not None and limit < _NO_LIMIT_V1:
-                    rooms.append(max(0, limit - used))
+                    rooms.append(max(0, limit - used + _stat(base / "memory.stat", "total_inactive_file")))
                     break
     return min(rooms) if rooms else None
 

@@ -45,6 +45,8 @@ def test_the_cgroup_room_is_the_tightest_limit_v2_and_v1(tmp_path):
     (tmp_path / "a" / "memory.max").write_text(str(3 * 2**30))
     (tmp_path / "a" / "memory.current").write_text(str(2**30))
     assert cgroup_memory.cgroup_room_bytes("0::/a/b\n", tmp_path) == 2 * 2**30
+    (tmp_path / "a" / "memory.stat").write_text(f"anon 5\ninactive_file {2**20}\nactive_file 7\n")
+    assert cgroup_memory.cgroup_room_bytes("0::/a/b\n", tmp_path) == 2 * 2**30 + 2**20  # page cache it can reclaim
     v1 = tmp_path / "memory" / "job"
     v1.mkdir(parents=True)
     (v1 / "memory.limit_in_bytes").write_text(str(2**30))
