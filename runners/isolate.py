@@ -15,9 +15,10 @@ nothing after it. Anything else (garbage, a forged row, an answer to another req
 argv) and sit above the low descriptor numbers, close-on-exec. A deliberately malicious plugin in the same
 process can still read the nonce from memory: isolation contains mistakes, not an attacker (docs/plugins.md).
 
-The worker leads a session of its own: whatever it starts is in it. After each point every process of that
-session but the worker is a fork that outlived its call (the point becomes an `error` row, the worker is
-replaced), and at a replacement and at the sweep's end the whole group is killed.
+The worker leads a session of its own and is a child subreaper: whatever it starts, however it detaches
+(a double fork, setsid), stays in its tree. After each point every process in that tree is one that
+outlived its call (the point becomes an `error` row, the worker is replaced), and at a replacement and at
+the sweep's end the tree and the whole group are killed.
 
 What the worker's end says about the point (`Outcome`):
 - a row: measure_point's, whatever its status (an allocation past the worker's memory limit is its `oom`);
@@ -202,7 +203,7 @@ class Worker:
         except BaseException:  # Ctrl-C, SIGTERM, a scheduler's stop: the point in flight goes with the worker
             self.kill()
             raise
-        left = [pid for pid in session_members(self.pid) if pid != self.pid]
+        left = [pid for pid in descendants(self.pid) if not _torch_compile_worker(pid)]
         if left:  # a fork that outlived its call: it would run beside the next points and hold the channel
             self.kill()
             return Outcome(status="error", columns=columns,
@@ -234,7 +235,8 @@ class Worker:
         raise ChannelBroken(f"a message of kind {kind!r}")
 
     def stop(self, wait_s: float = 5.0) -> None:
-        """Close its pipes (it exits between points), then kill its process group."""
+        """Close its pipes (it exits between points), then kill its process group and what was below it."""
+        below = descendants(self.pid) if self.alive() else []  # once it exits, its orphans go to init
         if not self._closed:  # once: a closed descriptor's number may already be another file's
             self._closed = True
             for fd in (self._to_child, self._from_child):
@@ -246,12 +248,17 @@ class Worker:
             self.proc.wait(wait_s)
         except subprocess.TimeoutExpired:
             pass
+        for pid in below:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         self.kill()
 
     def kill(self) -> None:
         """SIGKILL the worker's whole process group and anything else in its session, then reap the worker."""
         for _ in range(3):  # a member forking while it is killed: look again
-            members = session_members(self.pid)
+            members = descendants(self.pid)
             try:
                 os.killpg(self.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -352,6 +359,46 @@ def _identity_problem(row: dict[str, Any], point: Point) -> str | None:
     return None
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (the worker, a child subreaper: an orphan of its tree, a daemon that
+    forked twice or called setsid included, becomes its child). Read from /proc/<pid>/task/*/children, a few
+    small files; where the kernel has none of them (no CONFIG_PROC_CHILDREN), its session scan."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        children: set[int] = set()
+        readable = False
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children", "rb") as f:
+                    children.update(int(c) for c in f.read().split())
+                readable = True
+            except (OSError, ValueError):
+                continue
+        if not readable and parent == pid:
+            return [member for member in session_members(pid) if member != pid]
+        for child in sorted(children - set(found)):
+            if _state(child) in (b"Z", b"X", None):  # ended, not yet reaped (or gone): nothing runs
+                continue
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _state(pid: int) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2:].split()[0]
+
+
 def session_members(leader: int) -> list[int]:
     """Live processes in `leader`'s session or process group, or its children (Linux's /proc; [] elsewhere)."""
     members: list[int] = []
@@ -445,7 +492,7 @@ def kill_worker_now() -> None:
     """Kill this process's worker group at once (from the signal watcher, while the main thread is stuck)."""
     worker = _worker
     if worker is not None:
-        for pid in session_members(worker.pid):
+        for pid in descendants(worker.pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:

@@ -68,13 +68,17 @@ def _moved_high(fd: int) -> int:
 
 
 def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when the sweep's process ends, however it ends (even by SIGKILL)."""
+    """Linux: SIGKILL this process when the sweep's process ends, however it ends (even by SIGKILL); and make it
+    a child subreaper, so that every process a plugin starts stays below it, however it detaches (the sweep
+    looks there after each point: runners/isolate.py's `descendants`)."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
 
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER = 36
     except (OSError, AttributeError):
         return
     if os.getppid() == 1:  # the parent ended before the call above

@@ -3,7 +3,7 @@
 Each computes a correct answer (misbehaving.fine) and meanwhile does what a hostile or careless plugin does:
 `forges` writes a forged `ok` sdpa row, in both the old framing (a length and a pickle) and as a line of
 JSON, to every pipe it can write; `garbage` writes 5 bytes; `pickled` writes a pickle whose loading would
-run a command (touching HOSTILE_MARKER); `forks` leaves a process running; `changes_state` sets torch's
+run a command (touching HOSTILE_MARKER); `forks` leaves a detached daemon running; `changes_state` sets torch's
 threads, default dtype and seed; `probe` writes what it sees of them to HOSTILE_PROBE; `interrupts` raises
 KeyboardInterrupt; `closes_std` closes fds 1 and 2.
 """
@@ -75,8 +75,10 @@ def pickled(q, k, v, **kw):
 def forks(q, k, v, **kw):
     if not os.environ.get("HOSTILE_FORKED"):
         os.environ["HOSTILE_FORKED"] = "1"
-        # a helper process started and never waited for (a compile server, a daemon), holding the worker's stdout
-        subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL)
+        # a daemon started and detached (forked twice, a session of its own), holding the worker's stdout;
+        # its process id goes to HOSTILE_CHILD
+        child = os.environ.get("HOSTILE_CHILD", os.devnull)
+        subprocess.run(["sh", "-c", f"setsid sleep 300 & echo $! > {child}"], stdin=subprocess.DEVNULL)
     return fine(q, k, v, **kw)
 
 

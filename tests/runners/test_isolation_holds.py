@@ -32,7 +32,8 @@ IN_PROCESS = ["naive", H + "changes_state", H + "probe", H + "interrupts", H + "
 
 def _env(tmp: Path, name: str) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]), "OMP_NUM_THREADS": "2",
-            "HOSTILE_MARKER": str(tmp / f"{name}.marker"), "HOSTILE_PROBE": str(tmp / f"{name}.probe")}
+            "HOSTILE_MARKER": str(tmp / f"{name}.marker"), "HOSTILE_PROBE": str(tmp / f"{name}.probe"),
+            "HOSTILE_CHILD": str(tmp / f"{name}.child")}
 
 
 def _sweep(tmp: Path, name: str, backends: list[str], *extra: str) -> subprocess.CompletedProcess:
@@ -100,6 +101,8 @@ def test_hostile_plugins_cost_their_own_rows_and_leave_nothing_behind(tmp_path):
     assert rows["closes_std"]["status"] == "ok" and "fd 2 (closed)" in rows["closes_std"]["note"]
     workers = {json.loads(line)["pid"] for line in (tmp_path / "isolated.probe").read_text().splitlines()}
     assert len(workers) == 1 and not any(_session_of(pid) for pid in workers)  # the worker's session: gone
+    daemon = int((tmp_path / "isolated.child").read_text())
+    assert not Path(f"/proc/{daemon}").exists()  # the detached daemon too (its own session: found by the tree)
 
     out = runs["in_process"]
     assert out.returncode == 1, out.stderr[-3000:]  # the plugin's KeyboardInterrupt is a row, not the user's Ctrl-C
