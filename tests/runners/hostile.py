@@ -109,3 +109,11 @@ def closes_std(q, k, v, **kw):
         except OSError:
             pass
     return fine(q, k, v, **kw)
+
+
+def changes_interop(q, k, v, **kw):
+    try:  # settable once per process, before any inter-op work: then never again
+        torch.set_num_interop_threads(max(1, torch.get_num_interop_threads() + 1))
+    except RuntimeError:
+        pass
+    return fine(q, k, v, **kw)
