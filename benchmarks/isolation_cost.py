@@ -5,8 +5,9 @@ process (isolate=false), paired, in one run.
     python benchmarks/isolation_cost.py --pairs 3       # does it run
 
 Each pair measures one point twice through `runners.job.measure` (what a sweep's job calls), in an
-alternating order, and takes the difference of the two wall times seen by the sweep's process: the pickled
-round trip of the point, its row and the worker's prediction, the worker's own prediction of the point
+alternating order, and takes the difference of the two wall times seen by the sweep's process: the round
+trip of the point (pickled there, its row and the prediction back as checked JSON), the look at the worker's
+process tree, the state kept and put back, the worker's own prediction of the point
 (the limit derives from it), and whatever the second process costs the first (two torch thread pools on
 the same cores). The worker's start (Python, torch, the harness) is paid once per sweep process, or again
 after a crash; it is timed apart. The share outside measure_point (the sweep's wall time minus the
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{statistics.median(diffs) * 1e3:+.1f} ms/point (median of {len(diffs)} paired differences; "
               f"p20 {sorted(diffs)[len(diffs) // 5] * 1e3:+.1f}, p80 {sorted(diffs)[(4 * len(diffs)) // 5] * 1e3:+.1f})")
         trips = sorted(round_trip_s(size, 100 + i) for i in range(opts.pairs))
-        print(f"{name:6s} of which outside measure_point (pipes, pickles, the worker's prediction): "
+        print(f"{name:6s} of which outside measure_point (pipes, checked JSON, the worker's prediction, its process tree): "
               f"median {statistics.median(trips) * 1e3:.1f} ms, max {trips[-1] * 1e3:.1f} ms")
     isolate.stop_worker()
     return 0

@@ -118,8 +118,8 @@ class SweepCallback(Callback):
             print(f"error: results: {row_store.write_failure(exc)}; the row files are intact: "
                   f"`python -m runners.rows {sweep_dir}` builds it once there is room", file=sys.stderr, flush=True)
             sys.exit(1)
-        for path in row_store.take_corrupt():  # left out of results.csv; its point has no row
-            print(f"warning: {path} holds no whole row; left out of results.csv", file=sys.stderr, flush=True)
+        for path, why in row_store.take_corrupt():  # left out of results.csv; its point has no row
+            print(f"warning: {path} {why}; left out of results.csv", file=sys.stderr, flush=True)
         columns = list(dict.fromkeys([*COLUMNS, *(k for r in all_rows for k in r)]))
         # a DictConfig's container is a dict
         wandb_conf = cast(dict[str, Any], OmegaConf.to_container(config.wandb, resolve=True)) if "wandb" in config else {}
@@ -158,12 +158,19 @@ class SweepCallback(Callback):
             sys.exit(1)
 
 
+# What a sweep writes at its folder's top: none may be a symbolic link (refused before any point)
+FOLDER_FILES = ("multirun.yaml", rows.CSV_NAME, rows.STAMP_NAME, rows.SWEEP_META, rows.RESERVE_NAME,
+                row_store.LOCK_NAME, row_store.INDEX_NAME)
+
+
 def take_folder(config: DictConfig, sweep_dir: Path, total: int | None, sharing: int) -> None:
     """Before any point: check the name and the folder, take the folder's lock (runners/folder_lock.py), set
     aside room for the last results.csv, write sweep.json and the index. A problem is one line, exit 2."""
     problem = claim(config, sweep_dir, "hydra.sweep.dir")
     if not problem:
         try:
+            for name in FOLDER_FILES:  # Hydra writes multirun.yaml through a link; the harness writes through none
+                row_store.refuse_link(sweep_dir / name)
             rows.reserve_room(sweep_dir, total)
             meta = {"total": total, "started_unix": time.time(), "jobs_sharing_device": sharing}
             row_store.atomic_write_text(sweep_dir / rows.SWEEP_META, json.dumps(meta))

@@ -459,10 +459,29 @@ def config_dir_of(argv: Sequence[str]) -> str | None:
         return None
 
 
+def flag_problems(argv: Sequence[str]) -> list[str]:
+    """Flags Hydra takes one at a time: -m with --cfg, --info or --shell-completion (Hydra's own refusal is a
+    traceback)."""
+    from runners import hydra_private
+
+    parser = hydra_private.args_parser()
+    try:
+        args = None if parser is None else parser.parse_args(list(argv))
+    except SystemExit:  # argparse's own error: Hydra prints it
+        return []
+    if args is None or not args.multirun:
+        return []
+    other = "--cfg" if args.cfg else "--info" if args.info else "--shell-completion" if args.shell_completion else ""
+    if not other:
+        return []
+    return [f"{other}: shows one run's config or Hydra's set-up, so it takes no -m (--multirun); "
+            f"drop -m to see what {other} shows, or {other} to run the sweep"]
+
+
 def refuse_typos(argv: Sequence[str]) -> None:
     """Exit with status 2 and one line per bad key or name, before Hydra composes anything."""
     overrides = overrides_of(argv)
-    found = problems(overrides, config_dir_of(argv)) if overrides else []
+    found = flag_problems(argv) + (problems(overrides, config_dir_of(argv)) if overrides else [])
     if not found:
         return
     for problem in found:  # each one line, however long the value it quotes

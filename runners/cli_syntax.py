@@ -97,8 +97,17 @@ def path_problems(parsed: Sequence[Any]) -> list[str]:
         key = o.key_or_group
         values = _values(o)
         for value in values:
-            if key == "name" and not (isinstance(value, str) and "${" in value):
+            if key == "name" and isinstance(value, str) and "${hydra:" in value.replace(" ", ""):
+                found.append(f"name: {shown(value)} is known only inside a job (Hydra's `hydra:` resolver), but the "
+                             "sweep's folder and wandb group need it before the first; write the name itself")
+            elif key == "name" and not (isinstance(value, str) and "${" in value):
                 found.append(paths.name_problem(value if isinstance(value, str) else str(value)))
+            elif key == "hydra.sweeper.max_batch_size" and not (
+                    value is None or isinstance(value, int) and not isinstance(value, bool) and value > 0):
+                found.append(f"hydra.sweeper.max_batch_size: expected a positive integer (jobs launched at once) "
+                             f"or null (all), got {shown(value)}")
+            elif key == paths.SUBDIR_KEY and not (isinstance(value, str) and "${" in value):
+                found.append(paths.subdir_problem(value))  # an interpolation: judged per job (runners/sweep.py)
             elif key in FOLDER_KEYS:
                 text = "" if value is None else str(value)
                 literal = text.split("${", 1)[0]  # `sweeps/x/${now:...}`: what is there before the clock

@@ -54,7 +54,9 @@ def own(folder: Path, command: str, shared: bool = False, key: str = "hydra.swee
         return ""
     # held through a read-only descriptor: a file open for writing would keep its file system from being
     # remounted read-only while the sweep runs
-    fd = os.open(folder / LOCK_NAME, os.O_RDONLY | os.O_CREAT, 0o666)
+    # never through a symbolic link: one planted in its place (a shared folder) would have the record below
+    # truncate and overwrite whatever file it points to (ELOOP instead, which the caller refuses in one line)
+    fd = os.open(folder / LOCK_NAME, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     try:
         fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -68,7 +70,7 @@ def own(folder: Path, command: str, shared: bool = False, key: str = "hydra.swee
         raise
     try:
         record = f"{os.getpid()}\t{'single run' if shared else 'sweep'}\t{command[:COMMAND_MAX_CHARS]}\n".encode()
-        writer = os.open(folder / LOCK_NAME, os.O_WRONLY | os.O_TRUNC)
+        writer = os.open(folder / LOCK_NAME, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             os.write(writer, record)
         finally:

@@ -19,6 +19,8 @@ import os
 import shlex
 import signal
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -36,7 +38,8 @@ class Interrupted(BaseException):
 
 @dataclass
 class _State:
-    guarded: int = 0  # > 0 while a row is being recorded
+    guarded: int = 0  # > 0 while a row is being recorded, or while the launcher composes a job
+    composing: bool = False  # the launcher composes a job: a plugin's import may hang there (the watcher ends it)
     pending: int | None = None  # a signal that arrived meanwhile
     done: int = 0  # jobs finished in this process (measured, refused or already measured)
     total: int | None = None
@@ -53,14 +56,17 @@ def _on_signal(signum: int, frame: Any) -> None:
     raise Interrupted(signum)
 
 
-def hold() -> None:
-    """From now until `release()`, a signal waits (a job recording its row)."""
+def hold(composing: bool = False) -> None:
+    """From now until `release()`, a signal waits (a job recording its row; `composing`: the launcher composing a
+    job, where the wait is at most COMPOSING_GRACE_S: see `_watch`)."""
     STATE.guarded = 1
+    STATE.composing = composing
 
 
 def release() -> None:
     """Signals act at once again; one that arrived meanwhile is raised by `raise_pending()`."""
     STATE.guarded = 0
+    STATE.composing = False
 
 
 def raise_pending() -> None:
@@ -125,10 +131,56 @@ def before_run() -> None:
         signal.signal(sig, _before_run)
 
 
+# While the launcher composes a job, a signal waits for the composition to end (an interrupt raised inside
+# OmegaConf leaves its config half set), but at most this long: composition imports plugin modules, and one
+# whose import hangs (in C code, or past its limit) would hold the signal for ever. Past it, `_watch` ends the
+# process from its own thread: every row file is whole (none is being written while composing).
+COMPOSING_GRACE_S = 0.5
+_watching: list[int] = []  # the wakeup pipe's read end, once the watcher runs
+
+
+def _watch(read_fd: int, argv: Sequence[str]) -> None:
+    """The watcher thread: Python's C-level handler writes each signal's number to the wakeup pipe even while
+    the main thread is stuck in C code, where the Python-level handler cannot run."""
+    while True:
+        try:
+            received = os.read(read_fd, 64)
+        except OSError:
+            return
+        for signum in received:
+            if signum not in SIGNALS or not STATE.composing:
+                continue
+            deadline = time.monotonic() + COMPOSING_GRACE_S
+            while STATE.composing and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if STATE.composing:  # still composing: the main thread cannot take the signal; end it from here
+                _end_from_watcher(signum, argv)
+
+
+def _end_from_watcher(signum: int, argv: Sequence[str]) -> None:
+    from runners import isolate
+
+    isolate.kill_worker_now()
+    _rebuild_csv()
+    os.write(2, (summary(signum, argv) + "\n").encode())
+    os._exit(128 + int(signum))
+
+
+def _start_watcher(argv: Sequence[str]) -> None:
+    if _watching:
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    _watching.append(read_fd)
+    threading.Thread(target=_watch, args=(read_fd, list(argv)), name="signal watcher", daemon=True).start()
+
+
 def run(main: Callable[[], Any], argv: Sequence[str]) -> None:
     """Call `main` with the handlers installed; on SIGINT/SIGTERM: results.csv, one line, exit 128 + signal."""
     for sig in SIGNALS:
         signal.signal(sig, _on_signal)
+    _start_watcher(argv)
     try:
         main()
     except (Interrupted, KeyboardInterrupt) as exc:

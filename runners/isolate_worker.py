@@ -1,18 +1,25 @@
-"""The isolated worker's process: `python -m runners.isolate_worker READ_FD WRITE_FD` (runners/isolate.py starts it).
+"""The isolated worker's process: `python -m runners.isolate_worker` (runners/isolate.py starts it).
 
 It imports torch and the harness once, says ready, then serves points one at a time: for each, it first
 sends the point's predicted seconds (the parent's limit derives from them), then measure_point's row. A
 CPU point runs under an address-space limit of what the process maps now plus budget.mem_fraction of the
-memory available (the share the budget guard lets a point be predicted to use), so a back end that
-allocates without end gets a failed allocation, hence measure_point's `oom` row, and this process lives
-on; the limit is lifted after the point. Not on CUDA: its driver reserves a huge address range up front,
-and the device's own memory is the caching allocator's, whose failures are `oom` rows already.
-SIGINT and SIGTERM are ignored: the sweep's process decides, and kills this one by its PID.
+memory available, the cgroup's limit included (the share the budget guard lets a point be predicted to use),
+so a back end that allocates without end gets a failed allocation, hence measure_point's `oom` row, and this
+process lives on; the limit is lifted after the point. Not on CUDA: its driver reserves a huge address range
+up front, and the device's own memory is the caching allocator's, whose failures are `oom` rows already.
+SIGINT and SIGTERM are ignored: the sweep's process decides, and kills this one's process group.
+
+The channel (runners/isolate.py says why it is shaped so): requests arrive pickled from the sweep's
+process (which alone writes that pipe); answers leave as one line of JSON each, naming the request's nonce
+and point id. The pipes' numbers come in the environment (ENV_FDS, removed from it at once), not in argv,
+and are moved to high numbers, close-on-exec, before any plugin is imported.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
 import pickle
 import signal
@@ -20,7 +27,8 @@ import struct
 import sys
 from typing import Any, Iterator
 
-_HEADER = struct.Struct("!Q")  # the same framing as runners/isolate.py: length, then a pickle
+_HEADER = struct.Struct("!Q")  # a request: its length, then a pickle (runners/isolate.py's framing)
+ENV_FDS = "SELFATTN_ISOLATE_FDS"  # "READ_FD,WRITE_FD": the pipes this process was given
 
 
 def _read_exactly(fd: int, size: int) -> bytes | None:
@@ -34,7 +42,7 @@ def _read_exactly(fd: int, size: int) -> bytes | None:
 
 
 def receive(fd: int) -> Any:
-    """The next message, or None when the parent closed its end."""
+    """The next request, or None when the parent closed its end."""
     header = _read_exactly(fd, _HEADER.size)
     if header is None:
         return None
@@ -42,21 +50,35 @@ def receive(fd: int) -> Any:
     return None if data is None else pickle.loads(data)
 
 
-def send(fd: int, message: Any) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    view = memoryview(_HEADER.pack(len(data)) + data)
+def send(fd: int, message: dict[str, Any]) -> None:
+    """One answer: a line of JSON (no newline inside: json.dumps escapes it)."""
+    data = json.dumps(message, default=str).encode() + b"\n"
+    view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
 
 
+def _moved_high(fd: int) -> int:
+    """`fd` as a close-on-exec descriptor above the low numbers (runners/point_state.high_fd); the old closed."""
+    from runners.point_state import high_fd
+
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, high_fd())
+    os.close(fd)
+    return moved
+
+
 def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when the sweep's process ends, however it ends (even by SIGKILL)."""
+    """Linux: SIGKILL this process when the sweep's process ends, however it ends (even by SIGKILL); and make it
+    a child subreaper, so that every process a plugin starts stays below it, however it detaches (the sweep
+    looks there after each point: runners/isolate.py's `descendants`)."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
 
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER = 36
     except (OSError, AttributeError):
         return
     if os.getppid() == 1:  # the parent ended before the call above
@@ -109,15 +131,16 @@ def _mapped_bytes() -> int | None:
 
 @contextlib.contextmanager
 def memory_limit(device: str, mem_fraction: float) -> Iterator[int | None]:
-    """A CPU point: RLIMIT_AS at what is mapped now + mem_fraction x MemAvailable (yields it; None: no limit)."""
+    """A CPU point: RLIMIT_AS at what is mapped now + mem_fraction x the memory available to this process
+    (MemAvailable, or the cgroup's room where that is less: runners/cgroup_memory.py); yields it (None: no limit)."""
     try:
         import resource
     except ImportError:  # not a POSIX system: no limit
         yield None
         return
-    from selfattn.measure.memory import free_bytes
+    from runners.cgroup_memory import available_bytes
 
-    mapped, free = _mapped_bytes(), free_bytes("cpu")
+    mapped, free = _mapped_bytes(), available_bytes()
     if not str(device).startswith("cpu") or mapped is None or free is None:
         yield None
         return
@@ -135,40 +158,61 @@ def memory_limit(device: str, mem_fraction: float) -> Iterator[int | None]:
 def serve(read_fd: int, write_fd: int) -> int:
     import torch
 
+    from runners import point_state
     from selfattn.measure import failures, measure_point
     from selfattn.measure.device import resolve_device
 
     torch.ones(64, 64) @ torch.ones(64, 64)  # the intra-op threads start now, not under a point's memory limit
-    send(write_fd, ("ready",))
+    send(write_fd, {"kind": "ready"})
     while True:
         message = receive(read_fd)
         if message is None:
             return 0
-        _, point, budget, metrics = message
-        predicted_s, compiling, columns = predicted(point, budget)
-        send(write_fd, ("predicted", predicted_s, compiling, columns))
-        try:
-            device = resolve_device(point.device)
-        except Exception:  # measure_point says why
-            device = str(point.device)
-        try:
-            with memory_limit(device, budget.mem_fraction) as limit_bytes:
-                row = measure_point(point, budget, metrics)
-        except SystemExit as exc:  # sys.exit inside the back end: a crash of the point, not of this process
-            send(write_fd, ("exit", exc.code))
-            continue
-        if row.status == "oom" and limit_bytes is not None:
-            row.error = (f"{row.error} (past the isolated process's memory limit of {limit_bytes / 2**30:.2f} GiB "
-                         f"mapped: what it held before plus budget.mem_fraction={budget.mem_fraction:g} of the "
-                         "memory available)")
-        send(write_fd, ("row", row, failures.take_traceback()))
+        _, nonce, point_id, point, budget, metrics = message
+        said = {"nonce": nonce, "point_id": point_id}
+        changes = point_state.Changes()
+        answer: dict[str, Any]
+        with point_state.kept(changes):  # torch's global state, the RNGs and fds 0-2 as they were, after the point
+            threads = torch.get_num_threads()
+            try:
+                predicted_s, compiling, columns = predicted(point, budget)  # imports the plugin's module
+                send(write_fd, {"kind": "predicted", **said, "predicted_s": predicted_s, "compiling": compiling,
+                                "columns": columns})
+                try:
+                    device = resolve_device(point.device)
+                except Exception:  # measure_point says why
+                    device = str(point.device)
+                with memory_limit(device, budget.mem_fraction) as limit_bytes:
+                    row = measure_point(point, budget, metrics)
+            except SystemExit as exc:  # sys.exit inside the back end: a crash of the point, not of this process
+                answer = {"kind": "exit", **said, "code": exc.code if isinstance(exc.code, (int, str, type(None))) else repr(exc.code)}
+            except BaseException as exc:  # KeyboardInterrupt (SIGINT is ignored here, so the plugin's own): its row
+                answer = {"kind": "raised", **said, "what": f"{type(exc).__name__}: {_first_line(exc)}"}
+            else:
+                if row.status == "oom" and limit_bytes is not None:
+                    row.error = (f"{row.error} (past the isolated process's memory limit of {limit_bytes / 2**30:.2f} "
+                                 f"GiB mapped: what it held before plus budget.mem_fraction={budget.mem_fraction:g} "
+                                 "of the memory available)")
+                if torch.get_num_threads() != threads and row.num_threads is not None:
+                    row.num_threads = torch.get_num_threads()  # the back end changed it: what its timed calls ran on
+                answer = {"kind": "row", **said, "row": row.to_dict(), "traceback": failures.take_traceback()}
+        if changes.restored or changes.unrestorable:
+            answer["state"] = changes.note()
+            answer["replace"] = bool(changes.unrestorable)
+        send(write_fd, answer)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else ""
 
 
 def main(argv: list[str]) -> int:
+    os.environ.pop("SELFATTN_PLUGIN_IMPORT_S", None)  # plain imports here: the point's time limit stops a hang
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     _die_with_parent()
-    read_fd, write_fd = int(argv[0]), int(argv[1])
+    read_fd, write_fd = (_moved_high(int(fd)) for fd in os.environ.pop(ENV_FDS).split(","))
     return serve(read_fd, write_fd)
 
 

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from runners import config, curves, eta, interrupts, isolate, ledger, progress, quiet, row_store, rows
+from runners import config, curves, eta, interrupts, isolate, ledger, point_state, progress, quiet, row_store, rows
 from runners.scheduler_signals import StoppedByScheduler, stops_from_scheduler
 from runners.config import ParsedJob
 from runners.wandb_log import SINK
@@ -70,20 +70,41 @@ def measure(parsed: ParsedJob, metrics: tuple[str, ...] | None = None) -> Row:
     metrics = parsed.runner["metrics"] if metrics is None else metrics
     start = time.perf_counter()
     if isolate.isolated(parsed.point, parsed.runner.get("isolate", "plugins")):  # in the worker (runners/isolate.py)
-        outcome = isolate.run_isolated(parsed.point, parsed.budget, metrics, parsed.runner.get("isolate_limit_s"))
+        outcome = isolate.run_isolated(parsed.point, parsed.budget, metrics, parsed.runner.get("isolate_limit_s"),
+                                       parsed.point_id)
         row, _isolated_traceback = outcome.row or isolate.unfinished_row(parsed.point, outcome), outcome.traceback
     else:
-        try:
-            from selfattn.measure import measure_point  # lazy: the back ends and the timers load here
-
-            row = measure_point(parsed.point, parsed.budget, metrics)
-        except SystemExit as exc:  # sys.exit inside a back end ends the point, not the sweep
-            row = isolate.unfinished_row(parsed.point, isolate.Outcome(status="crashed", error=isolate.exit_reason(exc.code)))
-        except Exception as exc:  # never by contract; a bug must still leave a row, not stop the sweep
-            return failed_row(parsed, "error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        row = _measure_here(parsed, metrics)
     row.point_wall_s = time.perf_counter() - start  # so job_wall_s - point_wall_s = runner + Hydra
     if row.d_model is None:
         row.d_model = parsed.point.d_model
+    return row
+
+
+def _measure_here(parsed: ParsedJob, metrics: tuple[str, ...]) -> Row:
+    """measure_point in this process, which later points share: what the back end changes of torch's global
+    state, the RNGs, fds 0-2 and the signal handlers is put back after it (runners/point_state.py)."""
+    from selfattn.measure import measure_point  # lazy: the back ends and the timers load here
+    import torch
+
+    assert parsed.point is not None, "only a valid job is measured"  # run_job returned the refusal's row before
+    changes = point_state.Changes()
+    threads = torch.get_num_threads()
+    with point_state.kept(changes, signals=interrupts.SIGNALS):
+        try:
+            row = measure_point(parsed.point, parsed.budget, metrics)
+            if torch.get_num_threads() != threads and row.num_threads is not None:
+                row.num_threads = torch.get_num_threads()  # the back end changed it: what its timed calls ran on
+        except SystemExit as exc:  # sys.exit inside a back end ends the point, not the sweep
+            row = isolate.unfinished_row(parsed.point, isolate.Outcome(status="crashed", error=isolate.exit_reason(exc.code)))
+        except KeyboardInterrupt as exc:  # the back end's own: the user's Ctrl-C is interrupts.Interrupted
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            row = isolate.unfinished_row(parsed.point, isolate.Outcome(
+                status="error", error=f"the back end raised KeyboardInterrupt: {first}"))
+        except Exception as exc:  # never by contract; a bug must still leave a row, not stop the sweep
+            return failed_row(parsed, "error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    if changes.restored or changes.unrestorable:
+        row.note = "; ".join(filter(None, (row.note, changes.note())))
     return row
 
 
@@ -120,8 +141,8 @@ def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
 
     varying = _varying(cfg, ctx.varying)
     stored = row_store.point_row(ctx.sweep_dir, parsed.point_id, ctx.job_dir)  # its own index entry: flat in the sweep's size
-    for path in row_store.take_corrupt():  # a row file cut short (a copy, a hand edit): said, and the point measured again
-        print(f"warning: {path} holds no whole row; its point is measured again", file=sys.stderr, flush=True)
+    for path, why in row_store.take_corrupt():  # a row file cut short (a copy, a hand edit) or invalid: said, measured again
+        print(f"warning: {path} {why}; its point is measured again", file=sys.stderr, flush=True)
     ledger.LEDGER.ran(parsed.point_id)
     done = None if stored is None else str(stored.get("status"))
     metrics = tuple(parsed.runner["metrics"])
@@ -175,8 +196,9 @@ def _run_job(cfg: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
             raise RowNotWritten(f"{why}; the point was measured but not recorded") from exc
         ledger.LEDGER.not_written(parsed.point_id, why)  # the sweep's end says how many points have no row, exit 1
         print(progress.line(index, ctx.total, progress.describe(written, varying), written,
-                            note=f"not recorded: {why}; once there is room, the same command measures "
-                                 "the points left without a row"), file=sys.stderr, flush=True)
+                            note=f"not recorded: {why}; once "
+                                 f"{'the link is removed' if exc.errno == errno.ELOOP else 'there is room'}, the "
+                                 "same command measures the points left without a row"), file=sys.stderr, flush=True)
         if exc.errno == errno.EROFS:  # nothing more can be written: stop in one line rather than measure in vain
             print("error: the file system turned read-only, so the sweep stops here; the rows written are intact, "
                   "and the same command measures the rest once it is writable", file=sys.stderr, flush=True)

@@ -35,6 +35,28 @@ def name_problem(name: Any) -> str:
     return ""
 
 
+SUBDIR_KEY = "hydra.sweep.subdir"
+
+
+def subdir_problem(value: Any) -> str:
+    """'' when `value` (a job's folder inside the sweep folder, hydra.sweep.subdir) stays inside it, else the line.
+    A job folder outside would get its row written elsewhere and the sweep's end find none of it."""
+    text = "" if value is None else str(value)
+    parts = PurePosixPath(text).parts
+    if not parts or text.startswith(("/", "~")) or any(p in ("..", ".") for p in parts) or "\0" in text:
+        return (f"{SUBDIR_KEY}: a folder inside the sweep folder (plain parts joined by /, no '..', not absolute, "
+                f"not empty), got {shown(text)}")
+    return ""
+
+
+def job_folder_problem(sweep_dir: Path, job_dir: Path) -> str:
+    """'' when `job_dir` lies strictly inside `sweep_dir` (by its path's parts, no link followed), else the line."""
+    sweep, job = Path(os.path.normpath(os.path.abspath(sweep_dir))), Path(os.path.normpath(os.path.abspath(job_dir)))
+    if sweep == job or sweep not in job.parents:
+        return f"{SUBDIR_KEY}: the job's folder {job} is not inside the sweep folder {sweep}"
+    return ""
+
+
 def folder_problem(key: str, value: Any) -> str:
     """'' when `value` may be the folder a run writes into (what exists of it is a writable folder), else the line."""
     text = "" if value is None else str(value)

@@ -24,11 +24,12 @@ import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from urllib.parse import quote
 
 from selfattn.results import rank
+from selfattn.row_check import row_problem
 
 LOCK_NAME = ".results.lock"
 INDEX_NAME = ".points"  # point_id -> its best row file, one small file per point
@@ -92,43 +93,91 @@ def write_failure(exc: OSError) -> str:
     """One line on a write that failed: `could not write PATH: No space left on device (ENOSPC)`."""
     code = errno.errorcode.get(exc.errno or 0)
     what = exc.strerror or str(exc)
+    if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a link: say what it means here
+        what = "it is a symbolic link, which the harness never writes through in a sweep folder"
     return f"could not write {exc.filename or '?'}: {what}{f' ({code})' if code else ''}"
 
 
 def load_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in `path` (never through a symbolic link), or None."""
+    blob = _read_bytes(path)
     try:
-        with open(path, "rb") as f:
-            row = json.loads(f.read())
-        return row if isinstance(row, dict) else None
-    except (OSError, ValueError):
-        return None  # missing, or not a row: never produced by write_row, so skip it
+        row = json.loads(blob) if blob is not None else None
+    except ValueError:
+        return None  # not a row: never produced by write_row, so skip it
+    return row if isinstance(row, dict) else None
 
 
-# Row files found that are not whole rows (cut short by a copy, edited by hand): write_row never leaves one,
-# so each is said once, by the job that meets it (runners/job.py) or the sweep's end (runners/callbacks.py).
-CORRUPT: dict[Path, None] = {}
+def refuse_link(path: Path) -> None:
+    """OSError (ELOOP) when `path` is a symbolic link: nothing in a sweep folder is written through one, so a
+    link planted there (by whoever else may write into a shared folder) cannot send a write to another file."""
+    if os.path.islink(path):
+        raise OSError(errno.ELOOP, "a symbolic link, which the harness never writes through", str(path))
 
 
-def _load_row(path: Path) -> dict[str, Any] | None:
-    """The row in `path`, or None; a file that exists but holds no whole row joins CORRUPT."""
+def real_folder(sweep_dir: Path, folder: Path) -> None:
+    """OSError (ELOOP) when `folder` or a folder between `sweep_dir` and it is a symbolic link."""
+    sweep_dir, folder = Path(sweep_dir), Path(folder)
     try:
-        with open(path, "rb") as f:
-            blob = f.read()
+        parts = folder.relative_to(sweep_dir).parts
+    except ValueError:
+        parts = ()
+    for depth in range(1, len(parts) + 1):
+        refuse_link(sweep_dir.joinpath(*parts[:depth]))
+
+
+# Row files found that are not rows (cut short by a copy, edited by hand, planted: a status the schema does not
+# know, an impossible value): write_row never leaves one, so each is said once, by the job that meets it
+# (runners/job.py) or the sweep's end (runners/callbacks.py). path -> what is wrong with it.
+CORRUPT: dict[Path, str] = {}
+NOT_WHOLE = "holds no whole row"
+
+
+def _open_nofollow(path: Path) -> int:
+    """A read-only descriptor of `path`, which must not be a symbolic link (ELOOP otherwise)."""
+    return os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    """The file's bytes; None when it is missing, unreadable or a symbolic link (never followed: whoever can
+    write into a shared sweep folder could point a row's name at any file its owner may read)."""
+    try:
+        fd = _open_nofollow(path)
     except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _parsed_row(path: Path, blob: bytes | None) -> dict[str, Any] | None:
+    """The row in `blob` (read from `path`) when it is one by the schema; else None, and CORRUPT says why."""
+    if blob is None:
         return None
     try:
         row = json.loads(blob)
     except ValueError:
         row = None
-    if isinstance(row, dict):
-        return row
-    CORRUPT[Path(path)] = None
-    return None
+    if not isinstance(row, dict):
+        CORRUPT[Path(path)] = NOT_WHOLE
+        return None
+    problem = row_problem(row)
+    if problem is not None:
+        CORRUPT[Path(path)] = f"holds no valid row ({problem})"
+        return None
+    return row
 
 
-def take_corrupt() -> list[Path]:
-    """The row files found not whole since the last call (each said once)."""
-    found = list(CORRUPT)
+def _load_row(path: Path) -> dict[str, Any] | None:
+    """The row in `path`, or None; a file that exists but holds no valid row joins CORRUPT."""
+    return _parsed_row(path, _read_bytes(path))
+
+
+def take_corrupt() -> list[tuple[Path, str]]:
+    """The row files found not to hold a valid row since the last call, with what is wrong (each said once)."""
+    found = list(CORRUPT.items())
     CORRUPT.clear()
     return found
 
@@ -144,6 +193,7 @@ def write_row(job_dir: Path, row: Mapping[str, Any]) -> Path:
     """
     job_dir = Path(job_dir)
     job_dir.mkdir(parents=True, exist_ok=True)
+    refuse_link(job_dir)  # a job folder planted as a link: its row would be written wherever it points
     path = job_dir / "row.json"
     tmp = _written_aside(path, json.dumps(dict(row), default=str, indent=1), durable=True)
     try:
@@ -188,26 +238,19 @@ def row_paths(sweep_dir: Path) -> list[Path]:
         for entry in top:
             if entry.name.startswith("."):
                 continue
-            if _is_row_file(entry.name) and entry.is_file():
+            if _is_row_file(entry.name) and entry.is_file(follow_symlinks=False):
                 found.append(((-1, "", entry.name), Path(entry.path)))
             elif entry.is_dir(follow_symlinks=False):
                 job = entry.name
                 order = (int(job) if job.isdigit() else -1, job)  # job 2 before job 10
                 try:
                     with os.scandir(entry.path) as inner:
-                        found.extend(((*order, e.name), Path(e.path)) for e in inner if _is_row_file(e.name))
+                        found.extend(((*order, e.name), Path(e.path)) for e in inner
+                                     if _is_row_file(e.name) and e.is_file(follow_symlinks=False))
                 except OSError:
                     continue  # removed while we looked: nothing to read there
     found.sort(key=lambda item: item[0])
     return [path for _, path in found]
-
-
-def _read_bytes(path: Path) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def load_rows(paths: Sequence[Path]) -> list[tuple[Path, dict[str, Any]]]:
@@ -225,14 +268,9 @@ def load_rows(paths: Sequence[Path]) -> list[tuple[Path, dict[str, Any]]]:
     found = []
     try:
         for path, blob in zip(paths, blobs):
-            try:
-                row = json.loads(blob) if blob is not None else None
-            except ValueError:
-                row = False  # there, but not JSON
-            if isinstance(row, dict):
+            row = _parsed_row(path, blob)  # read, but no valid row: said once (take_corrupt), left out
+            if row is not None:
                 found.append((path, row))
-            elif blob is not None:  # read, but no whole row: said once (take_corrupt), left out
-                CORRUPT[Path(path)] = None
     finally:
         if len(paths) >= 256:
             pool.shutdown()
@@ -293,7 +331,9 @@ def locked(sweep_dir: Path, wait: bool = True) -> Iterator[bool]:
     system without locks (some cluster mounts) yields True unlocked: every file is still
     replaced whole, only two builds at once could finish in either order.
     """
-    with open(Path(sweep_dir) / LOCK_NAME, "a") as f:
+    # read-only, created if missing, never through a link (a link planted in its place is not opened: ELOOP)
+    fd = os.open(Path(sweep_dir) / LOCK_NAME, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666 & ~_UMASK)
+    with os.fdopen(fd, "rb") as f:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
@@ -344,6 +384,7 @@ def ensure_index(sweep_dir: Path, built: Callable[[list[dict[str, Any]]], object
     """
     sweep_dir = Path(sweep_dir)
     index = sweep_dir / INDEX_NAME
+    refuse_link(index)  # a link in its place would receive every index entry
     if index.is_dir():
         return index
     sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -392,7 +433,10 @@ def _indexed_row(sweep_dir: Path, point_id: str) -> tuple[Path, dict[str, Any]] 
     entry = load_json(index / _entry_name(point_id))
     if entry is None or not isinstance(entry.get("row"), str):
         return None
-    path = Path(sweep_dir) / entry["row"]  # an absolute path stays absolute
+    named = PurePosixPath(entry["row"])
+    if named.is_absolute() or ".." in named.parts:  # an entry leading out of the sweep folder: not followed
+        return None
+    path = Path(sweep_dir) / named
     row = _load_row(path)
     if row is None or str(row.get("point_id")) != point_id:
         return None  # the row was deleted (to measure the point again) or replaced

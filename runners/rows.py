@@ -158,7 +158,7 @@ def reserve_room(sweep_dir: Path, jobs: int | None) -> None:
     at the start: the caller refuses the sweep)."""
     size = min(RESERVE_MAX_BYTES, max(RESERVE_MIN_BYTES, (jobs or 0) * RESERVE_PER_JOB_BYTES))
     path = Path(sweep_dir) / RESERVE_NAME
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)  # never a link's target
     try:
         try:
             os.posix_fallocate(fd, 0, size)
@@ -271,8 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             start = time.perf_counter()
             path, kept = rebuild_csv(folder)  # waits: always builds
             print(f"results: {len(kept)} rows -> {path} ({time.perf_counter() - start:.1f} s)")
-    for bad in row_store.take_corrupt():  # a row file cut short: left out, and the sweep's rerun measures its point
-        print(f"warning: {bad} holds no whole row; left out of results.csv", file=sys.stderr)
+    for bad, why in row_store.take_corrupt():  # a row file cut short or invalid: left out, and the rerun measures its point
+        print(f"warning: {bad} {why}; left out of results.csv", file=sys.stderr)
     if args.table:
         from runners.table import table_text  # pandas, through the analysis package: only when asked
 

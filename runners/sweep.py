@@ -6,6 +6,7 @@ report. Everything but reading Hydra's runtime state lives in runners/job.py and
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn, cast
@@ -14,6 +15,9 @@ from runners import interrupts
 
 if __name__ == "__main__":  # Ctrl-C while torch and Hydra import (seconds): one line, as later, no traceback
     interrupts.before_run()
+    # A plugin module's import in this process (Hydra composing a job) waits at most this long: past it, its
+    # points go to the isolated worker, whose time limit makes them `timeout` rows (selfattn/backends/import_limit.py)
+    os.environ.setdefault("SELFATTN_PLUGIN_IMPORT_S", "60")
     if len(sys.argv) == 1:  # no arguments: the default study, as the README's first command promises
         sys.argv.append("experiment=quick")
     from runners import cli_check
@@ -28,7 +32,7 @@ from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from omegaconf.errors import OmegaConfBaseException  # noqa: E402
 
-from runners import config, given, job, launcher, quiet  # noqa: E402
+from runners import config, given, job, launcher, paths, quiet  # noqa: E402
 from runners.callbacks import claim, failed_points, nothing_measured, sweep_id, sweep_meta  # noqa: E402
 
 config.register_resolvers()  # ${by_device:...} and ${grid_range:} in conf/experiment/*.yaml
@@ -58,6 +62,8 @@ def context(cfg: DictConfig) -> job.JobContext:
             else "pkg://selfattn_conf")
 def main(cfg: DictConfig) -> None:
     ctx = context(cfg)
+    if ctx.multirun and (problem := paths.job_folder_problem(ctx.sweep_dir, ctx.job_dir)):
+        refuse(problem)  # hydra.sweep.subdir=${...} that led outside: its row would be written elsewhere
     if not ctx.multirun and (problem := claim(cfg, ctx.sweep_dir, "hydra.run.dir", shared=True)):
         refuse(problem)  # a sweep's callback claims its folder before its first job
     try:

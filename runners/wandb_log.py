@@ -44,6 +44,7 @@ class WandbSink:
     def _wandb(self, mode: str) -> Any:
         if self.disabled or mode == "disabled":
             return None
+        quiet_offline(mode)
         try:
             import wandb
         except ImportError:
@@ -136,6 +137,7 @@ class WandbSink:
         Nothing when wandb is disabled or this process already gave up on it (its one warning is printed)."""
         if self.disabled or conf.get("mode") == "disabled":
             return None
+        quiet_offline(str(conf.get("mode")))
         from analysis.wandb_report import log_report
 
         folder = log_report(report_md, results, mode=str(conf.get("mode")), project=conf.get("project"),
@@ -151,6 +153,19 @@ class WandbSink:
             except Exception:
                 pass
             self.run = None
+
+
+# mode=offline means no network attempt at all. wandb's service still reports its own errors over the network
+# (a DNS lookup and an HTTPS POST from a thread of the sweep's process, seen in a loopback-only network
+# namespace) unless WANDB_ERROR_REPORTING is false; set before the service starts, so every run of the
+# process (the points' and the report's, and a report process started later) inherits it.
+OFFLINE_ENV = {"WANDB_ERROR_REPORTING": "false", "WANDB_DISABLE_CODE": "true", "WANDB_DISABLE_GIT": "true"}
+
+
+def quiet_offline(mode: str) -> None:
+    """With mode=offline, turn off every path of wandb's that would reach the network on its own."""
+    if mode == "offline":
+        os.environ.update(OFFLINE_ENV)
 
 
 def points_run_name(group: str, job: int | None) -> str:

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib
 from pathlib import PurePath
 from types import ModuleType
 from typing import Any, Callable, Mapping
 
 import torch
 
+from selfattn.backends import import_limit
 from selfattn.backends.contract import Declaration, Speed, declaration_of
 from selfattn.backends.discovery import (BUILTIN_NAMES, describe_name, entry_points, file_module_name, file_of,
                                          is_file_path, is_path, path_name, same_target)
@@ -223,7 +223,9 @@ def _load(name: str, target: str, source: str) -> Backend:
     obj: Any = None  # stays None when the module itself fails to import
     part = ""
     try:
-        obj = _load_file(target) if is_file_path(target) else importlib.import_module(module_name)
+        # within the process's limit, where it has one (import_limit); a file plugin through its own loader
+        obj = (import_limit.imported(file_module_name(target), lambda _name: _load_file(target))
+               if is_file_path(target) else import_limit.imported(module_name))
         for part in filter(None, attribute.split(".")):
             obj = getattr(obj, part)
     except BaseException as err:  # noqa: BLE001 - a plugin's import may raise anything, SystemExit included

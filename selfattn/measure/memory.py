@@ -118,8 +118,12 @@ def _stderr_silenced() -> Iterator[None]:
     if os.environ.get("SELFATTN_VERBOSE") == "1":
         yield
         return
-    sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # fd 2 closed (by a back end): nothing to silence
+        yield
+        return
     try:
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 2)

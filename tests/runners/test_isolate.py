@@ -112,3 +112,14 @@ def test_a_signal_while_the_worker_measures_kills_it_and_is_raised(worker_env):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert not Path(f"/proc/{pid}").exists()  # killed by its PID and reaped, not left spinning
+
+
+def test_a_change_the_worker_cannot_undo_gets_the_next_point_a_fresh_worker(worker_env):
+    assert isolate.run_isolated(point("fine"), BUDGET, ()).row.status == "ok"
+    pid = isolate.worker_pid()
+    changed = isolate.run_isolated(Point(backend="hostile:changes_interop", seq_len=32, heads=1, head_dim=8,
+                                         device="cpu"), BUDGET, ())
+    assert changed.row.status == "ok" and "num_interop_threads" in changed.row.note, changed
+    assert "cannot set back" in changed.row.note
+    after = isolate.run_isolated(point("fine"), BUDGET, ())
+    assert after.row.status == "ok" and isolate.worker_pid() not in (None, pid)  # replaced: every point alike
