@@ -80,7 +80,8 @@ class Row:
     time_ms_p20: float | None = None
     time_ms_p80: float | None = None
     time_samples: int | None = None
-    timer: str = ""  # what timed the calls: cpu_blocks (CPU; torch_timer in older rows), do_bench or cuda_events (CUDA)
+    timer: str = ""  # what timed the calls: cpu_fresh (CPU, a call per sample, fresh inputs between; cpu_blocks or
+    # torch_timer in older rows and for scopes without fresh inputs), do_bench or cuda_events (CUDA)
     # the samples themselves: a JSON list of per-call ms, in the order measured (past timing.MAX_KEPT_SAMPLES,
     # that many evenly spaced order statistics), for analysis/ab.py's bootstrap and rank test
     time_samples_ms: str = ""

@@ -28,6 +28,7 @@ import torch
 from selfattn.errors import Unsupported
 from selfattn import compile as compile_cache
 from selfattn.measure import checks, failures
+from selfattn.measure import fresh as fresh_inputs
 from selfattn.measure.accuracy import compare, sample_rows
 from selfattn.measure.budget import Budget, over_budget
 from selfattn.measure.device import device_peak_gbps, device_peak_tflops, environment, peak_source, resolve_device
@@ -213,6 +214,7 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         workload = build(point, dtype, torch.device(device), sampled_queries)
     judged = workload.plain is not None  # core, layer, generate (selfattn/measure/checks.py says why)
     guard = checks.InputGuard(workload.inputs or {}) if judged else None
+    fresh = fresh_inputs.for_workload(workload) if judged else None  # new values before each timed call (fresh.py)
     for column, seconds in workload.prepare().items():  # flex: block_mask_s, built before the first call
         setattr(row, column, seconds)
     if compiling and compile_cache.make_room():
@@ -250,7 +252,7 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         return
     started = time.perf_counter()
     # Every thread, or one where a busy machine made every thread's barriers collapse (measure/threads.py)
-    choice = (choose_threads(workload.call, device, call_s) if not compiling
+    choice = (choose_threads(fresh.then(workload.call) if fresh else workload.call, device, call_s) if not compiling
               else ThreadChoice(torch.get_num_threads(), 0.0, 0.0))
     if choice.collapsed:
         row.num_threads, row.note = 1, "; ".join(filter(None, [row.note, choice.note()]))
@@ -259,12 +261,15 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
     plan_call_s = call_s  # the timer's estimate of one call: the warm-up's, or the memory call's when faster
     with on_threads(choice):
         if "memory" in metrics:
-            row.peak_mem_bytes, memory_call_s = measure_peak(workload.call, device)
+            row.peak_mem_bytes, memory_call_s = measure_peak(fresh.then(workload.call) if fresh else workload.call, device)
             # CUDA's number above already is the allocator's peak; a CPU needs one profiled call for it.
             row.peak_alloc_bytes = row.peak_mem_bytes if device == "cuda" else alloc_peak_bytes(workload.call)
             plan_call_s = min(call_s, memory_call_s)
-        timed = checks.LastOutput(workload.call)  # keeps the last timed call's output for the verdict
-        timing = time_call(timed.call, device, budget.timing_s, plan_call_s)
+        timed = (fresh_inputs.FreshCalls(workload.call, fresh, workload.timed_rows) if fresh
+                 else checks.LastOutput(workload.call))  # keeps the timed calls' outputs the verdict judges
+        timing = time_call(timed.call, device, budget.timing_s, plan_call_s, between=timed.between if fresh else None)
+    if fresh:  # the last call's rows kept, inputs written into found, the base values back (fresh.py)
+        tampered = tampered or timed.finish()
     # Seconds inside calls of the point (warm-up and compilation, the threads' check, memory call, the timer's
     # run); everything else in a job's wall time (inputs, accuracy, stability, bookkeeping) is harness overhead.
     row.measure_s = (row.compile_s or 0.0) + warmup_s + (time.perf_counter() - started)
@@ -286,7 +291,7 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         if guard and not tampered:
             tampered = guard.changed("the timed calls")
         verdict = checks.judge_result(point, workload, checked, dtype) if judged else None
-        last = timed.take()
+        last = None if fresh else timed.take()
         if verdict is not None:
             row.err_bound = verdict.out.bound
             row.grad_err_bound = verdict.grads.bound if verdict.grads is not None else None
@@ -295,7 +300,7 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         del checked
         reason = tampered or (verdict.reason if verdict else "")
         if verdict is not None and not reason:
-            reason = checks.judge_last(workload, last, verdict)
+            reason = timed.judge(point, workload, dtype) if fresh else checks.judge_last(workload, last, verdict)
         del last
         if verdict is not None and not reason:
             reason = checks.judge_second(point, build, dtype, device, sampled_queries)

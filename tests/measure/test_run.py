@@ -214,7 +214,7 @@ def test_ok_row_says_which_timer_measured_it_and_how_many_samples(monkeypatch):
                         lambda call, device, s: run_module.ThreadChoice(torch.get_num_threads(), 0.0, 0.0))
     row = measure_point(_small(), QUICK)
     assert row.status == "ok", row.error
-    assert row.timer == "cpu_blocks" and row.time_samples >= 3
+    assert row.timer == "cpu_fresh" and row.time_samples >= 3
     assert row.computed_as == "fp32" and row.note == ""
 
 
