@@ -29,7 +29,8 @@ from selfattn.errors import Unsupported
 from selfattn import compile as compile_cache
 from selfattn.measure import checks, failures
 from selfattn.measure import fresh as fresh_inputs
-from selfattn.measure.accuracy import compare, sample_rows
+from selfattn.measure.accuracy import compare
+from selfattn.measure import boundary
 from selfattn.measure.budget import Budget, over_budget
 from selfattn.measure.device import device_peak_gbps, device_peak_tflops, environment, peak_source, resolve_device
 from selfattn.measure.flops import mask_density, point_flops
@@ -124,7 +125,7 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
         # from its key intervals (tensors of q_len rows), and the sampled rows are a permutation of q_len, so
         # what needs neither (the inputs, the intervals themselves) is guarded first, and rows are drawn after.
         free = free_bytes(device)
-        n_sampled = min(point.q_len_resolved, budget.accuracy_rows)
+        n_sampled = boundary.point_row_count(point, budget.accuracy_rows, resolved)
         row.predicted_mem_bytes = predict_mem_bytes(point, resolved)  # memory models are closed forms
         row.kv_cache_bytes = point.kv_bytes
         # memory only: the time limit is judged on the full prediction below, which the masks' tensors fit beside
@@ -162,7 +163,8 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
         if reason is not None:
             row.status, row.error = "skipped_budget", reason
             return
-        sampled_queries = sample_rows(point.q_len_resolved, budget.accuracy_rows, point.seed)
+        # the first, last and block-edge query rows always, random ones beside (selfattn/measure/boundary.py)
+        sampled_queries = boundary.point_rows(point, budget.accuracy_rows, resolved)
         if point.scope in RNN_GATES:  # a recurrence on a CPU: its timed calls on one thread too (see below)
             with _single_threaded_on_cpu(device):
                 row.num_threads = torch.get_num_threads()
