@@ -35,3 +35,31 @@ def noise_note(rows: pd.DataFrame) -> str:
         return ""
     return (f"; {noisy} of {ok} ok points noisy (their samples' spread or other processes' CPU share passed "
             "a limit: the `noise` column says which)")
+
+
+# The end table's mark on a cell timed on fewer threads than the table's other rows.
+FEWER_THREADS_MARK = "†"
+
+
+def fewer_threads_mask(rows: pd.DataFrame) -> pd.Series:
+    """The ok rows timed on fewer threads (`num_threads`, the count the timed calls ran on) than the most any ok row
+    of the same device has in `rows`: a CPU row whose threads collapsed on a busy machine ran on one
+    (selfattn/measure/threads.py), and its time is not comparable with its neighbours'. False where the column is
+    missing (older files) or empty."""
+    if "num_threads" not in rows or "status" not in rows or rows.empty:
+        return pd.Series(False, index=rows.index)
+    threads = pd.to_numeric(rows["num_threads"], errors="coerce")
+    ok = rows["status"] == "ok"
+    device = rows["device_name"].fillna("").astype(str) if "device_name" in rows else pd.Series("", index=rows.index)
+    most = threads.where(ok).groupby(device).transform("max")
+    return (ok & (threads < most)).fillna(False).astype(bool)
+
+
+def fewer_threads_note(rows: pd.DataFrame) -> str:
+    """'; †: 3 of 48 ok rows timed on fewer threads than the others (...)' for a table's legend, or ''."""
+    fewer = int(fewer_threads_mask(rows).sum())
+    if not fewer:
+        return ""
+    ok = int((rows["status"] == "ok").sum())
+    return (f"; {FEWER_THREADS_MARK}: {fewer} of {ok} ok rows timed on fewer threads than the table's others "
+            "(num_threads; their threads collapsed on a busy machine: not comparable with their neighbours)")

@@ -33,7 +33,7 @@ import pandas as pd
 from analysis.cost import memory_metric, skipna, variant_names, variant_labels, variant_order
 from analysis.judged import JUDGED, left_out_text, status_counts
 from analysis.load import window_order
-from analysis.noise import noise_note
+from analysis.noise import FEWER_THREADS_MARK, fewer_threads_mask, fewer_threads_note, noise_note
 from selfattn.point import FIELD_NAMES, NULL_MEANS
 
 # Never an axis of the table: the back end and its options are its columns, seeds are repeats of one point.
@@ -42,7 +42,7 @@ MEMORY_COLUMNS: tuple[str, ...] = ("peak_alloc_bytes", "peak_mem_bytes")
 _FASTEST_MARK = "*"
 # The axes that matter most for cost, in the order the leading slice takes them as its rows (seq_len first).
 LEAD_AXES: tuple[str, ...] = ("seq_len", "causal", "precision")
-_CELL_COLUMNS: tuple[str, ...] = ("backend", "rows", "ok", "time_ms", "status", "not_result", *MEMORY_COLUMNS)
+_CELL_COLUMNS: tuple[str, ...] = ("backend", "rows", "ok", "time_ms", "status", "not_result", "fewer_threads", *MEMORY_COLUMNS)
 
 
 def swept_axes(rows: pd.DataFrame) -> list[str]:
@@ -83,14 +83,15 @@ def summary_frame(rows: pd.DataFrame) -> pd.DataFrame:
     when none is ok, of the judged rows that kept a time (an incorrect row keeps its time, for inspection).
 
     Columns: the swept axes (`swept_axes`), `backend` (the variant's label), `rows`, `ok`, `time_ms`, the memory
-    column (`peak_alloc_bytes` or `peak_mem_bytes`, named as measured), `status`, `not_result`. Sorted by the axes,
+    column (`peak_alloc_bytes` or `peak_mem_bytes`, named as measured), `status`, `not_result`, `fewer_threads` (an ok
+    row of the cell was timed on fewer threads than the table's others: analysis.noise). Sorted by the axes,
     then the registry's back-end order (a variant's option sets in the rows' order). Empty (with those columns) when
     no row ran.
     """
     measured = _measured(rows).copy()
     axes = swept_axes(measured)
     memory = memory_metric(measured) if len(measured) else MEMORY_COLUMNS[-1]
-    columns = [*axes, "backend", "rows", "ok", "time_ms", memory, "status", "not_result"]
+    columns = [*axes, "backend", "rows", "ok", "time_ms", memory, "status", "not_result", "fewer_threads"]
     if measured.empty:
         return pd.DataFrame(columns=columns)
     if "device" in axes:
@@ -108,6 +109,7 @@ def summary_frame(rows: pd.DataFrame) -> pd.DataFrame:
     is_judged = measured["status"].isin(JUDGED).to_numpy()
     times = measured["time_ms"].to_numpy(dtype=float)
     memories = measured[memory].to_numpy(dtype=float)
+    fewer = fewer_threads_mask(measured).to_numpy()  # timed on fewer threads than the table's others (noise.py)
     keys = [*axes, "_name", "backend"]
     codes = measured.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()  # numbered as first seen
     key_values = [measured[k].to_numpy() for k in keys]
@@ -128,7 +130,7 @@ def summary_frame(rows: pd.DataFrame) -> pd.DataFrame:
         shown = ok if len(ok) else judged  # a judged cell's time is shown marked, never ranked (_wide)
         records.append({**dict(zip(keys, key)), "rows": len(at), "ok": len(ok),
                         "time_ms": skipna(np.median, times[shown]), memory: skipna(np.median, memories[ok]),
-                        "status": status, "not_result": not_result})
+                        "status": status, "not_result": not_result, "fewer_threads": bool(fewer[ok].any())})
     frame = pd.DataFrame.from_records(records)
     frame["_order"] = frame["_name"].map(variant_order)
     # option sets of one variant: as they came; window cells mix widths and pairs' texts (analysis.load)
@@ -304,6 +306,8 @@ def _wide(frame: pd.DataFrame, *, memory: bool, mark_fastest: str) -> tuple[list
                 cells.append(row.status)
             else:
                 text = format_ms(row.time_ms) + " ms"
+                if getattr(row, "fewer_threads", False):
+                    text += FEWER_THREADS_MARK
                 if mem is not None:
                     text += " · " + format_bytes(getattr(row, mem))
                 if backend == fastest and mark_fastest:
@@ -344,7 +348,7 @@ def summary_markdown(rows: pd.DataFrame) -> str:
         return f"*No measured rows* ({status_line(rows)})."
     note = _explain(frame, memory=True) + "; bold: the fastest back end of the row."
     judged = not_results_line(rows)
-    counts = f"{status_line(rows)}{noise_note(rows)}. Cells: {note}" + (f"\n\n{judged}." if judged else "")
+    counts = f"{status_line(rows)}{noise_note(rows)}{fewer_threads_note(rows)}. Cells: {note}" + (f"\n\n{judged}." if judged else "")
     full = "\n".join(_markdown_table(frame))
     piece = leading_slice(frame)
     if piece is None:
@@ -422,7 +426,7 @@ def summary_text(rows: pd.DataFrame, width: int = 100, max_rows: int = 60) -> st
         others = _others_text(piece, "report.md has them")
         if others:
             notes.append(others)
-    what = status_line(rows) + noise_note(rows) + ". Cells: " + _explain(frame, memory=memory) + f"; {_FASTEST_MARK}: fastest of the row."
+    what = status_line(rows) + noise_note(rows) + fewer_threads_note(rows) + ". Cells: " + _explain(frame, memory=memory) + f"; {_FASTEST_MARK}: fastest of the row."
     judged = not_results_line(rows)
     notes_text = [textwrap.fill(f"({note})", width) for note in notes]
     return "\n".join([*head, *lines, "", textwrap.fill(what, width), *([textwrap.fill(judged + ".", width)] if judged else []),

@@ -91,6 +91,9 @@ class Row:
     other_cpu_frac: float | None = None
     noisy: bool | None = None
     noise: str = ""
+    # this process's CPU seconds per wall second over the timed calls (all threads; selfattn/measure/timing.py): a
+    # CPU row below timing.IDLE_CPU_FRAC waited rather than computed (a sleep), and is noisy with the reason
+    own_cpu_frac: float | None = None
     # compiled back ends (flex, compile=true): the first call, compilation included, timed once and
     # apart from time_ms; whether it compiled new code (false: reused what an earlier point of this
     # process compiled, so compile_s is one call); flex: building its block mask, also apart
@@ -116,6 +119,10 @@ class Row:
     # (the probe cache of selfattn/measure/probes.py), "nominal" (budget.measure_device_peak=false)
     device_peak_tflops_source: str = ""
     device_peak_gbps_source: str = ""
+    # the physical floor (selfattn/measure/floor.py): max(flops / matmul peak, bytes_moved / bandwidth) in ms from the
+    # measured peaks, and which term set it ("flops" | "bytes"); a time below floor_ms / floor.FLOOR_SLACK is incorrect
+    floor_ms: float | None = None
+    floor_of: str = ""
     tokens_per_s: float | None = None  # scope=generate: new_tokens / time of the whole loop
     kv_cache_bytes: int | None = None  # K and V of seq_len tokens: 2 x batch x kv_heads x seq_len x head_dim x element size
     # the precision the kernel really computed in: `precision`, except "fp32" for a tf32 row whose

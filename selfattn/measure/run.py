@@ -31,6 +31,7 @@ from selfattn.measure import checks, failures
 from selfattn.measure import fresh as fresh_inputs
 from selfattn.measure.accuracy import compare
 from selfattn.measure import boundary
+from selfattn.measure import floor as physical_floor
 from selfattn.measure.budget import Budget, over_budget
 from selfattn.measure.device import device_peak_gbps, device_peak_tflops, environment, peak_source, resolve_device
 from selfattn.measure.flops import mask_density, point_flops
@@ -52,7 +53,7 @@ from selfattn.measure.stability import SATURATED_WEIGHT, stability
 from selfattn.positions import rope_shift_max_abs_diff
 from selfattn.measure.threads import ThreadChoice, choose_threads, on_threads, one_thread
 from selfattn.measure import noise
-from selfattn.measure.timing import Timing, kept_samples, time_call, wall_call
+from selfattn.measure.timing import Timing, idle_reason, kept_samples, time_call, wall_call
 from selfattn.metrics import ALL as ALL_METRICS, metrics_label
 from selfattn.fp8_formats import fp8_format
 from selfattn.point import RNN_GATES, Point
@@ -254,10 +255,14 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         return
     started = time.perf_counter()
     # Every thread, or one where a busy machine made every thread's barriers collapse (measure/threads.py)
-    choice = (choose_threads(fresh.then(workload.call) if fresh else workload.call, device, call_s) if not compiling
+    choice = (choose_threads(fresh.then(workload.call) if fresh else workload.call, device, call_s,
+                             budget.max_point_s - warmup_s - remaining_s) if not compiling
               else ThreadChoice(torch.get_num_threads(), 0.0, 0.0))
+    row.num_threads = choice.threads  # the count the timed calls run on (measure/threads.py)
+    if choice.unchecked:
+        row.note = "; ".join(filter(None, [row.note, choice.unchecked]))
     if choice.collapsed:
-        row.num_threads, row.note = 1, "; ".join(filter(None, [row.note, choice.note()]))
+        row.note = "; ".join(filter(None, [row.note, choice.note()]))
         call_s = choice.one_thread_s
     memory_call_s = 0.0
     plan_call_s = call_s  # the timer's estimate of one call: the warm-up's, or the memory call's when faster
@@ -285,6 +290,8 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         row.gbps = row.bytes_moved / (timing.median_ms * 1e-3) / 1e9
     if budget.measure_device_peak:
         _heal_low_probes(device, dtype, row)
+    # a time below what the device can do (FLOPs / peak, bytes / bandwidth): selfattn/measure/floor.py
+    impossible = physical_floor.judge(point, device, dtype, row.time_ms, row, budget.measure_device_peak)
     if point.scope == "generate" and timing.median_ms > 0:  # one call is the whole loop of new_tokens steps
         row.tokens_per_s = point.new_tokens / (timing.median_ms * 1e-3)
     _precision_notes(point, workload, checked, row)
@@ -300,7 +307,7 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         if "accuracy" in metrics:
             _accuracy(workload, checked, sampled_queries, row, verdict.reference if verdict else None)
         del checked
-        reason = tampered or (verdict.reason if verdict else "")
+        reason = tampered or impossible or (verdict.reason if verdict else "")
         if verdict is not None and not reason:
             reason = timed.judge(point, workload, dtype) if fresh else checks.judge_last(workload, last, verdict)
         del last
@@ -341,6 +348,9 @@ def _noise_columns(timing: Timing, device: str, row: Row, budget: Budget) -> Non
                          budget.noise_spread, budget.noise_cpu)
     row.time_spread, row.other_cpu_frac, row.noisy, row.noise = (
         judged.time_spread, judged.other_cpu_frac, judged.noisy, judged.reason)
+    row.own_cpu_frac = timing.own_cpu_frac  # a CPU call that waits rather than computes is flagged (timing.py)
+    if idle := idle_reason(timing.own_cpu_frac, device):
+        row.noisy, row.noise = True, "; ".join(filter(None, [row.noise, idle]))
 
 
 def _fp8_columns(point: Point, workload: Any, row: Row, options: Mapping[str, Any]) -> None:

@@ -82,6 +82,7 @@ class Timing:
     timer: str = ""  # one of TIMERS
     samples_ms: tuple[float, ...] = ()  # every sample's per-call time, in the order measured
     other_cpu_frac: float | None = None  # others' share of the CPU during the timer's run (measure/noise.py)
+    own_cpu_frac: float | None = None  # this process's CPU seconds per wall second of the timer's run (all threads)
 
 
 @dataclass(frozen=True)
@@ -322,8 +323,25 @@ def time_call(fn: Callable[[], object], device: str, timing_s: float, call_s_est
                 return time_cpu_fresh(fn, between, timing_s)
     else:
         timer = time_cuda if device == "cuda" else time_cpu
+    own_before, wall_before = time.process_time(), time.perf_counter()
     timing, others = noise.watched(lambda: timer(fn, timing_s, call_s_estimate), time.perf_counter)
-    return replace(timing, other_cpu_frac=others)
+    wall_s = time.perf_counter() - wall_before
+    own = (time.process_time() - own_before) / wall_s if wall_s > 0 else None
+    return replace(timing, other_cpu_frac=others, own_cpu_frac=own)
+
+
+# A CPU point whose process used less than this share of one core over its timed calls spent them waiting (a sleep,
+# a lock, a device or process outside this one), not computing: its time is real, but not a computation's. An
+# honest call computes on at least one thread; even with others holding 90% of a 2-core machine it keeps ~0.2.
+IDLE_CPU_FRAC = 0.1
+
+
+def idle_reason(own_cpu_frac: float | None, device: str) -> str:
+    """Why a CPU row's timed calls look idle (for its `noise`), or ""."""
+    if device == "cuda" or own_cpu_frac is None or own_cpu_frac >= IDLE_CPU_FRAC:
+        return ""
+    return (f"idle: the process used {100 * own_cpu_frac:.0f}% of a core over its timed calls < "
+            f"{100 * IDLE_CPU_FRAC:.0f}% (it waited, e.g. slept, rather than computed)")
 
 
 def kept_samples(samples_ms: tuple[float, ...], limit: int = MAX_KEPT_SAMPLES) -> list[float]:

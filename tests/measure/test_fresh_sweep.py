@@ -51,9 +51,22 @@ def test_cheating_kernels_compute_every_call_or_are_incorrect(tmp_path):
         assert status[name] == "ok", rows.loc[name, "error"]
         assert float(rows.loc[name, "time_ms"]) > 10 * lookup_ms, (name, rows.loc[name, "time_ms"], lookup_ms)
         assert rows.loc[name, "timer"] == "cpu_fresh"
-    # stale answers: a pointer-keyed cache, a kernel right only on an input's first call, a precomputed answer
-    for name in ("pointer_cache", "right_first_call", "precomputed", "precomputed_sleeper"):
+    # lookups faster than the device can compute: below the physical floor (selfattn/measure/floor.py), both numbers
+    for name in ("pointer_cache", "precomputed"):
+        assert status[name] == "incorrect", (name, status[name], rows.loc[name, "error"])
+        error = rows.loc[name, "error"]
+        assert "is below the physical floor" in error and "TFLOP/s matmul peak" in error, error
+        assert float(rows.loc[name, "time_ms"]) < float(rows.loc[name, "floor_ms"]) / 4
+    # stale answers above the floor: a kernel right only on an input's first call, a precomputed answer that sleeps
+    for name in ("right_first_call", "precomputed_sleeper"):
         assert status[name] == "incorrect", (name, status[name], rows.loc[name, "error"])
         assert "timed call (on its own fresh inputs)" in rows.loc[name, "error"], rows.loc[name, "error"]
+    # honest rows keep within the floor's slack (a peak measured while others load the machine can put a fast kernel
+    # just under floor_ms itself); the sleeper is right (ok) but its timed calls waited: noisy, and says so
+    for name in ("sdpa", "memo_identity", "memo_fingerprint", "sleeper"):
+        assert float(rows.loc[name, "time_ms"]) >= float(rows.loc[name, "floor_ms"]) / 4, name
+        assert rows.loc[name, "floor_of"] == "flops"
     assert status["sleeper"] == "ok", rows.loc["sleeper", "error"]
+    assert str(rows.loc["sleeper", "noisy"]) == "True" and "idle: the process used" in rows.loc["sleeper", "noise"]
+    assert "idle" not in rows.loc["sdpa", "noise"] and float(rows.loc["sdpa", "own_cpu_frac"]) > 0.1
     assert starred(out.stdout) == ["sdpa"], out.stdout[-3000:]
