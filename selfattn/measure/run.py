@@ -32,6 +32,7 @@ from selfattn.measure import fresh as fresh_inputs
 from selfattn.measure.accuracy import compare
 from selfattn.measure import boundary
 from selfattn.measure import floor as physical_floor
+from selfattn.measure import gpu_state, kernel_time, spec_peaks
 from selfattn.measure.budget import Budget, over_budget
 from selfattn.measure.device import device_peak_gbps, device_peak_tflops, environment, peak_source, resolve_device
 from selfattn.measure.flops import mask_density, point_flops
@@ -274,9 +275,15 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
             plan_call_s = min(call_s, memory_call_s)
         timed = (fresh_inputs.FreshCalls(workload.call, fresh, workload.timed_rows) if fresh
                  else checks.LastOutput(workload.call))  # keeps the timed calls' outputs the verdict judges
-        timing = time_call(timed.call, device, budget.timing_s, plan_call_s, between=timed.between if fresh else None)
+        with gpu_state.sampled(device) as gpu:  # CUDA: clocks, power, throttling over the timed window (gpu_state.py)
+            timing = time_call(timed.call, device, budget.timing_s, plan_call_s, between=timed.between if fresh else None)
     if fresh:  # the last call's rows kept, inputs written into found, the base values back (fresh.py)
         tampered = tampered or timed.finish()
+    if device == "cuda":  # the kernel's own time beside the call's; time_ms holds budget.timing_mode's (kernel_time.py)
+        timing = kernel_time.record(row, workload.call, timing, budget.timing_s, budget.timing_mode,
+                                    between=fresh.refresh if fresh else None)
+        if fresh:
+            fresh.restore()
     # Seconds inside calls of the point (warm-up and compilation, the threads' check, memory call, the timer's
     # run); everything else in a job's wall time (inputs, accuracy, stability, bookkeeping) is harness overhead.
     row.measure_s = (row.compile_s or 0.0) + warmup_s + (time.perf_counter() - started)
@@ -285,6 +292,8 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
     )
     row.timer = timing.timer
     _noise_columns(timing, device, row, budget)
+    if gpu is not None:
+        gpu.fill(row)
     row.tflops = row.flops / (timing.median_ms * 1e-3) / 1e12 if timing.median_ms > 0 else None
     if row.bytes_moved is not None and timing.median_ms > 0:
         row.gbps = row.bytes_moved / (timing.median_ms * 1e-3) / 1e9
@@ -292,6 +301,7 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         _heal_low_probes(device, dtype, row)
     # a time below what the device can do (FLOPs / peak, bytes / bandwidth): selfattn/measure/floor.py
     impossible = physical_floor.judge(point, device, dtype, row.time_ms, row, budget.measure_device_peak)
+    spec_peaks.fill(row)  # CUDA: % of the spec sheet's peak and bandwidth (spec_peaks.py)
     if point.scope == "generate" and timing.median_ms > 0:  # one call is the whole loop of new_tokens steps
         row.tokens_per_s = point.new_tokens / (timing.median_ms * 1e-3)
     _precision_notes(point, workload, checked, row)
