@@ -95,6 +95,7 @@ class Row:
     kernel_time_ms_p80: float | None = None
     launch_overhead_ms: float | None = None
     kernel_time_note: str = ""
+    l2: str = ""  # CUDA: "cold" (the L2 flushed before every timed call and every replay; a CPU's caches stay warm)
     # noise (selfattn/measure/noise.py): (p80 - p20) / median, others' share of the CPU during the timed
     # calls (empty where /proc is missing), and whether either passed its limit (the reason in `noise`)
     time_spread: float | None = None

@@ -99,6 +99,7 @@ def test_timing_mode_chooses_what_time_ms_holds(monkeypatch):
     row = Row()
     assert kernel_time.record(row, lambda: None, call, 0.1, "call") is call
     assert (row.timing_mode, row.call_time_ms, row.kernel_time_ms) == ("call", 0.080, 0.016)
+    assert row.l2 == "cold"
     assert row.launch_overhead_ms == pytest.approx(0.064)
     row = Row()
     assert kernel_time.record(row, lambda: None, call, 0.1, "kernel") is graph and row.timing_mode == "kernel"
