@@ -30,6 +30,7 @@ Which peaks:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,7 @@ class Floor:
                 f"({'; '.join(terms)}): the call did not do the point's work")
 
 
+@functools.lru_cache(maxsize=1)
 def last_level_cache_bytes() -> int | None:
     """The CPU's largest cache in bytes (Linux sysfs), or None where it cannot be read."""
     sizes = []
