@@ -14,7 +14,8 @@ selfattn/measure/run.py runs them, all outside the timed region:
    and wrong once timed is caught. The bound, not bit equality: the timed calls may run on another number of
    threads than the warm-up (selfattn/measure/threads.py), which changes the summation order.
    Where the workload's values are refreshed before every timed call (selfattn/measure/fresh.py: core, layer),
-   the last timed call is judged instead against the reference of its own inputs
+   the last timed call is judged instead against the reference of its own inputs, and 3. is left out: the timed
+   calls' fresh values were a second input already
    (`fresh.FreshCalls.judge`): a kernel that returns what it answered for other values is caught there.
 
 Cost (benchmarks/harness_overhead.py's tiny point: sdpa, heads 2, n 64, d 16, timing_s 0.05, 2-core VM

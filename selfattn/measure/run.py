@@ -321,7 +321,7 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         if verdict is not None and not reason:
             reason = timed.judge(point, workload, dtype) if fresh else checks.judge_last(workload, last, verdict)
         del last
-        if verdict is not None and not reason:
+        if verdict is not None and not reason and not fresh:  # fresh inputs were a second (and a thousandth) input
             reason = checks.judge_second(point, build, dtype, device, sampled_queries)
         del verdict
         if "stability" in metrics:
