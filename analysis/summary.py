@@ -39,7 +39,7 @@ from tabulate import tabulate
 from analysis.cost import memory_metric, skipna, variant_names, variant_labels, variant_order
 from analysis.judged import JUDGED, left_out_text, status_counts
 from analysis.load import window_order
-from analysis.noise import noise_note
+from analysis.noise import FEWER_THREADS_MARK, fewer_threads_mask, fewer_threads_note, noise_note
 from selfattn.fields import nearest
 from selfattn.point import FIELD_NAMES, NULL_MEANS
 
@@ -49,7 +49,8 @@ MEMORY_COLUMNS: tuple[str, ...] = ("peak_alloc_bytes", "peak_mem_bytes")
 _FASTEST_MARK = "*"
 # The axes that matter most for cost, in the order the leading slice takes them as its rows (seq_len first).
 LEAD_AXES: tuple[str, ...] = ("seq_len", "causal", "precision")
-_CELL_COLUMNS: tuple[str, ...] = ("backend", "rows", "ok", "time_ms", "status", "not_result", "speedup",
+_CELL_COLUMNS: tuple[str, ...] = ("backend", "rows", "ok", "time_ms", "status", "not_result", "fewer_threads",
+                                  "speedup",
                                   *MEMORY_COLUMNS)
 DEFAULT_BASELINE = "sdpa"  # the speed-ups' reference when it ran and no other is named (the field's usual one)
 NO_BASELINE = "none"  # `--baseline none`: no speed-ups
@@ -143,14 +144,15 @@ def summary_frame(rows: pd.DataFrame, baseline: str | None = None) -> pd.DataFra
     when none is ok, of the judged rows that kept a time (an incorrect row keeps its time, for inspection).
 
     Columns: the swept axes (`swept_axes`), `backend` (the variant's label), `rows`, `ok`, `time_ms`, the memory
-    column (`peak_alloc_bytes` or `peak_mem_bytes`, named as measured), `status`, `not_result`, `speedup`. Sorted by
-    the axes, then the registry's back-end order (a variant's option sets in the rows' order). Empty (with those
+    column (`peak_alloc_bytes` or `peak_mem_bytes`, named as measured), `status`, `not_result`, `fewer_threads` (an ok
+    row of the cell was timed on fewer threads than the table's others: analysis.noise), `speedup`. Sorted by the
+    axes, then the registry's back-end order (a variant's option sets in the rows' order). Empty (with those
     columns) when no row ran. A `baseline` that is no back end of these rows raises ValueError (`baseline_label`).
     """
     measured = _measured(rows).copy()
     axes = swept_axes(measured)
     memory = memory_metric(measured) if len(measured) else MEMORY_COLUMNS[-1]
-    columns = [*axes, "backend", "rows", "ok", "time_ms", memory, "status", "not_result", "speedup"]
+    columns = [*axes, "backend", "rows", "ok", "time_ms", memory, "status", "not_result", "fewer_threads", "speedup"]
     if measured.empty:
         return pd.DataFrame(columns=columns)
     if "device" in axes:
@@ -168,6 +170,7 @@ def summary_frame(rows: pd.DataFrame, baseline: str | None = None) -> pd.DataFra
     is_judged = measured["status"].isin(JUDGED).to_numpy()
     times = measured["time_ms"].to_numpy(dtype=float)
     memories = measured[memory].to_numpy(dtype=float)
+    fewer = fewer_threads_mask(measured).to_numpy()  # timed on fewer threads than the table's others (noise.py)
     keys = [*axes, "_name", "backend"]
     codes = measured.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()  # numbered as first seen
     key_values = [measured[k].to_numpy() for k in keys]
@@ -188,7 +191,7 @@ def summary_frame(rows: pd.DataFrame, baseline: str | None = None) -> pd.DataFra
         shown = ok if len(ok) else judged  # a judged cell's time is shown marked, never ranked (_wide)
         records.append({**dict(zip(keys, key)), "rows": len(at), "ok": len(ok),
                         "time_ms": skipna(np.median, times[shown]), memory: skipna(np.median, memories[ok]),
-                        "status": status, "not_result": not_result})
+                        "status": status, "not_result": not_result, "fewer_threads": bool(fewer[ok].any())})
     frame = pd.DataFrame.from_records(records)
     frame["_order"] = frame["_name"].map(variant_order)
     # option sets of one variant: as they came; window cells mix widths and pairs' texts (analysis.load)
@@ -367,6 +370,8 @@ def _wide(frame: pd.DataFrame, *, memory: bool, mark_fastest: str) -> tuple[list
                 cells.append(row.status)
             else:
                 text = format_ms(row.time_ms) + " ms"
+                if getattr(row, "fewer_threads", False):
+                    text += FEWER_THREADS_MARK
                 if mem is not None:
                     text += " · " + format_bytes(getattr(row, mem))
                 if backend == fastest and mark_fastest:
@@ -423,7 +428,7 @@ def summary_markdown(rows: pd.DataFrame, baseline: str | None = None) -> str:
     note = _explain(frame, memory=True, baseline=baseline_label(frame["backend"], baseline))
     note += "; bold: the fastest back end of the row."
     judged = not_results_line(rows)
-    counts = f"{status_line(rows)}{noise_note(rows)}. Cells: {note}" + (f"\n\n{judged}." if judged else "")
+    counts = f"{status_line(rows)}{noise_note(rows)}{fewer_threads_note(rows)}. Cells: {note}" + (f"\n\n{judged}." if judged else "")
     full = "\n".join(_markdown_table(frame))
     piece = leading_slice(frame)
     if piece is None:
@@ -527,7 +532,7 @@ def summary_text(rows: pd.DataFrame, width: int = 100, max_rows: int = 60, basel
             notes.append(others)
     explained = _explain(frame, memory=memory, baseline=baseline_label(frame["backend"], baseline),
                          pick="baseline=NAME on a sweep's command line, --baseline NAME with runners.rows --table,")
-    what = status_line(rows) + noise_note(rows) + ". Cells: " + explained + f"; {_FASTEST_MARK}: fastest of the row."
+    what = status_line(rows) + noise_note(rows) + fewer_threads_note(rows) + ". Cells: " + explained + f"; {_FASTEST_MARK}: fastest of the row."
     judged = not_results_line(rows)
     notes_text = [textwrap.fill(f"({note})", width) for note in notes]
     return "\n".join([*head, *lines, "", textwrap.fill(what, width), *([textwrap.fill(judged + ".", width)] if judged else []),

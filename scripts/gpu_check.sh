@@ -19,6 +19,9 @@
 #               n = 1024..16384, causal and not, with its error), every SDPA kernel,
 #               fp32/tf32/bf16/fp16; the compiled back ends (flex, naive and chunked with
 #               compile=true) at one size, causal only, compile_s apart -> OUT_DIR/sweep.log
+#      launch diagnostic  (after results, no stage of its own) quadratic_cost's bf16 rows of sdpa and triton
+#               at n = 1024 and 4096: the call's time beside the kernel's own (CUDA graph replay), clocks,
+#               power, throttling, MFU against the spec sheet (scripts/launch_diagnostic.py) -> OUT_DIR/sweep.log
 #   6. results  each sweep's results.csv rebuilt from its row files (a sweep cut off by its
 #               limit never wrote it whole), then one table          -> OUT_DIR/results.csv
 #   7. report   python -m analysis.report (PNG figures)              -> OUT_DIR/report/
@@ -359,6 +362,19 @@ stage results "$OUT/sweep.log" "$PY" "$HELPER" merge "$OUT/results.csv" "${SWEEP
 # memory grows faster than linearly (benchmarks/gpu_side_by_side.py, which can also measure the grid by itself).
 stage side_by_side "$OUT/sweep.log" "$PY" "$ROOT/benchmarks/gpu_side_by_side.py" --csv "$WORK/quadratic_cost" \
   --sizes ${COST_SEQ//,/ } $SIDE_CHECKS
+
+# --- launch diagnostic: every CUDA row carries the call's time beside the kernel's own (the call's CUDA graph
+# replayed: selfattn/measure/kernel_time.py), the SM clock, power and throttle state over its timed window (NVML,
+# where nvidia-ml-py is installed) and MFU against the spec sheet (spec_peaks.py). Printed here for quadratic_cost's
+# bf16 rows of the project's triton kernel and SDPA at n = 1024 and 4096 (the H200's 0.078-0.083 ms a call against
+# 0.015-0.017 ms a replay, in the harness's own columns): no stage of its own, no time beyond the sweep's.
+LAUNCH_ARGS=("$OUT/results.csv" --backend sdpa,triton --seq-len 1024,4096 --precision bf16)
+if ((DRY)); then
+  say "+ $PY scripts/launch_diagnostic.py $(q "${LAUNCH_ARGS[@]}")>> $OUT/sweep.log"
+else
+  "$PY" scripts/launch_diagnostic.py "${LAUNCH_ARGS[@]}" 2>&1 | tee -a "$OUT/sweep.log" || true
+fi
+# --- end of the launch diagnostic
 
 # 7. report: figures, fitted exponents and the chapter's claims, from the merged rows.
 stage report "$OUT/sweep.log" "$PY" -m analysis.report "$OUT/results.csv" --out "$REPORT" --formats png

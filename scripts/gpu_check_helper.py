@@ -45,7 +45,8 @@ PYTEST_START_S = 10.0    # pytest's start: torch, CUDA, collecting the selected 
 POINT_FIXED_S = 0.4      # a plain point beyond its timed calls: warm-up, memory call, float64 reference
                          # on the sampled rows, stability, the row's files (0.05-0.2 s measured on CPU
                          # at n = 256 per step; a GPU does each in well under 0.1 s)
-POINT_TIMING_FACTOR = 1.25  # the timer's calls: budget.timing_s, plus do_bench's estimate calls
+POINT_TIMING_FACTOR = 1.25  # the timer's calls: budget.timing_s, plus do_bench's estimate calls (or, with fresh inputs,
+                            # the kernel time's graph replays: 0.1 x timing_s, selfattn/measure/kernel_time.py)
 COMPILE_S = {"fwd": 15.0, "fwd_bwd": 30.0}  # a cold compile (flex, compile=true): 5.5-8.3 s each on an H200
                                             # (torch 2.11, n = 4096, bf16), forward or forward+backward; about
                                             # twice that and more for a slower host, a cut row is the loss

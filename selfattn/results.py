@@ -84,16 +84,41 @@ class Row:
     time_ms_p20: float | None = None
     time_ms_p80: float | None = None
     time_samples: int | None = None
-    timer: str = ""  # what timed the calls: cpu_blocks (CPU; torch_timer in older rows), do_bench or cuda_events (CUDA)
+    timer: str = ""  # what timed the calls: cpu_fresh (CPU, a call per sample, fresh inputs between; cpu_blocks or
+    # torch_timer in older rows and for scopes without fresh inputs), do_bench or cuda_events (CUDA)
     # the samples themselves: a JSON list of per-call ms, in the order measured (past timing.MAX_KEPT_SAMPLES,
     # that many evenly spaced order statistics), for analysis/ab.py's bootstrap and rank test
     time_samples_ms: str = ""
+    # CUDA (selfattn/measure/kernel_time.py): which time time_ms holds ("call": CUDA events around each Python call;
+    # "kernel": the call's CUDA graph replayed, no host in between; `budget.timing_mode`), both medians, the
+    # kernel's percentiles, call - kernel (the host's launch path), and why the kernel time is missing where it is
+    timing_mode: str = ""
+    call_time_ms: float | None = None
+    kernel_time_ms: float | None = None
+    kernel_time_ms_p20: float | None = None
+    kernel_time_ms_p80: float | None = None
+    launch_overhead_ms: float | None = None
+    kernel_time_note: str = ""
+    l2: str = ""  # CUDA: "cold" (the L2 flushed before every timed call and every replay; a CPU's caches stay warm)
     # noise (selfattn/measure/noise.py): (p80 - p20) / median, others' share of the CPU during the timed
     # calls (empty where /proc is missing), and whether either passed its limit (the reason in `noise`)
     time_spread: float | None = None
     other_cpu_frac: float | None = None
     noisy: bool | None = None
     noise: str = ""
+    # this process's CPU seconds per wall second over the timed calls (all threads; selfattn/measure/timing.py): a
+    # CPU row below timing.IDLE_CPU_FRAC waited rather than computed (a sleep), and is noisy with the reason
+    own_cpu_frac: float | None = None
+    # CUDA, through NVML over the timed window (selfattn/measure/gpu_state.py): median SM and memory clocks, the
+    # largest power and temperature, every throttle reason seen, whether one slowed the clocks (then noisy), and
+    # why none was sampled (nvidia-ml-py missing)
+    gpu_sm_clock_mhz: float | None = None
+    gpu_mem_clock_mhz: float | None = None
+    gpu_power_w: float | None = None
+    gpu_temp_c: float | None = None
+    gpu_throttle: str = ""
+    throttled: bool | None = None
+    gpu_state: str = ""
     # compiled back ends (flex, compile=true): the first call, compilation included, timed once and
     # apart from time_ms; whether it compiled new code (false: reused what an earlier point of this
     # process compiled, so compile_s is one call); flex: building its block mask, also apart
@@ -119,6 +144,17 @@ class Row:
     # (the probe cache of selfattn/measure/probes.py), "nominal" (budget.measure_device_peak=false)
     device_peak_tflops_source: str = ""
     device_peak_gbps_source: str = ""
+    # the physical floor (selfattn/measure/floor.py): max(flops / matmul peak, bytes_moved / bandwidth) in ms from the
+    # measured peaks, and which term set it ("flops" | "bytes"); a time below floor_ms / floor.FLOOR_SLACK is incorrect
+    floor_ms: float | None = None
+    floor_of: str = ""
+    # CUDA: % of the spec sheet's dense peak for the row's dtype and of its memory bandwidth (mfu_pct, bw_pct), with
+    # the sheet's model and numbers (selfattn/measure/spec_peaks.py); spec_gpu "unknown: <name>" for a GPU not there
+    spec_gpu: str = ""
+    spec_tflops: float | None = None
+    spec_gbps: float | None = None
+    mfu_pct: float | None = None
+    bw_pct: float | None = None
     tokens_per_s: float | None = None  # scope=generate: new_tokens / time of the whole loop
     kv_cache_bytes: int | None = None  # K and V of seq_len tokens: 2 x batch x kv_heads x seq_len x head_dim x element size
     # the precision the kernel really computed in: `precision`, except "fp32" for a tf32 row whose

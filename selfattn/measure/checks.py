@@ -13,6 +13,10 @@ selfattn/measure/run.py runs them, all outside the timed region:
    timer) against the checked call's reference and bound (`judge_last`): a kernel right on its first calls
    and wrong once timed is caught. The bound, not bit equality: the timed calls may run on another number of
    threads than the warm-up (selfattn/measure/threads.py), which changes the summation order.
+   Where the workload's values are refreshed before every timed call (selfattn/measure/fresh.py: core, layer),
+   the last timed call is judged instead against the reference of its own inputs, and 3. is left out: the timed
+   calls' fresh values were a second input already
+   (`fresh.FreshCalls.judge`): a kernel that returns what it answered for other values is caught there.
 
 Cost (benchmarks/harness_overhead.py's tiny point: sdpa, heads 2, n 64, d 16, timing_s 0.05, 2-core VM
 under load 7-13, the base and this tree alternated): point_wall_s +6 to +8 ms (68 -> 74 ms time only, 80 ->

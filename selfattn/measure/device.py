@@ -84,7 +84,7 @@ def _cpu_mem_bytes() -> int | None:
 def _nvidia_driver() -> str:
     """The NVIDIA driver version (torch does not expose it): NVML if installed, else nvidia-smi."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
 
         pynvml.nvmlInit()
         version = pynvml.nvmlSystemGetDriverVersion()

@@ -17,7 +17,7 @@ import torch
 
 from selfattn import compile as compile_cache
 from selfattn.backends.resolved import Resolved
-from selfattn.measure.accuracy import sample_rows
+from selfattn.measure import boundary
 from selfattn.measure.budget import Budget, over_budget
 from selfattn.measure.device import device_peak_tflops, peak_source
 from selfattn.measure.flops import mask_density, point_flops
@@ -52,7 +52,7 @@ def guard_point(point: Point, budget: Budget, device: str, dtype: torch.dtype, r
     and why). Nothing that grows with the point is made before the answer: the sampled rows are a permutation
     of q_len, drawn after."""
     free = free_bytes(device)
-    n_sampled = min(point.q_len_resolved, budget.accuracy_rows)
+    n_sampled = boundary.point_row_count(point, budget.accuracy_rows, resolved)
     row.predicted_mem_bytes = predict_mem_bytes(point, resolved)  # memory models are closed forms
     row.kv_cache_bytes = point.kv_bytes
     # memory only: the time limit is judged on the full prediction below, which the masks' tensors fit beside
@@ -74,7 +74,8 @@ def guard_point(point: Point, budget: Budget, device: str, dtype: torch.dtype, r
     if reason is not None:
         row.status, row.error = "skipped_budget", reason
         return None
-    return sample_rows(point.q_len_resolved, budget.accuracy_rows, point.seed)
+    # the first, last and block-edge query rows always, random ones beside (selfattn/measure/boundary.py)
+    return boundary.point_rows(point, budget.accuracy_rows, resolved)
 
 
 def _predict(point: Point, budget: Budget, device: str, dtype: torch.dtype, resolved: Resolved, n_sampled: int,

@@ -65,6 +65,9 @@ class Measured:
     checked: Result | None = None  # the warm-up's sampled output (dropped after WARMUP_OUTPUT)
     reference: Result | None = None  # the verdict's float64 reference of the same rows, when it made one
     notes: list[str] = field(default_factory=list)  # for the row's `note`
+    fresh: Any = None  # the inputs' refresher of a judged scope (selfattn/measure/fresh.py), None elsewhere
+    timed_tampered: str = ""  # how the back end wrote into its inputs during the timed calls (fresh.py's finish)
+    impossible: str = ""  # why the time is below the device's physical floor (floor.py), "" when it is not
 
 
 Measure = Callable[[Measured], dict[str, Any]]
@@ -115,7 +118,7 @@ def run_stage(stage: str, m: Measured, chosen: Iterable[str]) -> dict[str, Any]:
 def memory(m: Measured) -> dict[str, Any]:
     """The memory call's peak (RSS growth on a CPU, the allocator's peak on CUDA); on a CPU, one profiled call
     for the allocator's exact peak."""
-    peak, call_s = measure_peak(m.workload.call, m.device)
+    peak, call_s = measure_peak(m.fresh.then(m.workload.call) if m.fresh else m.workload.call, m.device)
     m.plan_call_s = min(m.plan_call_s, call_s)
     return {"peak_mem_bytes": peak,
             "peak_alloc_bytes": peak if m.device == "cuda" else alloc_peak_bytes(m.workload.call)}

@@ -39,6 +39,9 @@ from selfattn import compile as compile_cache
 from selfattn.backends.resolved import Resolved, resolve_point
 from selfattn.errors import Unsupported
 from selfattn.measure import checks, failures, hints, noise
+from selfattn.measure import floor as physical_floor
+from selfattn.measure import fresh as fresh_inputs
+from selfattn.measure import gpu_state, kernel_time, spec_peaks
 from selfattn.measure.budget import Budget
 from selfattn.measure.device import device_peak_tflops, environment, peak_source, resolve_device
 from selfattn.measure.guard import compile_key, guard_point
@@ -48,7 +51,7 @@ from selfattn.measure.metric_steps import (AFTER_TIMER, AFTER_VERDICT, BEFORE_TI
 from selfattn.measure.permutation import POINT_SHAPE_CALLS
 from selfattn.measure.predict import after_warmup_s
 from selfattn.measure.threads import ThreadChoice, choose_threads, on_threads, one_thread
-from selfattn.measure.timing import Timing, kept_samples, time_call, wall_call
+from selfattn.measure.timing import Timing, idle_reason, kept_samples, time_call, wall_call
 from selfattn.measure import workload as workloads
 from selfattn.measure.workload import Result, Workload
 from selfattn.metrics import ALL as ALL_METRICS, metrics_label
@@ -122,13 +125,13 @@ def _resolve(point: Point, device: str, row: Row) -> tuple[Point, Resolved]:
 def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_queries: torch.Tensor, row: Row,
          resolved: Resolved, metrics: frozenset[str] = frozenset(ALL_METRICS)) -> None:
     """Build, warm up, time, judge, then each chosen metric: the steps after the guard."""
-    workload, guard = _build(point, device, dtype, sampled_queries, resolved, row)
+    workload, guard, fresh = _build(point, device, dtype, sampled_queries, resolved, row)
     warm = _warm_up(point, device, workload, guard, resolved, row)
     if (reason := _too_slow(point, budget, device, workload, warm, resolved.compiles, row)) is not None:
         row.status, row.error = "skipped_budget", reason
         return
     measured = Measured(point, device, dtype, budget, resolved, workload, sampled_queries, warm.call_s,
-                        checked=warm.checked)
+                        checked=warm.checked, fresh=fresh)
     timed = _time(measured, warm, metrics, row)
     _precision_notes(point, workload, warm.checked, row)
     with _single_threaded_on_cpu(device):
@@ -141,14 +144,16 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
 
 
 def _build(point: Point, device: str, dtype: torch.dtype, sampled_queries: torch.Tensor, resolved: Resolved,
-           row: Row) -> tuple[Workload, checks.InputGuard | None]:
+           row: Row) -> tuple[Workload, checks.InputGuard | None, fresh_inputs.FreshInputs | None]:
     """The scope's workload, the copies its inputs are checked against (judged scopes: core, layer, generate),
     and the back end's one-time set-up (flex: block_mask_s, built before the first call)."""
     with _single_threaded_on_cpu(device):
         workload = workloads.build(point, dtype, torch.device(device), sampled_queries, resolved=resolved)
     guard = checks.InputGuard(workload.inputs or {}) if workload.plain is not None else None
+    # new input values before each timed call, outside its time (selfattn/measure/fresh.py)
+    fresh = fresh_inputs.for_workload(workload) if workload.plain is not None else None
     _set(row, workload.prepare())
-    return workload, guard
+    return workload, guard, fresh
 
 
 @dataclass
@@ -188,10 +193,8 @@ def _too_slow(point: Point, budget: Budget, device: str, workload: Workload, war
     """The second guard, on a measured call this time: the prediction can be far off (a slow dtype on this
     CPU, a busy machine), and the memory call and every call of the timer (its own estimate and warm-up, at
     least MIN_SAMPLES timed calls) still lie ahead. Why the point must stop, or None."""
-    perm_calls = POINT_SHAPE_CALLS if compiling else 0  # the permutation check's calls of this size
-
     def remaining_s() -> float:
-        return after_warmup_s(device, warm.call_s, budget.timing_s, point.precision) + perm_calls * warm.call_s
+        return _remaining_s(point, budget, device, warm, compiling)
 
     if warm.warmup_s + remaining_s() > budget.max_point_s and 2 * warm.warmup_s < budget.max_point_s:
         # A first call can carry one-time costs (lazy imports, library init): look again once.
@@ -205,38 +208,74 @@ def _too_slow(point: Point, budget: Budget, device: str, workload: Workload, war
             f"~{warm.warmup_s + remaining_s():.0f} s > max_point_s={budget.max_point_s:g} s")
 
 
-def _time(m: Measured, warm: WarmUp, metrics: frozenset[str], row: Row) -> checks.LastOutput:
+def _remaining_s(point: Point, budget: Budget, device: str, warm: WarmUp, compiling: bool) -> float:
+    """Seconds of calls still ahead after the warm-up: the memory call and the timer's, and the permutation
+    check's calls of this size when compiled."""
+    perm_calls = POINT_SHAPE_CALLS if compiling else 0
+    return after_warmup_s(device, warm.call_s, budget.timing_s, point.precision) + perm_calls * warm.call_s
+
+
+def _time(m: Measured, warm: WarmUp, metrics: frozenset[str], row: Row) -> Any:
     """The timed calls: every thread, or one where a busy machine made every thread's barriers collapse
     (measure/threads.py); the memory metric's call just before the timer, on the same threads. Returns the
     timed call, which keeps its last output for the verdict."""
     started = time.perf_counter()
-    choice = (choose_threads(m.workload.call, m.device, warm.call_s) if not m.resolved.compiles
+    fresh, call = m.fresh, m.workload.call
+    fresh_call = fresh.then(call) if fresh else call  # every call the harness makes sees new values too
+    budget_s = m.budget.max_point_s - warm.warmup_s - _remaining_s(m.point, m.budget, m.device, warm,
+                                                                     m.resolved.compiles)
+    choice = (choose_threads(fresh_call, m.device, warm.call_s, budget_s) if not m.resolved.compiles
               else ThreadChoice(torch.get_num_threads(), 0.0, 0.0))
+    row.num_threads = choice.threads  # the count the timed calls run on (measure/threads.py)
+    row.note = "; ".join(filter(None, [row.note, choice.unchecked, choice.note() if choice.collapsed else ""]))
     if choice.collapsed:
-        row.num_threads, row.note = 1, "; ".join(filter(None, [row.note, choice.note()]))
         m.plan_call_s = choice.one_thread_s
     with on_threads(choice):
         _set(row, run_stage(BEFORE_TIMER, m, metrics))
-        timed = checks.LastOutput(m.workload.call)
-        timing = time_call(timed.call, m.device, m.budget.timing_s, m.plan_call_s)
+        # keeps the timed calls' outputs the verdict judges: with fresh inputs, the last one on its own inputs
+        timed = _timed_call(m)
+        with gpu_state.sampled(m.device) as gpu:  # CUDA: clocks, power, throttling over the timed window
+            timing = time_call(timed.call, m.device, m.budget.timing_s, m.plan_call_s,
+                               between=timed.between if fresh else None)
+    if fresh:  # the last call's rows kept, inputs written into found, the base values back (fresh.py)
+        m.timed_tampered = timed.finish()
+    if m.device == "cuda":  # the kernel's own time beside the call's; time_ms holds budget.timing_mode's
+        timing = kernel_time.record(row, call, timing, m.budget.timing_s, m.budget.timing_mode,
+                                    between=fresh.refresh if fresh else None)
+        if fresh:
+            fresh.restore()
     # Seconds inside calls of the point (warm-up and compilation, the threads' check, memory call, the timer's
     # run); everything else in a job's wall time (inputs, accuracy, stability, bookkeeping) is harness overhead.
     row.measure_s = (row.compile_s or 0.0) + warm.warmup_s + (time.perf_counter() - started)
     m.median_ms = timing.median_ms
     _timing_columns(m.point, timing, m.device, row, m.budget)
+    if gpu is not None:
+        gpu.fill(row)
     _set(row, run_stage(AFTER_TIMER, m, metrics))
     if m.budget.measure_device_peak:
         _heal_low_probes(m.device, m.dtype, row)
+    # a time below what the device can do (FLOPs / peak, bytes / bandwidth): selfattn/measure/floor.py
+    m.impossible = physical_floor.judge(m.point, m.device, m.dtype, row.time_ms, row, m.budget.measure_device_peak)
+    spec_peaks.fill(row)  # CUDA: % of the spec sheet's peak and bandwidth (spec_peaks.py)
     return timed
 
 
-def _judge(m: Measured, warm: WarmUp, timed: checks.LastOutput, guard: checks.InputGuard | None, row: Row,
+def _timed_call(m: Measured) -> Any:
+    """The timer's call: with fresh inputs (judged scopes), one that keeps the last call's sampled rows for its
+    own inputs' reference (fresh.py); else one that keeps the last output (checks.LastOutput)."""
+    if m.fresh is None:
+        return checks.LastOutput(m.workload.call)
+    assert m.workload.timed_rows is not None  # every judged scope names its timed rows (workload.py)
+    return fresh_inputs.FreshCalls(m.workload.call, m.fresh, m.workload.timed_rows)
+
+
+def _judge(m: Measured, warm: WarmUp, timed: Any, guard: checks.InputGuard | None, row: Row,
            metrics: frozenset[str]) -> str:
     """The verdict: why the point is incorrect, "" when it is not. The metrics of the warm-up's output run
     once its reference is made, and the output is dropped before the calls the verdict still makes."""
-    tampered = warm.tampered or (guard.changed("the timed calls") if guard else "")
+    tampered = warm.tampered or m.timed_tampered or (guard.changed("the timed calls") if guard else "")
     verdict = checks.judge_result(m.point, m.workload, warm.checked, m.dtype) if guard is not None else None
-    last = timed.take()
+    last = None if m.fresh else timed.take()
     if verdict is not None:
         row.err_bound = verdict.out.bound
         row.grad_err_bound = verdict.grads.bound if verdict.grads is not None else None
@@ -246,11 +285,12 @@ def _judge(m: Measured, warm: WarmUp, timed: checks.LastOutput, guard: checks.In
     hinted = (hints.hint(m.point, m.workload, warm.checked, verdict.out.bound)
               if verdict is not None and not verdict.out.ok else "")
     m.checked = m.reference = warm.checked = None  # dropped: the calls below need the room
-    reason = tampered or ((verdict.reason + hinted) if verdict and verdict.reason else "")
+    reason = tampered or m.impossible or ((verdict.reason + hinted) if verdict and verdict.reason else "")
     if verdict is not None and not reason:
-        reason = checks.judge_last(m.workload, last, verdict)
+        reason = (timed.judge(m.point, m.workload, m.dtype) if m.fresh
+                  else checks.judge_last(m.workload, last, verdict))
     del last
-    if verdict is not None and not reason:
+    if verdict is not None and not reason and not m.fresh:  # fresh inputs were a second (and a thousandth) input
         reason = checks.judge_second(m.point, _builder(m.resolved), m.dtype, m.device, m.sampled_queries)
     return reason
 
@@ -321,6 +361,9 @@ def _timing_columns(point: Point, timing: Timing, device: str, row: Row, budget:
                          budget.noise_spread, budget.noise_cpu)
     row.time_spread, row.other_cpu_frac, row.noisy, row.noise = (
         judged.time_spread, judged.other_cpu_frac, judged.noisy, judged.reason)
+    row.own_cpu_frac = timing.own_cpu_frac  # a CPU call that waits rather than computes is flagged (timing.py)
+    if idle := idle_reason(timing.own_cpu_frac, device):
+        row.noisy, row.noise = True, "; ".join(filter(None, [row.noise, idle]))
     timed = timing.median_ms > 0
     row.tflops = row.flops / (timing.median_ms * 1e-3) / 1e12 if row.flops is not None and timed else None
     if point.scope == "generate" and timed:  # one call is the whole loop of new_tokens steps

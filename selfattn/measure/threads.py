@@ -7,16 +7,22 @@ time, while on one thread it keeps near its quiet time. Back ends with fewer par
 one fused kernel) were spared, so a comparison of back ends turned on how many ops each has, not on
 their work: "dot-product attention beats additive" did not hold in such a run.
 
-So after the warm-up, a short call (under CHECK_MAX_S) is also run once on one thread; where every
-thread was COLLAPSE_FACTOR times slower or more (confirmed by a second call on every thread), the point's
-memory call and timed calls run on one thread, and its row says so (num_threads 1 and a note). A quiet
-machine never comes near the factor: two threads of the same work are not 3x slower than one, whose
-calls then keep every thread, as before. Longer calls are left alone: a slice per op is a small part of
-them (and a second and third call of them would cost more than the check can save).
+So after the warm-up, the call is also run once on one thread; where every thread was COLLAPSE_FACTOR times
+slower or more (confirmed by a second call on every thread), the point's memory call and timed calls run on one
+thread, and its row says so (num_threads 1 and a note). A quiet machine never comes near the factor: two threads
+of the same work are not 3x slower than one, whose calls then keep every thread, as before.
+
+Calls of any length are checked: a long call is no safer (naive at n=256 took 54.7 ms on 2 collapsed threads and
+0.70 ms on one, a 55x gap in the end table). The check's one-thread call takes at most `threads` times the
+warm-up (collapse only slows the threads down), so it runs when that fits the seconds the point has left
+(`budget_s`, from budget.max_point_s; the confirming call then fits too); otherwise the row's note says the
+threads were not checked.
+The row's `num_threads` is the count its timed calls ran on.
 """
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -25,7 +31,6 @@ import torch
 
 from selfattn.measure.timing import wall_call
 
-CHECK_MAX_S = 0.05  # calls on every thread longer than this are not checked
 COLLAPSE_FACTOR = 3.0  # every thread at least this many times slower than one: collapsed
 
 
@@ -34,6 +39,7 @@ class ThreadChoice:
     threads: int  # the threads the timed calls run on
     every_thread_s: float  # the faster of the calls on every thread (0: not checked)
     one_thread_s: float  # the call on one thread (0: not checked)
+    unchecked: str = ""  # why the threads were not checked (the call too long for the point's time left), or ""
 
     @property
     def collapsed(self) -> bool:
@@ -44,20 +50,25 @@ class ThreadChoice:
                 f"{self.one_thread_s * 1e3:.3g} ms on one (a busy machine's barrier waits; measure/threads.py)")
 
 
-def choose_threads(call: Callable[[], object], device: str, warm_call_s: float) -> ThreadChoice:
-    """Every thread, unless a short call on every thread is COLLAPSE_FACTOR times slower than on one.
+def choose_threads(call: Callable[[], object], device: str, warm_call_s: float,
+                   budget_s: float = math.inf) -> ThreadChoice:
+    """Every thread, unless the call on every thread is COLLAPSE_FACTOR times slower than on one.
 
-    `warm_call_s`: the warm-up call's seconds (on every thread). Costs one call on one thread where the
-    call is short and the process has more than one thread, and one more on every thread where that
-    looks collapsed (a warm-up can carry one-time costs)."""
+    `warm_call_s`: the warm-up call's seconds (on every thread); `budget_s`: the seconds the check may take.
+    Costs one call on one thread where the process has more than one thread, and one more on every thread
+    where that looks collapsed (a warm-up can carry one-time costs)."""
     threads = torch.get_num_threads()
-    if device != "cpu" or threads <= 1 or warm_call_s > CHECK_MAX_S:
+    if device != "cpu" or threads <= 1:
         return ThreadChoice(threads, 0.0, 0.0)
+    if threads * warm_call_s > budget_s:
+        return ThreadChoice(threads, 0.0, 0.0, unchecked=(
+            f"threads not checked: a call on one thread could take {threads * warm_call_s:.3g} s, more than the "
+            f"{max(budget_s, 0.0):.3g} s the point has left (budget.max_point_s)"))
     with one_thread():
         _, one_s = wall_call(call, device)
     if warm_call_s < COLLAPSE_FACTOR * one_s:
         return ThreadChoice(threads, warm_call_s, one_s)
-    _, again_s = wall_call(call, device)
+    _, again_s = wall_call(call, device)  # fits: one_s + warm_call_s <= 2 warm_call_s <= threads * warm_call_s
     every_s = min(warm_call_s, again_s)
     return ThreadChoice(1 if every_s >= COLLAPSE_FACTOR * one_s else threads, every_s, one_s)
 

@@ -1,6 +1,12 @@
 """Timing one call with the field's timers: median and p20/p80 of per-call times.
 
-Three timers; every row says which one measured it (`Timing.timer`, the row's `timer` column):
+Four timers; every row says which one measured it (`Timing.timer`, the row's `timer` column):
+
+- `cpu_fresh` (CPU, a judged point's timed calls): each call timed alone with `time.perf_counter` (the garbage
+  collector off, as timeit does), after a `between` step that is not timed: selfattn/measure/fresh.py writes new
+  input values there, so no two timed calls see the same values. A block of calls timed together cannot leave a
+  step between its calls out of its time, so fresh inputs mean a sample per call. The window `timing_s` counts
+  the steps between calls (a point costs what it did); the CUDA timers take the same `between` (cuda_events).
 
 - `cpu_blocks` (CPU): blocks of calls timed with `time.perf_counter` (the stdlib's `timeit`, the
   garbage collector off, torch's thread count as set), a block sized from the caller's estimate of
@@ -36,7 +42,7 @@ import torch
 
 from selfattn.measure import noise
 
-TIMERS = ("cpu_blocks", "do_bench", "cuda_events")
+TIMERS = ("cpu_fresh", "cpu_blocks", "do_bench", "cuda_events")
 # Fewer timed samples than this make p20/p80 meaningless; slow calls are repeated this often
 # even when that exceeds timing_s (the budget guard has already counted them).
 MIN_SAMPLES = 3
@@ -76,6 +82,7 @@ class Timing:
     timer: str = ""  # one of TIMERS
     samples_ms: tuple[float, ...] = ()  # every sample's per-call time, in the order measured
     other_cpu_frac: float | None = None  # others' share of the CPU during the timer's run (measure/noise.py)
+    own_cpu_frac: float | None = None  # this process's CPU seconds per wall second of the timer's run (all threads)
 
 
 @dataclass(frozen=True)
@@ -133,8 +140,13 @@ def cuda_timer(call_s: float, timing_s: float) -> str:
     return "do_bench"
 
 
-def plan(device: str, call_s: float, timing_s: float) -> Plan:
-    """How many calls timing a `call_s`-second call for `timing_s` seconds makes on `device`."""
+def plan(device: str, call_s: float, timing_s: float, *, fresh: bool = False) -> Plan:
+    """How many calls timing a `call_s`-second call for `timing_s` seconds makes on `device` (`fresh`: with a step
+    between calls, time_call's `between`; its seconds share the window, so this counts at most that many calls)."""
+    if fresh:
+        if device != "cuda":
+            return Plan("cpu_fresh", 0, _timed_calls(call_s, timing_s))
+        return Plan("cuda_events", _warmup_calls(call_s), min(MAX_EVENT_CALLS, _timed_calls(call_s, timing_s)))
     if device != "cuda":
         # one calibration block first when blocks hold several calls, then blocks until timing_s is covered
         number = _cpu_block_calls(call_s)
@@ -170,6 +182,28 @@ def time_cpu(fn: Callable[[], object], timing_s: float, call_s_estimate: float) 
     while len(per_call_s) < MIN_SAMPLES or time.perf_counter() - start < timing_s:
         per_call_s.append(timer.timeit(number) / number)
     return summarize([t * 1e3 for t in per_call_s], "cpu_blocks")
+
+
+def time_cpu_fresh(fn: Callable[[], object], between: Callable[[], object], timing_s: float) -> Timing:
+    """Time `fn` on the CPU, one call per sample, `between()` run untimed before each call, for about `timing_s`
+    seconds of the loop (the steps between calls included) and at least MIN_SAMPLES calls."""
+    import gc
+
+    clock = time.perf_counter
+    per_call_s: list[float] = []
+    gc_was_on = gc.isenabled()
+    gc.disable()  # as timeit does: a collection inside a call is not the call's time
+    try:
+        start = clock()
+        while len(per_call_s) < MIN_SAMPLES or clock() - start < timing_s:
+            between()
+            began = clock()
+            fn()
+            per_call_s.append(clock() - began)
+    finally:
+        if gc_was_on:
+            gc.enable()
+    return summarize([t * 1e3 for t in per_call_s], "cpu_fresh")
 
 
 def time_cuda(fn: Callable[[], object], timing_s: float, call_s_estimate: float) -> Timing:
@@ -243,12 +277,16 @@ def _flush_buffer() -> torch.Tensor:
     return torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
 
 
-def _event_times_ms(fn: Callable[[], object], calls: int) -> list[float]:
-    """`calls` per-call times: flush L2, then a pair of events around each call."""
+def _event_times_ms(fn: Callable[[], object], calls: int,
+                    between: Callable[[], object] | None = None) -> list[float]:
+    """`calls` per-call times: `between()` (queued before the events: fresh inputs), flush L2, then a pair of events
+    around each call."""
     flush = _flush_buffer()
     starts = [_event() for _ in range(calls)]
     ends = [_event() for _ in range(calls)]
     for begin, end in zip(starts, ends):
+        if between is not None:
+            between()
         flush.zero_()  # evicts the inputs from L2 so every call reads them from HBM
         begin.record()
         fn()
@@ -257,21 +295,53 @@ def _event_times_ms(fn: Callable[[], object], calls: int) -> list[float]:
     return [begin.elapsed_time(end) for begin, end in zip(starts, ends)]
 
 
-def _time_cuda_events(fn: Callable[[], object], timing_s: float, call_s_estimate: float) -> Timing:
+def _time_cuda_events(fn: Callable[[], object], timing_s: float, call_s_estimate: float,
+                      between: Callable[[], object] | None = None) -> Timing:
     """do_bench's method without its estimate: warm up for WARMUP_MS (at least one call), then time."""
     for _ in range(_warmup_calls(call_s_estimate)):
+        if between is not None:
+            between()
         fn()
     _synchronize()
     calls = min(MAX_EVENT_CALLS, _timed_calls(call_s_estimate, timing_s))
-    return summarize(_event_times_ms(fn, calls), "cuda_events")
+    return summarize(_event_times_ms(fn, calls, between), "cuda_events")
 
 
-def time_call(fn: Callable[[], object], device: str, timing_s: float, call_s_estimate: float) -> Timing:
+def time_call(fn: Callable[[], object], device: str, timing_s: float, call_s_estimate: float, *,
+              between: Callable[[], object] | None = None) -> Timing:
     """Time `fn` on `device` ("cpu" or "cuda") for about `timing_s` seconds, and what other processes took
-    of the CPU meanwhile (`Timing.other_cpu_frac`, read before and after the timer: selfattn/measure/noise.py)."""
-    timer = time_cuda if device == "cuda" else time_cpu
+    of the CPU meanwhile (`Timing.other_cpu_frac`, read before and after the timer: selfattn/measure/noise.py).
+
+    `between`: a step run before every timed call and never timed (fresh inputs, selfattn/measure/fresh.py): the
+    CPU then times each call alone (`cpu_fresh`), CUDA with its events (`cuda_events`; do_bench has no such step)."""
+    if between is not None:
+        if device == "cuda":
+            def timer(fn, timing_s, call_s_estimate):  # noqa: ANN001, ANN202 - the same three arguments
+                return _time_cuda_events(fn, timing_s, call_s_estimate, between)
+        else:
+            def timer(fn, timing_s, call_s_estimate):  # noqa: ANN001, ANN202
+                return time_cpu_fresh(fn, between, timing_s)
+    else:
+        timer = time_cuda if device == "cuda" else time_cpu
+    own_before, wall_before = time.process_time(), time.perf_counter()
     timing, others = noise.watched(lambda: timer(fn, timing_s, call_s_estimate), time.perf_counter)
-    return replace(timing, other_cpu_frac=others)
+    wall_s = time.perf_counter() - wall_before
+    own = (time.process_time() - own_before) / wall_s if wall_s > 0 else None
+    return replace(timing, other_cpu_frac=others, own_cpu_frac=own)
+
+
+# A CPU point whose process used less than this share of one core over its timed calls spent them waiting (a sleep,
+# a lock, a device or process outside this one), not computing: its time is real, but not a computation's. An
+# honest call computes on at least one thread; even with others holding 90% of a 2-core machine it keeps ~0.2.
+IDLE_CPU_FRAC = 0.1
+
+
+def idle_reason(own_cpu_frac: float | None, device: str) -> str:
+    """Why a CPU row's timed calls look idle (for its `noise`), or ""."""
+    if device == "cuda" or own_cpu_frac is None or own_cpu_frac >= IDLE_CPU_FRAC:
+        return ""
+    return (f"idle: the process used {100 * own_cpu_frac:.0f}% of a core over its timed calls < "
+            f"{100 * IDLE_CPU_FRAC:.0f}% (it waited, e.g. slept, rather than computed)")
 
 
 def kept_samples(samples_ms: tuple[float, ...], limit: int = MAX_KEPT_SAMPLES) -> list[float]:

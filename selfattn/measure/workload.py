@@ -64,6 +64,10 @@ class Workload:
     inputs: dict[str, torch.Tensor] | None = None  # what the back end is handed, checked unchanged after its calls
     timed_rows: Callable[[Any], torch.Tensor] | None = None  # a timed call's output -> its sampled output rows
     magnitude: Callable[[], float] | None = None  # the largest magnitude an output is made of (the atol's scale)
+    # the tensors every call reads afresh, which selfattn/measure/fresh.py refreshes between timed calls (None: the
+    # scope's calls keep their inputs), and what copies them into the back end's converted inputs (a BSHD plugin's)
+    values: dict[str, torch.Tensor] | None = None
+    sync_inputs: Callable[[], None] | None = None
 
 
 def _randn(shape: tuple[int, ...], seed: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -186,12 +190,27 @@ def _build_core(point: Point, dtype: torch.dtype, device: torch.device, rows: to
     def prepare() -> dict[str, float]:
         return _backend_hook("prepare", resolved, point, q, k, v, masks)
 
-    handed = getattr(forward, "handed", None) or {"q": q, "k": k, "v": v}  # a BSHD plugin's converted copies
+    handed: dict[str, torch.Tensor] = getattr(forward, "handed", None) or {"q": q, "k": k, "v": v}  # a BSHD plugin's converted copies
+    values = {"q": q, "k": k, "v": v}
+    sync_inputs = None if handed is not getattr(forward, "handed", None) else _sync_bshd(values, handed)
     # additive scores: no stability metrics (they read the dot product's logits)
     return Workload(call, check_call, reference, stability_inputs if point.score == "dot" else None,
                     _stability_upstream(point, len(rows), dtype, device), rows, masks, kernel_ran, prepare,
                     plain=lambda: reference(_plain_dtype(point, dtype)), inputs=handed, timed_rows=timed_rows,
-                    magnitude=lambda: float(v.detach().abs().max()) if v.numel() else 0.0)
+                    magnitude=lambda: float(v.detach().abs().max()) if v.numel() else 0.0,
+                    values=values, sync_inputs=sync_inputs)
+
+
+def _sync_bshd(values: dict[str, torch.Tensor], handed: dict[str, torch.Tensor]) -> Callable[[], None]:
+    """Copies q, k, v (B, H, S, D) into a BSHD back end's converted inputs (B, S, H, D), as Entry.bind made them."""
+
+    def sync() -> None:
+        with torch.no_grad():
+            for name, tensor in handed.items():
+                tensor.copy_(values[name].detach().transpose(1, 2))
+
+    sync.handed = handed  # type: ignore[attr-defined]  # what fresh.py compares after the timed calls
+    return sync
 
 
 def _checked_attention(resolved: Resolved, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None,
@@ -318,7 +337,7 @@ def _build_layer(point: Point, dtype: torch.dtype, device: torch.device, rows: t
     return Workload(call, check_call, reference, stability_inputs, _stability_upstream(point, len(rows), dtype, device),
                     rows, Masks(causal=point.causal), kernel_ran, prepare,
                     plain=(lambda: reference(_plain_dtype(point, dtype))) if judged else None, inputs={"x": x},
-                    timed_rows=timed_rows)
+                    timed_rows=timed_rows, values={"x": x})
 
 
 def _project_rows(layer: MultiHeadSelfAttention, x_BLD: torch.Tensor, rows: torch.Tensor):

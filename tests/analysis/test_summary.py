@@ -64,7 +64,7 @@ def test_seeds_are_repeats_whose_median_is_taken_and_devices_become_an_axis():
 def test_frame_has_one_row_per_point_and_back_end_in_registry_order_with_failed_statuses():
     frame = summary_frame(_grid())
     assert list(frame.columns) == ["seq_len", "causal", "backend", "rows", "ok", "time_ms", "peak_alloc_bytes",
-                                   "status", "not_result", "speedup"]
+                                   "status", "not_result", "fewer_threads", "speedup"]
     assert len(frame) == 12
     assert list(frame["backend"][:3]) == ["naive", "sdpa", "chunked"]  # BACKEND_NAMES' order, not the rows'
     oom = frame[(frame["seq_len"] == 256) & frame["causal"] & (frame["backend"] == "chunked")].iloc[0]
@@ -294,3 +294,20 @@ def test_plugins_are_never_the_columns_left_out_at_80_columns():
     headers = [line.split() for line in text.splitlines() if line.startswith("seq_len")]
     assert sorted(h for header in headers for h in header[1:]) == sorted(names), text
     assert "left out to fit 80" not in text and "every back end shown" in " ".join(text.split())
+
+
+def test_a_cell_timed_on_fewer_threads_than_the_others_is_marked():
+    from analysis.noise import FEWER_THREADS_MARK, fewer_threads_mask
+
+    rows = _rows(_row("naive", 256, time_ms=54.7, num_threads=1), _row("sdpa", 256, time_ms=1.0, num_threads=2),
+                 _row("chunked", 256, time_ms=2.0, num_threads=2))
+    assert fewer_threads_mask(rows).tolist() == [True, False, False]
+    text = summary_text(rows)
+    assert f"54.7 ms{FEWER_THREADS_MARK}" in text and f"1 ms{FEWER_THREADS_MARK}" not in text
+    assert "1 of 3 ok rows timed on fewer threads" in text
+    assert f"54.7 ms{FEWER_THREADS_MARK}" in summary_markdown(rows)
+    # every row on the same threads, or no num_threads at all (older files): nothing marked
+    same = _rows(_row("naive", 256, num_threads=2), _row("sdpa", 256, num_threads=2))
+    assert not fewer_threads_mask(same).any() and FEWER_THREADS_MARK not in summary_text(same)
+    older = _rows(_row("naive", 256), _row("sdpa", 256)).drop(columns="num_threads")
+    assert not fewer_threads_mask(older).any()

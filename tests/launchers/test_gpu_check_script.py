@@ -79,6 +79,8 @@ def test_dry_run_prints_the_plan_and_every_stage_and_writes_nothing(dry_run) -> 
     assert any("pip install -q --no-index --no-deps --target" in c and str(wheels) in c for c in commands)
     sweeps = [c for c in commands if "-m runners.sweep" in c]
     assert len(sweeps) == 6
+    # the launch diagnostic: quadratic_cost's call vs kernel time at n = 1024 and 4096, triton beside sdpa
+    assert any("scripts/launch_diagnostic.py" in c and "--seq-len 1024,4096" in c for c in commands)
     assert all("device=cuda" in c and "report=false" in c and "budget.max_point_s=" in c for c in sweeps)
     assert all("wandb.mode=disabled" in c for c in sweeps)  # the GPU image has no wandb
     joined = " ".join(sweeps)

@@ -212,10 +212,10 @@ def test_ok_row_says_which_timer_measured_it_and_how_many_samples(monkeypatch):
     # every thread, as on a machine whose barriers do not collapse: the note must then be empty (whether this
     # machine's do is measure/threads.py's question, tested in tests/measure/test_threads.py)
     monkeypatch.setattr(run_module, "choose_threads",
-                        lambda call, device, s: run_module.ThreadChoice(torch.get_num_threads(), 0.0, 0.0))
+                        lambda call, device, s, *budget_s: run_module.ThreadChoice(torch.get_num_threads(), 0.0, 0.0))
     row = measure_point(_small(), QUICK)
     assert row.status == "ok", row.error
-    assert row.timer == "cpu_blocks" and row.time_samples >= 3
+    assert row.timer == "cpu_fresh" and row.time_samples >= 3
     assert row.computed_as == "fp32" and row.note == ""
 
 
@@ -308,7 +308,7 @@ def test_metrics_choose_what_a_point_measures_and_leave_the_rest_empty(mode, mon
     # Every call on every thread: a busy machine can send one of these tiny points to one thread
     # (selfattn/measure/threads.py), and chunked's peak_alloc_bytes differs with its worker count
     monkeypatch.setattr(run_module, "choose_threads",
-                        lambda call, device, s: run_module.ThreadChoice(torch.get_num_threads(), 0.0, 0.0))
+                        lambda call, device, s, *budget_s: run_module.ThreadChoice(torch.get_num_threads(), 0.0, 0.0))
     point = _small(backend="chunked", causal=True, mode=mode)
     every = measure_point(point, QUICK)
     assert every.status == "ok" and every.metrics == ",".join(ALL)

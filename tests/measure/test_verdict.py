@@ -102,7 +102,7 @@ def test_last_output_keeps_the_last_call_only():
 
 @pytest.mark.parametrize("name, words", [
     ("top_left_causal", "output error"), ("batch_offset", "output error"), ("writes_input", "modified its input q"),
-    ("cached", "output on a second input"), ("wrong_when_timed", "output of the last timed call"),
+    ("cached", "output of the last timed call (on its own fresh inputs)"), ("wrong_when_timed", "timed call (on its own fresh inputs)"),
 ])
 def test_measure_point_marks_each_bad_kernel_incorrect_and_keeps_its_time(name, words, monkeypatch):
     from selfattn.measure import measure_point

@@ -1,0 +1,72 @@
+"""End to end, through the real command line: kernels that game the timer (tests/plugins_for_tests/cheats.py)
+beside an honest built-in, with fresh input values between timed calls (selfattn/measure/fresh.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runners"))
+from runner_helpers import ROOT, run_sweep  # noqa: E402
+
+PLUGINS = "plugins_for_tests.cheats"
+CHEATS = ("memo_identity", "memo_fingerprint", "pointer_cache", "right_first_call", "precomputed", "sleeper",
+          "precomputed_sleeper")
+
+
+def starred(stdout: str) -> list[str]:
+    """The back ends whose cell the end table marks fastest (`*`), read under the table's header line."""
+    lines = stdout.splitlines()
+    found = []
+    for header, cells in zip(lines, lines[1:]):
+        if "sdpa" not in header.split():
+            continue
+        names, values = re.split(r"\s{2,}", header.strip()), re.split(r"\s{2,}", cells.strip())
+        if len(names) == len(values):
+            found += [name for name, value in zip(names, values) if value.startswith("*")]
+    return found
+
+
+@pytest.mark.slow
+def test_cheating_kernels_compute_every_call_or_are_incorrect(tmp_path):
+    backends = ",".join(["sdpa", *(f"{PLUGINS}:{name}" for name in CHEATS)])
+    sweep = tmp_path / "sweep"
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    out = run_sweep("-m", f"backend={backends}", "experiment=smoke", "seq_len=256", "heads=2", "head_dim=32",
+                    "budget.timing_s=0.1", "budget.accuracy_rows=16", "budget.measure_device_peak=true", "metrics=[]",
+                    f"hydra.sweep.dir={sweep}", env=env, timeout=600)
+    rows = pd.read_csv(sweep / "results.csv", keep_default_na=False).set_index("backend")
+    assert len(rows) == 1 + len(CHEATS), (out.stdout[-3000:], out.stderr[-3000:])
+    status = rows["status"].to_dict()
+    assert status["sdpa"] == "ok", rows.loc["sdpa", "error"]
+    # memoized on identity or on the values: with new values before every timed call they compute every time,
+    # so they are ok at a computing kernel's time, far above the lookup the pointer-keyed cache is timed at
+    lookup_ms = float(rows.loc["pointer_cache", "time_ms"])
+    for name in ("memo_identity", "memo_fingerprint"):
+        assert status[name] == "ok", rows.loc[name, "error"]
+        assert float(rows.loc[name, "time_ms"]) > 10 * lookup_ms, (name, rows.loc[name, "time_ms"], lookup_ms)
+        assert rows.loc[name, "timer"] == "cpu_fresh"
+    # lookups faster than the device can compute: below the physical floor (selfattn/measure/floor.py), both numbers
+    for name in ("pointer_cache", "precomputed"):
+        assert status[name] == "incorrect", (name, status[name], rows.loc[name, "error"])
+        error = rows.loc[name, "error"]
+        assert "is below the physical floor" in error and "TFLOP/s matmul peak" in error, error
+        assert float(rows.loc[name, "time_ms"]) < float(rows.loc[name, "floor_ms"]) / 4
+    # stale answers above the floor: a kernel right only on an input's first call, a precomputed answer that sleeps
+    for name in ("right_first_call", "precomputed_sleeper"):
+        assert status[name] == "incorrect", (name, status[name], rows.loc[name, "error"])
+        assert "timed call (on its own fresh inputs)" in rows.loc[name, "error"], rows.loc[name, "error"]
+    # honest rows keep within the floor's slack (a peak measured while others load the machine can put a fast kernel
+    # just under floor_ms itself); the sleeper is right (ok) but its timed calls waited: noisy, and says so
+    for name in ("sdpa", "memo_identity", "memo_fingerprint", "sleeper"):
+        assert float(rows.loc[name, "time_ms"]) >= float(rows.loc[name, "floor_ms"]) / 4, name
+        assert rows.loc[name, "floor_of"] == "flops"
+    assert status["sleeper"] == "ok", rows.loc["sleeper", "error"]
+    assert str(rows.loc["sleeper", "noisy"]) == "True" and "idle: the process used" in rows.loc["sleeper", "noise"]
+    assert "idle" not in rows.loc["sdpa", "noise"] and float(rows.loc["sdpa", "own_cpu_frac"]) > 0.1
+    assert starred(out.stdout) == ["sdpa"], out.stdout[-3000:]
