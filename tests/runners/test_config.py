@@ -26,7 +26,7 @@ def task_dict(cfg):
 def test_the_issue_lists_every_experiment():
     assert set(EXPERIMENTS) == {"quick", "quadratic_cost", "scaling_stability", "causal_mask", "heads",
                                 "precision_accuracy", "cross_gpu", "masks", "gqa", "decode", "compiled", "rnn_vs_attention",
-                                "training", "additive", "positions", "fp8", "triton", "variants", "smoke"}
+                                "training", "additive", "positions", "fp8", "triton", "variants", "smoke", "mask_functions"}
 
 
 @pytest.mark.parametrize("name", STUDIES)
