@@ -10,8 +10,9 @@ kernel's out-of-memory killer (a `crashed` row) instead of a failed allocation (
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from selfattn.host_memory import host_available_bytes
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _NO_LIMIT_V1 = 1 << 60  # v1 says "no limit" with a page-rounded LONG_MAX
@@ -70,20 +71,6 @@ def cgroup_room_bytes(proc_cgroup: str | None = None, root: Path = CGROUP_ROOT) 
                     rooms.append(max(0, limit - used + _stat(base / "memory.stat", "total_inactive_file")))
                     break
     return min(rooms) if rooms else None
-
-
-def host_available_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def available_bytes() -> int | None:

@@ -30,6 +30,8 @@ from typing import Callable, Iterator
 
 import torch
 
+from selfattn.host_memory import host_available_bytes
+
 from selfattn import torch_private
 
 _STATUS = "/proc/self/status"
@@ -192,17 +194,7 @@ def free_bytes(device: str) -> int | None:
         free, _total = torch.cuda.mem_get_info()
         # Blocks the caching allocator holds but does not use are free to this process too.
         return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
+    return host_available_bytes()
 
 
 def release_memory(device: str) -> None:
