@@ -363,6 +363,13 @@ def problems(overrides: Sequence[str], config_dir: str | None = None) -> list[st
             found.append(f"backend: {', '.join(plugins)} {'is a plugin' if len(plugins) == 1 else 'are plugins'}, "
                          f"named through the search path entry {PLUGIN_SOURCE}, which hydra.searchpath="
                          f"{searchpath} leaves out: add it (hydra.searchpath=[{PLUGIN_SOURCE},...])")
+        for kind in FUNCTION_GROUPS:  # every function but none is an option the source makes (selfattn/mods/)
+            names = [n for n in dict.fromkeys(str(v) for o in ours if o.key_or_group == kind for v in _values(o)
+                                              if v is not None) if n != "none"]
+            if names:
+                found.append(f"{kind}: {', '.join(names)} named through the search path entry {PLUGIN_SOURCE}, "
+                             f"which hydra.searchpath={searchpath} leaves out: add it "
+                             f"(hydra.searchpath=[{PLUGIN_SOURCE},...])")
     # backend.* keys: options of the back ends named (conf/config.yaml's default: naive); an experiment
     # may pick others in its grids or defaults, so with one every built-in's options are keys
     backends = [str(v) for v in named["backend"]] or ["naive"]

@@ -200,7 +200,10 @@ def additive_mask(masks: Masks, q_len: int, seq_len: int, dtype: torch.dtype,
 def prepare(q_BHMD: torch.Tensor, k_BKND: torch.Tensor, v_BKND: torch.Tensor, *, masks: Masks, scale: float,
             upcast_softmax: bool = False, scale_at: str = "logits", compile: bool = False,
             **fp8_options: Any) -> dict[str, float]:
-    """Make the point's mask (`additive_mask`) before the timed calls (no row column: a mask is quick)."""
+    """Make the point's mask (`additive_mask`) before the timed calls (no row column: a mask is quick). A mask
+    or score function's path makes its own, once per masks (selfattn/mods/dense.py)."""
+    if masks.functions:
+        return {}
     dtype = torch.float32 if fp8_path.active(fp8_options) else q_BHMD.dtype  # FP8 runs its steps in fp32
     additive_mask(masks, q_BHMD.shape[2], k_BKND.shape[2], dtype, q_BHMD.device)
     return {}

@@ -17,7 +17,7 @@ from runners import cli_check
     (["backend=chunkd"], "backend: expected one of naive, sdpa, chunked, flex, triton or a path module:function (a plugin, "
                          "docs/plugins.md), got 'chunkd'; did you mean chunked?"),
     (["experiment=quik"], "experiment: expected one of additive, causal_mask, compiled, cross_gpu, decode, fp8, gqa, "
-                          "heads, masks, positions, precision_accuracy, quadratic_cost, quick, rnn_vs_attention, "
+                          "heads, mask_functions, masks, positions, precision_accuracy, quadratic_cost, quick, rnn_vs_attention, "
                           "scaling_stability, smoke, training, triton, variants, got 'quik'; did you mean quick?"),
     (["backend=naive", "backend.q_chunk=64"], "backend.q_chunk: not an option of naive; chunked has it"),
 ])

@@ -164,7 +164,7 @@ def test_the_sweep_end_builds_results_csv_then_starts_the_report(tmp_path, monke
     assert not (sweep / "results.csv").exists()
     seen = []
 
-    def write_report(csv_path, out_dir, *, limit_s):  # its process is tested in tests/runners/test_report_process.py
+    def write_report(csv_path, out_dir, *, limit_s, baseline=None):  # its process is tested in tests/runners/test_report_process.py
         seen.append((csv_path, out_dir, limit_s, len(read_csv(sweep / "results.csv"))))
         return None
 

@@ -113,7 +113,7 @@ TYPOS = [
     ("precision=float16", "precision: expected one of bf16, fp16, fp32, fp64, fp8_e4m3, fp8_e5m2, tf32, got "
                           "'float16'; did you mean fp16?"),
     ("experiment=quik", "experiment: expected one of additive, causal_mask, compiled, cross_gpu, decode, fp8, gqa, "
-                        "heads, masks, positions, precision_accuracy, quadratic_cost, quick, rnn_vs_attention, "
+                        "heads, mask_functions, masks, positions, precision_accuracy, quadratic_cost, quick, rnn_vs_attention, "
                         "scaling_stability, smoke, training, triton, variants, got 'quik'; did you mean quick?"),
 ]
 
