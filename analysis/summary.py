@@ -526,7 +526,7 @@ def summary_text(rows: pd.DataFrame, width: int = 100, max_rows: int = 60, basel
     lines, notes, memory = _fit_text(frame if piece is None else piece.frame, width, max_rows)
     head: list[str] = []
     if piece is not None:
-        head = [textwrap.fill(f"Back ends compared {held_text(piece)}:", width)]
+        head = [_fill(f"Back ends compared {held_text(piece)}:", width)]
         others = _others_text(piece, "report.md has them")
         if others:
             notes.append(others)
@@ -534,6 +534,11 @@ def summary_text(rows: pd.DataFrame, width: int = 100, max_rows: int = 60, basel
                          pick="baseline=NAME on a sweep's command line, --baseline NAME with runners.rows --table,")
     what = status_line(rows) + noise_note(rows) + fewer_threads_note(rows) + ". Cells: " + explained + f"; {_FASTEST_MARK}: fastest of the row."
     judged = not_results_line(rows)
-    notes_text = [textwrap.fill(f"({note})", width) for note in notes]
-    return "\n".join([*head, *lines, "", textwrap.fill(what, width), *([textwrap.fill(judged + ".", width)] if judged else []),
+    notes_text = [_fill(f"({note})", width) for note in notes]
+    return "\n".join([*head, *lines, "", _fill(what, width), *([_fill(judged + ".", width)] if judged else []),
                       *notes_text])
+
+
+def _fill(text: str, width: int) -> str:
+    """`text` wrapped to `width`, never at a word's hyphen ("speed-up", a back end's kernel label stay whole)."""
+    return textwrap.fill(text, width, break_on_hyphens=False)

@@ -32,33 +32,23 @@ FUNCTION_GROUPS = ("mask", "score_mod")  # selfattn/mods/: every option generate
 
 
 def _group_and_name(config_path: str) -> tuple[str, str] | None:
-    """`backend/my_pkg.attn:fast(.yaml)` -> (backend, `my_pkg.attn:fast`); None for another group or path."""
-    group, _, name = config_path.rstrip("/").partition("/")
-    if group not in (GROUP, *FUNCTION_GROUPS) or not name or "/" in name:
-        return None
-    return group, (name[: -len(".yaml")] if name.endswith(".yaml") else name)
-
-
-def _option_name(config_path: str) -> str | None:
-    """`backend/my_pkg.attn:fast(.yaml)` -> `my_pkg.attn:fast`, `backend/plugins/attn.py:fast` ->
-    `plugins/attn.py:fast` (a file's path keeps its folders; `backend=/abs/attn.py:fast` arrives as
-    `backend//abs/attn.py:fast`); None for another group or a folder that names no file."""
+    """`backend/my_pkg.attn:fast(.yaml)` -> (backend, `my_pkg.attn:fast`), `backend/plugins/attn.py:fast` ->
+    (backend, `plugins/attn.py:fast`) (a back end's file keeps its folders; `backend=/abs/attn.py:fast` arrives as
+    `backend//abs/attn.py:fast`); None for another group, or a folder that names no back end's file (mask and
+    score functions are named by module path only: selfattn/mods/discovery.py)."""
     group, _, name = config_path.rstrip("/").partition("/")
     name = name[: -len(".yaml")] if name.endswith(".yaml") else name
-    if group != GROUP or not name or ("/" in name and not _is_file_path(name)):
+    if group not in (GROUP, *FUNCTION_GROUPS) or not name:
         return None
-    return name
+    if "/" in name and not (group == GROUP and _is_file_path(name)):
+        return None
+    return group, name
 
 
 def _is_file_path(name: str) -> bool:
     from selfattn.backends.discovery import is_file_path
 
     return is_file_path(name)
-
-
-    """`backend/my_pkg.attn:fast(.yaml)` -> `my_pkg.attn:fast`; None for another group or path."""
-    found = _group_and_name(config_path)
-    return found[1] if found is not None and found[0] == GROUP else None
 
 
 def function_node(kind: str, name: str) -> dict[str, Any]:

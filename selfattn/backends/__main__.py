@@ -2,10 +2,10 @@
 
 Lists the built-ins, every installed entry point of the group `selfattn.backends` (refused ones with the
 reason), and each path `module:function` or `file.py:function` given as an argument; what each declares (the
-mask arguments it honours, `all` for the four; its precisions and whether it takes GQA and a backward pass, per
-device type where they differ; the attention variants of selfattn/variants.py), and for each device type of this
-machine yes, or why not (a plugin that fails to import says its error; one whose declared environment is missing
-says "cpu: no (needs TRITON_INTERPRET=1)").
+mask arguments it honours, `all` for the four, then the mask functions it runs; its precisions and whether it
+takes GQA and a backward pass, per device type where they differ; the attention variants of selfattn/variants.py),
+and for each device type of this machine yes, or why not (a plugin that fails to import says its error; one whose
+declared environment is missing says "cpu: no (needs TRITON_INTERPRET=1)").
 `--json` prints the same back ends as one JSON document: each one's whole declaration (its options with
 their defaults, choices and help; hooks by their `module:function`) and, for cpu and cuda, whether it can
 run on this machine and why not (selfattn/backends/capability.py: the reason its points' rows would give).
@@ -19,7 +19,7 @@ import json
 import sys
 from typing import Any
 
-from selfattn.backends.contract import DEVICE_TYPES, MASK_ARGUMENTS
+from selfattn.backends.contract import DEVICE_TYPES, MASK_ARGUMENTS, MASK_FUNCTIONS
 from selfattn.backends.discovery import BUILTIN_NAMES, describe_name, entry_points, refused_entry_points
 
 SOURCE_WORDS = {"builtin": "built in", "entry_point": "entry point", "path": "path"}
@@ -65,7 +65,10 @@ def declared(entry: Any) -> tuple[str, str, str, str, str]:
     if entry.broken:
         return ("",) * 5
     d = entry.declaration
-    masks = "all" if set(d.masks) == set(MASK_ARGUMENTS) else ",".join(d.masks) or "-"
+    # `all` stands for the four mask arguments; the mask functions it runs follow them (`all,mask_mod`)
+    arguments = [m for m in d.masks if m in MASK_ARGUMENTS]
+    functions = [m for m in MASK_FUNCTIONS if m in d.masks]
+    masks = ",".join((["all"] if set(arguments) == set(MASK_ARGUMENTS) else arguments) + functions) or "-"
     yes = lambda flag: "yes" if flag else "no"  # noqa: E731
     return (masks, _per_device(d.dtypes, lambda v: ",".join(v) or "-"), yes(d.gqa), _per_device(d.backward, yes),
             ",".join(d.variants) or "-")

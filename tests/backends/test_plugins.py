@@ -187,8 +187,12 @@ def test_an_entry_point_colliding_with_a_builtin_or_another_package_is_refused_n
     lines = {row[0]: row for row in listing([])}
     assert lines["dup"][-1].startswith("refused:") and "pkg-b" in lines["dup"][-1]
     assert lines["naive"][7] == "asymmetric_window,softcap,alibi,sink"  # the variants it declares
-    # what it declares beside them: every mask, its precisions, GQA and backward (per device type where they differ)
-    assert lines["naive"][3:7] == ("all", "fp64,fp32,fp16,bf16,fp8_e4m3,fp8_e5m2", "yes", "yes")
+    # what it declares beside them: every mask argument and both mask functions, its precisions, GQA and backward
+    # (per device type where they differ)
+    assert lines["naive"][3:7] == ("all,mask_mod,score_mod", "fp64,fp32,fp16,bf16,fp8_e4m3,fp8_e5m2", "yes", "yes")
+    from selfattn.backends.__main__ import declared
+
+    assert declared(get_backend("sdpa"))[0] == "all,mask_mod"  # a mask function only (a boolean attn_mask)
     assert lines["flex"][4:7] == ("cpu:fp32,fp16,bf16 cuda:fp64,fp32,fp16,bf16", "yes", "cpu:no cuda:yes")
 
 

@@ -13,6 +13,7 @@ import sys
 import pandas as pd
 import pytest
 
+from analysis.noise import FEWER_THREADS_MARK
 from runner_helpers import ROOT
 
 PLUGINS = '''
@@ -39,7 +40,8 @@ def hf_sdpa_mask(q, k, v, *, causal, window, key_lengths, document_ids, scale):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=scale)
 '''
 BACKENDS = ["naive", "sdpa", "chunked", "flex", "hf_sdpa_iscausal", "hf_sdpa_mask"]
-CELL = re.compile(r"(\*?)([0-9.]+) ms(?: · [0-9.]+ (?:[KMG]i)?B)?(?: · ([0-9.]+)×)?")  # time · memory · speed-up
+# time (marked where timed on fewer threads than the table's others) · memory · speed-up
+CELL = re.compile(rf"(\*?)([0-9.]+) ms{re.escape(FEWER_THREADS_MARK)}?(?: · [0-9.]+ (?:[KMG]i)?B)?(?: · ([0-9.]+)×)?")
 
 
 def run(args, cwd, timeout, columns=None):
