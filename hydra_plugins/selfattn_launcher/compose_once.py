@@ -26,6 +26,7 @@ import hydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
+from hydra.errors import MissingConfigException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,8 @@ class ComposeOnceLauncher(BasicLauncher):
                 ret.cfg = ret.hydra_cfg = None  # type: ignore[assignment]
                 runs.append(ret)
             except OSError as exc:  # Hydra could not make the job's folder (a full or read-only disk): one line
+                if isinstance(exc, MissingConfigException):  # an OSError to Hydra, but a config, not the disk
+                    raise
                 from runners.ledger import job_folder_failed
 
                 job_folder_failed(exc, idx, len(job_overrides))  # the sweep goes on, or stops on a read-only one
