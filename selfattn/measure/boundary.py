@@ -58,9 +58,20 @@ def required_rows(q_len: int, block: int | None = None) -> list[int]:
     return sorted(r for r in rows if 0 <= r < q_len)
 
 
+def required_row_count(q_len: int, block: int | None = None) -> int:
+    """len(required_rows(q_len, block)) in closed form: the guard counts them before its refusal, and the list
+    grows with q_len / block (a billion rows in blocks of 64: 31 million rows, seconds and hundreds of MB)."""
+    if q_len <= 2 or not block or block < 1 or block >= q_len:
+        return max(0, min(q_len, 2))
+    if block == 1:
+        return q_len  # every row is at an edge
+    edges = (q_len - 1) // block  # m*block for m = 1..edges, each with its row before: distinct when block >= 2
+    return 2 * edges + 2 - (1 if (q_len - 1) % block == 0 else 0)  # the last row is an edge's when block | q_len-1
+
+
 def judged_row_count(q_len: int, count: int, block: int | None = None) -> int:
-    """How many rows `judged_rows` returns (for the budget guard, before any tensor is made)."""
-    return min(q_len, max(count, len(required_rows(q_len, block))))
+    """How many rows `judged_rows` returns (for the budget guard, before any tensor is made: closed forms only)."""
+    return min(q_len, max(count, required_row_count(q_len, block)))
 
 
 def judged_rows(q_len: int, count: int, seed: int, block: int | None = None) -> torch.Tensor:
