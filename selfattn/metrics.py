@@ -22,43 +22,22 @@ value) measured all of them.
 Two more fill columns whenever they apply and are not named in `metrics`: rope_shift (pos_enc=rope: a
 logit depends on m - n only) and fp8 (an FP8 precision's saturation and lost mass).
 
-Each metric is declared here as data (its columns with their types), and measured by one function
-registered for it in selfattn/measure/metric_steps.py (`@measures("name", ...)`, which says when it applies
-and at which step of measure_point it runs); the row's columns of a metric are checked against these
-declarations (tests/measure/test_metrics_registry.py). Pure Python: the runner's config checks, the
-analysis and benchmarks/compare_rows.py read it.
+Each metric is one function registered in selfattn/measure/metric_steps.py (`@measures("name", columns=...)`),
+which declares its columns, their types and place, when it applies and at which step of measure_point it runs;
+results.csv's metric columns are derived from those declarations (selfattn/results.py). This module reads the
+registry for those who must not import torch: the runner's config checks, the analysis and
+benchmarks/compare_rows.py.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+# The registry's module imports torch only inside its measurements: importing it here loads no torch
+from selfattn.measure.metric_steps import DECLARED as _REGISTRY, Metric
 
-@dataclass(frozen=True)
-class Metric:
-    """A metric's declaration: the row columns it fills and their types (all empty when it does not run)."""
-
-    name: str
-    columns: Mapping[str, type]
-    chosen: bool = True  # named in `metrics` (False: measured whenever it applies)
-
-
-DECLARED: tuple[Metric, ...] = (
-    Metric("memory", {"peak_mem_bytes": int, "peak_alloc_bytes": int}),
-    Metric("accuracy", {"accuracy_rows": int, "max_abs_err": float, "rel_rms_err": float, "nonfinite_frac": float,
-                        "grad_max_abs_err": float, "grad_rel_rms_err": float}),
-    Metric("stability", {"logit_std": float, "softmax_entropy": float, "max_weight": float, "saturated_frac": float,
-                         "grad_norm_q": float, "grad_norm_k": float, "grad_norm_logits": float,
-                         "grad_nonfinite_frac": float}),
-    Metric("permutation", {"perm_max_abs_diff": float}),
-    Metric("traffic", {"bytes_moved": int, "gbps": float, "device_peak_gbps": float, "device_peak_gbps_source": str}),
-    Metric("path_length", {"grad_by_distance": str, "grad_far_near_ratio": float}),
-    Metric("rope_shift", {"rope_shift_max_abs_diff": float}, chosen=False),
-    Metric("fp8", {"fp8_saturated_frac": float, "fp8_nonfinite_frac": float, "p_mass_err": float,
-                   "raw_logit_saturated_frac": float, "raw_logit_nonfinite_frac": float}, chosen=False),
-)
+DECLARED: tuple[Metric, ...] = tuple(_REGISTRY.values())
 BY_NAME: Mapping[str, Metric] = {metric.name: metric for metric in DECLARED}
 # metric -> the row columns it fills, of the metrics `metrics` chooses
 METRICS: Mapping[str, tuple[str, ...]] = {m.name: tuple(m.columns) for m in DECLARED if m.chosen}
