@@ -1,32 +1,16 @@
 """What a point measures beyond its time: the `metrics` config key's names and the columns each fills.
 
-A point always measures its time (time_ms and what derives from it: tflops, the guard's
-prediction, FLOPs, mask density, kv_cache_bytes). Everything else is a metric a sweep may leave
-out, each one a group of `selfattn.measure.run.measure_point`'s work:
+A point always measures its time (time_ms and what derives from it: tflops, the guard's prediction, FLOPs,
+mask density, kv_cache_bytes). Everything else is a metric a sweep may leave out: memory, accuracy,
+stability, permutation, traffic, path_length, each one function of selfattn/measure/metric_steps.py that
+declares its columns, their types and place, when it applies and at which step of measure_point it runs
+(its docstring says what it measures); rope_shift and fp8 are never chosen, they run wherever they apply.
+results.csv's metric columns are derived from those declarations (selfattn/results.py).
 
-- memory: the memory call (peak RSS growth on a CPU, the allocator's peak on CUDA) and, on a CPU,
-  one profiled call for the allocator's exact peak: two extra calls of the point's size;
-- accuracy: the float64 reference of the sampled query rows (and their gradients) against the
-  warm-up's output;
-- stability: logit std, entropy, largest weight and gradient norms on the same rows;
-- permutation: the permutation-equivariance check (a short sequence; a compiled back end's at the
-  point's shape);
-- traffic: the bytes a call moves, the bandwidth that implies, and the device's copy bandwidth;
-- path_length: scope=layer, lstm, gru: how the output's gradient decays with the distance to an input
-  (float64, at the point's n and d_model; selfattn/measure/path_length.py).
-
-A row records which ran (`metrics`: the names in this order joined by commas, "none" for none); the
-columns of a metric that did not run stay empty. A row written before the key existed (no `metrics`
-value) measured all of them.
-
-Two more fill columns whenever they apply and are not named in `metrics`: rope_shift (pos_enc=rope: a
-logit depends on m - n only) and fp8 (an FP8 precision's saturation and lost mass).
-
-Each metric is one function registered in selfattn/measure/metric_steps.py (`@measures("name", columns=...)`),
-which declares its columns, their types and place, when it applies and at which step of measure_point it runs;
-results.csv's metric columns are derived from those declarations (selfattn/results.py). This module reads the
-registry for those who must not import torch: the runner's config checks, the analysis and
-benchmarks/compare_rows.py.
+A row records which ran (`metrics`: the names in declaration order joined by commas, "none" for none); the
+columns of a metric that did not run stay empty. A row written before the key existed (no `metrics` value)
+measured all of them. This module reads the registry for those who must not import torch: the runner's
+config checks, the analysis and benchmarks/compare_rows.py.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence, TypeVar
 
 from selfattn.fields import field_types
-from selfattn.metrics import DECLARED as METRIC_DECLARATIONS
+from selfattn.metrics import DECLARED as METRIC_DECLARATIONS, Metric
 from selfattn.point import Point
 
 # 2: a row may leave out metrics (the `metrics` column says which ran, selfattn/metrics.py): an empty
@@ -53,46 +53,59 @@ def beside(default: Any, after: str) -> Any:
     return dataclasses.field(default=default, metadata={"after": after})
 
 
+# A column: its name, its annotation as text ("int | None", "str") and its dataclasses.field (default, place)
+_Column = tuple[str, str, Any]
+_Group = tuple[list[_Column], dict[str, str]]  # a group's columns in order, and where some of them sit
+
+
 def _derived(cls: type[_T]) -> type[_T]:
     """`cls` (the outcome's typed fields) made the dataclass of every column, in results.csv's order."""
-    outcome = [(name, kind, cls.__dict__.get(name, dataclasses.MISSING)) for name, kind in cls.__annotations__.items()
-               if not str(kind).startswith("ClassVar")]
-    places = {name: default.metadata["after"] for name, _, default in outcome
-              if isinstance(default, dataclasses.Field) and "after" in default.metadata}
-    columns = [(name, str(kind), _default_of(str(kind), default)) for name, kind, default in outcome]
-    point_types = field_types(Point)
-    point = [(f.name, _row_kind(point_types[f.name])) for f in fields(Point)]
-    columns += [(name, kind, _default_of(kind)) for name, kind in point]
-    places.update(_POINT_PLACES)
-    places.setdefault(point[0][0], _POINT_AFTER)
-    groups: list[list[str]] = [[name for name, _, _ in outcome], [name for name, _ in point]]
-    for metric in METRIC_DECLARATIONS:
-        kinds = {column: str(kind.__name__) if kind is str else f"{kind.__name__} | None"
-                 for column, kind in metric.columns.items()}
-        columns += [(column, kind, _default_of(kind)) for column, kind in kinds.items()]
-        places.update(metric.after)
-        groups.append(list(metric.columns))
-    by_name = {name: (name, kind, default) for name, kind, default in columns}
+    groups = [_outcome(cls), _point_group(), *(_metric_group(metric) for metric in METRIC_DECLARATIONS)]
+    columns = [column for group, _ in groups for column in group]
+    by_name = {column[0]: column for column in columns}
     if len(by_name) != len(columns):
-        twice = sorted({name for name, _, _ in columns if sum(n == name for n, _, _ in columns) > 1})
-        raise ValueError(f"results.csv: columns {twice} are declared twice (the point's, the outcome's, a metric's)")
-    order = _ordered(groups, places)
-    namespace = {name: value for name, value in cls.__dict__.items()
-                 if callable(value) and not name.startswith("__") or name == "__doc__"}
+        names = [column[0] for column in columns]
+        raise ValueError(f"results.csv: columns {sorted({n for n in names if names.count(n) > 1})} are declared "
+                         "twice (the point's, the outcome's, a metric's)")
+    places = {name: after for _, group_places in groups for name, after in group_places.items()}
+    order = _ordered([[column[0] for column in group] for group, _ in groups], places)
+    methods = {name: value for name, value in vars(cls).items() if callable(value) and not name.startswith("__")}
     return typing.cast("type[_T]", dataclasses.make_dataclass(
-        cls.__name__, [by_name[name] for name in order], namespace={**namespace, "__module__": cls.__module__},
-        slots=True))
+        cls.__name__, [by_name[name] for name in order], slots=True,
+        namespace={**methods, "__doc__": cls.__doc__, "__module__": cls.__module__}))
+
+
+def _outcome(cls: type) -> _Group:
+    """Row's own fields, typed as written, placed where `beside` says."""
+    columns: list[_Column] = []
+    places: dict[str, str] = {}
+    for name, kind in cls.__annotations__.items():
+        given = vars(cls).get(name, dataclasses.MISSING)
+        if isinstance(given, dataclasses.Field) and "after" in given.metadata:
+            places[name] = given.metadata["after"]
+        columns.append((name, str(kind), _default_of(str(kind), given)))
+    return columns, places
+
+
+def _point_group() -> _Group:
+    """Point's fields, typed by `_row_kind`, after the outcome's first columns."""
+    annotations = field_types(Point)
+    kinds = [(f.name, _row_kind(annotations[f.name])) for f in fields(Point)]
+    return [(name, kind, _default_of(kind)) for name, kind in kinds], {kinds[0][0]: _POINT_AFTER, **_POINT_PLACES}
+
+
+def _metric_group(metric: Metric) -> _Group:
+    """A registered metric's declared columns (float, int, bool: empty is None; str: empty is "")."""
+    kinds = [(column, "str" if kind is str else f"{kind.__name__} | None") for column, kind in metric.columns.items()]
+    return [(name, kind, _default_of(kind)) for name, kind in kinds], dict(metric.after)
 
 
 def _row_kind(annotation: Any) -> str:
     """A point field's column type: text for text, options (their JSON) and free values (scale's label); the
     first of a union's numbers for the rest (a window pair is its text), empty when unset."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        annotation = args[0]
-    if annotation in (int, float, bool):
-        return f"{annotation.__name__} | None"
-    return "str"
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    return f"{annotation.__name__} | None" if annotation in (int, float, bool) else "str"
 
 
 def _default_of(kind: str, given: Any = dataclasses.MISSING) -> Any:  # a dataclasses.Field (typed as its default)

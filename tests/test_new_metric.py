@@ -1,5 +1,5 @@
 """A new metric is one function: docs/architecture.md ("adding a metric") shows it, and this test makes that change
-in a copy of the repository (the function appended to selfattn/measure/metric_steps.py, no other file touched),
+in a copy of the repository (the function appended to selfattn/measure/metric_steps.py, docs/usage.md generated again),
 then runs `python -m runners.sweep ... metrics=[traffic,flops_per_byte]` there: results.csv gains the declared
 column with the value the function computes, every column results.csv had keeps its place, and a sweep that
 leaves the metric out leaves its column empty. The original repository refuses the name (the negative control).
@@ -21,7 +21,7 @@ from selfattn.results import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
-COPIED = ("selfattn", "runners", "analysis", "hydra_plugins", "conf", "pyproject.toml")
+COPIED = ("selfattn", "runners", "analysis", "hydra_plugins", "conf", "tests", "pyproject.toml", "docs/usage.md")
 TARGET = "selfattn/measure/metric_steps.py"
 POINT = ("device=cpu", "seq_len=32", "heads=2", "head_dim=8", "budget.timing_s=0.02", "budget.accuracy_rows=4",
          "budget.measure_device_peak=false", "wandb.mode=disabled", "report=false")
@@ -57,9 +57,14 @@ def tree(tmp_path_factory) -> Path:
         if source.is_dir():
             shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
     path = target / TARGET
     path.write_text(path.read_text(encoding="utf-8") + "\n\n" + documented_function(), encoding="utf-8")
+    # docs/usage.md is generated (the `metrics` key's help names every metric), not written
+    generated = subprocess.run([sys.executable, "-m", "runners.usage_doc"], cwd=target, capture_output=True,
+                               text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(target)})
+    assert generated.returncode == 0, generated.stdout + generated.stderr
     return target
 
 
@@ -77,6 +82,17 @@ def test_a_new_metric_is_one_function(tree, tmp_path):
     assert left_out.returncode == 0, left_out.stdout[-2000:] + left_out.stderr[-2000:]
     header, (row,) = rows(tmp_path / "left_out")
     assert header[len(COLUMNS):] == ["flops_per_byte"] and row["flops_per_byte"] == "" and row["metrics"] == "traffic"
+
+
+@pytest.mark.slow
+def test_the_schema_registry_and_usage_tests_hold_with_it(tree):
+    """The header's columns keep their places, the registry's checks and the generated usage page agree."""
+    found = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
+                            "tests/test_results_columns.py", "tests/runners/test_usage_doc.py",
+                            "tests/measure/test_metrics_registry.py", "-k", "not chosen_ones_in_order and not some_metrics"],
+                           cwd=tree, capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "PYTHONPATH": str(tree)})
+    assert found.returncode == 0, found.stdout[-3000:]
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from selfattn import results
 from selfattn.point import FIELD_NAMES
 from selfattn.results import COLUMNS, Row
 
-# results.csv's header (schema 2): columns may be added at the end of a group, never renamed, removed or moved
+# results.csv's header (schema 2): columns may be added after it, never renamed, removed or moved
 HEADER = (
     "status", "error", "metrics", "backend", "backend_source", "backend_path", "mem_model", "backend_defaulted",
     "kernel", "backend_options", "precision", "device", "device_name", "mode", "scope", "batch", "heads",
@@ -39,7 +39,8 @@ HEADER = (
 
 
 def test_the_derived_columns_are_the_header_in_its_order():
-    assert COLUMNS == HEADER
+    """Every column the header has, in its place; a new metric's columns may only follow them."""
+    assert COLUMNS[:len(HEADER)] == HEADER
 
 
 def test_every_point_field_and_every_metric_column_is_a_column_of_its_type():
