@@ -25,6 +25,7 @@ from selfattn.fields import check_fields, config_fields, default_of, defaults, f
 from selfattn.measure.budget import Budget
 from selfattn.metrics import ALL as ALL_METRICS, parse_metrics
 from selfattn.point import AXES, DEVICES, Point, axis_default, scope_defaults
+from selfattn.precision_names import PRECISIONS
 from selfattn.results import Row
 
 
@@ -338,7 +339,8 @@ def point_defaults() -> dict[str, Any]:
 
 def register_resolvers() -> None:
     """What composing conf/ needs besides its files: the resolvers of conf/experiment/*.yaml (`${by_device:...}`,
-    `${grid_range:}`) and the point's defaults (`point_defaults`, in Hydra's ConfigStore as `point`). Every
+    `${grid_range:}`), the point's defaults (`point_defaults`, in Hydra's ConfigStore as `point`) and the group
+    `precision` (an option per name of selfattn/precision_names.py, no file restates them). Every
     process that composes calls it (runners/sweep.py on import; a SLURM job imports that too)."""
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
@@ -346,4 +348,7 @@ def register_resolvers() -> None:
     for name, fn in (("by_device", by_device), ("grid_range", grid_range)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
-    ConfigStore.instance().store(name=POINT_NODE, node=point_defaults())
+    store = ConfigStore.instance()
+    store.store(name=POINT_NODE, node=point_defaults())
+    for precision in PRECISIONS:  # the group `precision`: one option per precision of the one list
+        store.store(group="precision", name=precision, node={"name": precision})

@@ -20,8 +20,23 @@ def test_every_table_keyed_by_precision_holds_the_one_list():
     assert set(PRECISION_OF.values()) <= set(PRECISIONS)
 
 
-def test_every_precision_has_its_config_file():
-    assert {p.stem for p in (REPO / "conf" / "precision").glob("*.yaml")} == set(PRECISIONS)
+def test_the_config_group_is_the_list_and_no_file_restates_it():
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from runners import cli_check, config
+
+    assert not list((REPO / "conf" / "precision").glob("*.yaml"))
+    assert cli_check.group_options("precision") == tuple(sorted(PRECISIONS))
+    config.register_resolvers()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            assert compose("config").precision.name == "fp32"
+            for precision in PRECISIONS:
+                assert compose("config", overrides=[f"precision={precision}"]).precision == {"name": precision}
+    finally:
+        GlobalHydra.instance().clear()
 
 
 def test_every_other_table_of_precisions_names_only_the_list_s():
