@@ -309,7 +309,7 @@ def jit_kernel(monkeypatch):
 
 
 # One CUDA test: it compiles the kernel (triton's JIT, seconds per variant), so "compiled" is in its name and
-# scripts/gpu_check.sh runs it in its stage of compiled tests, whose floor has room for one more.
+# scripts/gpu_check.sh runs it in its stage of compiled tests (the plan sizes that stage from the tests it collects).
 @pytest.mark.gpu
 def test_the_compiled_kernel_on_cuda_matches_the_reference_and_times_a_point(jit_kernel):
     from selfattn.backends import triton as backend
