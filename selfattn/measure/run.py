@@ -99,7 +99,7 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
             from selfattn.train.loop import train_point
 
             return train_point(point, device, dtype, row, max_point_s=budget.max_point_s,
-                               saturated_weight=SATURATED_WEIGHT, backend=resolved.backend)
+                               saturated_weight=SATURATED_WEIGHT, resolved=resolved)
         sampled_queries = guard_point(point, budget, device, dtype, resolved, row, metrics)
         if sampled_queries is None:  # skipped_budget: the row says why
             return
