@@ -39,9 +39,10 @@ def attention(
 
     q: (batch, heads, q_len, head_dim); k, v: (batch, kv_heads, seq_len, head_dim), heads % kv_heads
     == 0. `backend`: a name (built in, entry point, path module:function), a `Backend` looked up, or a
-    `Resolved` (selfattn.backends.resolved: a point's back end resolved once, its options with it). Returns q's shape and dtype. The full contract (masks, positions, scale, GQA, errors, each
-    back end's options) is docs/api.md; the masks' geometry is selfattn/masks.py. window=(left, right),
-    softcap, alibi and sink are the variants of selfattn/variants.py; what a back end does not declare
+    `Resolved` (selfattn.backends.resolved: a point's back end resolved once, its options with it). Returns
+    q's shape and dtype. The full contract (masks, positions, scale, GQA, errors, each back end's options) is
+    docs/api.md; the masks' geometry is selfattn/masks.py. window=(left, right), softcap, alibi and sink are the
+    variants of selfattn/variants.py; what a back end does not declare
     (a variant, a dtype, a mask, a backward...) raises selfattn.Unsupported naming it, before it is called.
     mask_mod(b, h, q_idx, kv_idx) -> bool and score_mod(score, b, h, q_idx, kv_idx) are functions in the field's
     convention (flex_attention's), q_idx the query's bottom-right aligned position (selfattn/mods/contract.py).
@@ -50,11 +51,12 @@ def attention(
     masks = check_masks(causal, window, key_lengths, document_ids, batch=q.shape[0], q_len=q.shape[2],
                         seq_len=k.shape[2], device=q.device, softcap=softcap, alibi=alibi, sink=sink,
                         mask_mod=mask_mod, score_mod=score_mod)
-    return resolve_for_call(backend, q, k, masks, options).run(q, k, v, masks=masks, scale=resolve_scale(scale, q.shape[3]))
+    resolved = resolve_for_call(backend, q, k, masks, options)
+    return resolved.run(q, k, v, masks=masks, scale=resolve_scale(scale, q.shape[3]))
 
 
 def resolve_for_call(backend: str | Backend | Resolved, q: torch.Tensor, k: torch.Tensor, masks: Masks,
-                 options: dict[str, Any]) -> Resolved:
+                     options: dict[str, Any]) -> Resolved:
     """`backend` resolved for a call on q and k with these masks, through the one resolver (resolved.resolve);
     Unsupported with the reason when its declaration says it cannot run the call. A `Resolved` (a point's, from
     resolve_point) is used as it is: it was resolved and asked once, for the point, and takes no other options."""

@@ -59,7 +59,8 @@ class MultiHeadSelfAttention(nn.Module):
         # Resolved (a point's, from resolve_point: its options with it, resolved and asked once for the point)
         self.resolved = backend if isinstance(backend, Resolved) else None
         if self.resolved is not None and backend_options:
-            raise ValueError(f"backend_options: a resolved back end carries its own options, got {sorted(backend_options)}")
+            raise ValueError("backend_options: a resolved back end carries its own options, "
+                             f"got {sorted(backend_options)}")
         self.backend_entry: Backend = (self.resolved.backend if self.resolved is not None
                                        else get_backend(backend) if isinstance(backend, str) else backend)
         check_fields(self.backend_entry.options_type, backend_options, fill_defaults=False)

@@ -112,7 +112,8 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
             reason = _judge(measured, warm, timed, guard, row, metrics)
             _metrics(measured, metrics, row)
     # an incorrect row keeps its time and errors for inspection; only an ok row is a result
-    row.status, row.error, row.metrics = ("incorrect" if reason else "ok"), _incorrect(point, reason), metrics_label(metrics)
+    row.status, row.error = ("incorrect" if reason else "ok"), _incorrect(point, reason)
+    row.metrics = metrics_label(metrics)
 
 
 def _train(point: Point, budget: Budget, device: str, dtype: torch.dtype, resolved: Resolved, row: Row) -> None:
