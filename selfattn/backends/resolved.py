@@ -1,23 +1,29 @@
-"""A point's back end resolved once: the one object every later step of a point reads.
+"""A back end resolved once: the one object every later step of a point (or a direct call) reads.
 
-`resolve_point(point, device)` asks the registry once and returns a `Resolved`: the `Backend`, its options
-checked and filled in for the point's device and precision (an FP8 precision's format and product choice
-among them), the `kernel` column, whether its calls compile, the precision's dtype and the dtype its
-tensors are made in, and why it cannot run here (capability.why_not; None when it can). The memory and
-time predictors, the input builder, the timed call and the checks after it take this object instead of
-looking the back end up again, so one fact (the float8 dtype, the fp8 format) travels one way.
+`resolve(backend, options, ask)` is the one resolver: it looks the back end up once, checks the given
+options and fills them in for the asked device and dtype (an FP8 format and product choice among them),
+and asks the declaration whether it can run what `ask` (capability.Ask) asks. It returns a `Resolved`:
+the `Backend`, its options, the `kernel` column, whether its calls compile, the dtype and the dtype its
+tensors are made in, and why it cannot run (capability.why_not; None when it can).
+
+Its two callers say what is asked: `resolve_point(point, device)` a sweep point's Ask (its masks, scope,
+mode, precision), `selfattn.attention` a call's (its tensors' shapes, dtype, masks and grad state). The
+memory and time predictors, the input builder, the layer, the timed call and the checks after it (the
+permutation and path-length passes) take this object instead of looking the back end up again, so one
+fact (the float8 dtype, the fp8 format) travels one way.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import torch
 
-from selfattn.backends.capability import RNN_SCOPES, ask_of_point, why_not
+from selfattn.backends.capability import RNN_SCOPES, Ask, ask_of_point, why_not
 from selfattn.backends.registry import Backend, get_backend
 from selfattn.fields import check_fields, defaults
+from selfattn.fp8_formats import fp8_format
 from selfattn.precision import DTYPES, check_precision, storage_dtype
 
 
@@ -29,13 +35,41 @@ class Resolved:
     options: dict[str, Any]  # every option, filled in for the device and precision (the call's keyword arguments)
     label: str  # the row's `kernel` column
     compiles: bool  # its calls run compiled code (compile_s applies)
-    dtype: torch.dtype  # the precision's dtype (float8 for an FP8 precision; float32 for tf32)
+    dtype: torch.dtype  # the precision's dtype (float8 for an FP8 precision; float32 for tf32; a call's: its tensors')
     storage_dtype: torch.dtype  # what its tensors are made in (float32 for FP8)
     why_not: str | None  # why it cannot run here (capability.why_not), None when it can
 
     @property
     def name(self) -> str:
         return self.backend.name
+
+    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, masks: Any, scale: float) -> torch.Tensor:
+        """The back end's call with these options on checked inputs (selfattn.validate: check_qkv, check_masks)."""
+        return self.backend.attention(q, k, v, masks=masks, scale=scale, **self.options)
+
+
+def resolve(backend: str | Backend, options: Mapping[str, Any] | None, ask: Ask, dtype: torch.dtype | None = None,
+            *, device: torch.device | str | None = None, prefix: str = "") -> Resolved:
+    """Back end `backend` (a name, or a registry.Backend already looked up) with `options` resolved for what `ask`
+    asks, on tensors of `dtype` (None: the asked precision's) on `device` (None: the asked device type; a call
+    names its tensors' device, index included). An unknown option or a bad value is a ValueError
+    naming it (after `prefix`, "backend." for a point); what the back end cannot do is `why_not`, never raised
+    here. `ask`'s options, compiled flag and changed options are filled in from the resolution; an FP8 format
+    among the resolved options makes the asked precision that format's."""
+    entry = get_backend(backend) if isinstance(backend, str) else backend
+    dtype = DTYPES[ask.precision] if dtype is None else dtype
+    checked = check_fields(entry.options_type, options or {}, prefix=prefix, fill_defaults=False)
+    fmt = fp8_format(ask.precision)  # an FP8 precision's format: derived, so no option of the back end's to check
+    given = {**{k: v for k, v in checked.items() if v is not None}, **({"fp8": fmt} if fmt else {})}
+    resolved = entry.resolve_options(given, torch.device(device or ask.device), dtype)
+    compiles = entry.compiles(resolved)
+    plain = defaults(entry.options_type)
+    changed = tuple(sorted(k for k, v in checked.items() if plain.get(k) != v))
+    ran = resolved.get("fp8", "none")
+    precision = f"fp8_{ran}" if ran not in (None, "none") else ask.precision
+    asked = replace(ask, precision=precision, options=dict(resolved), compiled=compiles, changed_options=changed)
+    return Resolved(entry, resolved, entry.kernel_label(resolved), compiles, dtype, storage_dtype(dtype),
+                    why_not(entry, asked))
 
 
 def resolve_point(point: Any, device: str) -> Resolved:
@@ -53,15 +87,7 @@ def resolve_point(point: Any, device: str) -> Resolved:
         _check_defaults(point, backend, given)
         return Resolved(backend, {}, f"torch.nn.{point.scope.upper()}", False, dtype, storage_dtype(dtype),
                         why_not(backend, ask_of_point(point, device, {}, False)))
-    checked = check_fields(backend.options_type, given, prefix="backend.", fill_defaults=False)
-    fmt = point.call_options.get("fp8")
-    options = backend.resolve_options({**{k: v for k, v in checked.items() if v is not None},
-                                       **({"fp8": fmt} if fmt else {})}, device, dtype)
-    compiles = backend.compiles(options)
-    plain = defaults(backend.options_type)
-    changed = tuple(sorted(k for k, v in checked.items() if plain.get(k) != v))
-    return Resolved(backend, options, backend.kernel_label(options), compiles, dtype, storage_dtype(dtype),
-                    why_not(backend, ask_of_point(point, device, options, compiles, changed)))
+    return resolve(backend, given, ask_of_point(point, device, {}, False), dtype, prefix="backend.")
 
 
 def _check_defaults(point: Any, backend: Backend, given: Mapping[str, Any]) -> None:

@@ -165,8 +165,7 @@ def stability(m: Measured) -> dict[str, Any]:
                                             and m.point.score == "dot"))
 def permutation(m: Measured) -> dict[str, Any]:
     """Permutation equivariance on a short sequence (<= PERM_TOKENS tokens)."""
-    return {"perm_max_abs_diff": permutation_max_abs_diff(m.point, m.dtype, torch.device(m.device),
-                                                          backend=m.resolved.backend)}
+    return {"perm_max_abs_diff": permutation_max_abs_diff(m.point, m.dtype, torch.device(m.device), m.resolved)}
 
 
 @measures("permutation", stage=EVERY_THREAD, applies=lambda m: m.resolved.compiles)
@@ -176,8 +175,7 @@ def compiled_permutation(m: Measured) -> dict[str, Any]:
     Where it compiles all the same (chunked, whose compiled block variants follow the mask: a window-masked
     block checked without the window is a whole block), the row's note says so and how long."""
     graphs_before, started = compile_cache.graphs_compiled(), time.perf_counter()
-    diff = permutation_max_abs_diff(m.point, m.dtype, torch.device(m.device), at_point_shape=True,
-                                    backend=m.resolved.backend)
+    diff = permutation_max_abs_diff(m.point, m.dtype, torch.device(m.device), m.resolved, at_point_shape=True)
     if compiled_now := compile_cache.graphs_compiled() - graphs_before:
         m.notes.append(f"the permutation check compiled {compiled_now} more graph(s) "
                        f"({time.perf_counter() - started:.1f} s, outside compile_s)")
@@ -187,7 +185,7 @@ def compiled_permutation(m: Measured) -> dict[str, Any]:
 @measures("path_length", applies=lambda m: SCOPES[m.point.scope].path_length)
 def path_length(m: Measured) -> dict[str, Any]:
     """How the output's gradient decays with the distance to an input (float64, at the point's n and d_model)."""
-    sensitivity = input_sensitivity(m.point, torch.device(m.device), m.resolved.backend)
+    sensitivity = input_sensitivity(m.point, torch.device(m.device), m.resolved)
     return {"grad_by_distance": sensitivity_json(sensitivity), "grad_far_near_ratio": far_near_ratio(sensitivity)}
 
 

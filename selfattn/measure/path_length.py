@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from selfattn.backends.resolved import Resolved
 from selfattn.inputs import randn
 from selfattn.layer import MultiHeadSelfAttention
 from selfattn.point import RNN_GATES, Point, parse_scale
@@ -51,9 +52,9 @@ def path_distances(n: int) -> list[int]:
     return distances
 
 
-def input_sensitivity(point: Point, device: torch.device | str, backend: Any = None) -> list[tuple[int, float]]:
+def input_sensitivity(point: Point, device: torch.device | str, resolved: Resolved) -> list[tuple[int, float]]:
     """[(distance k, mean over draws of ||d (u . y_{n-1}) / d x_{n-1-k}||)] for k in path_distances(n).
-    `backend`: the point's registry.Backend as measure_point resolved it, for its layer (None: by its name)."""
+    `resolved`: the point's back end as measure_point resolved it, for its layer."""
     if point.scope not in PATH_SCOPES:
         raise ValueError(f"scope: the path-length measurement needs one of {', '.join(PATH_SCOPES)}, got {point.scope!r}")
     n, d_model, draws = point.seq_len, point.d_model, path_draws(point.scope)
@@ -63,7 +64,7 @@ def input_sensitivity(point: Point, device: torch.device | str, backend: Any = N
     u = u / u.norm(dim=-1, keepdim=True)
     x.requires_grad_(True)
     with torch.enable_grad():
-        last = _last_output(point, x, device, point.backend if backend is None else backend)  # (draws, d_model)
+        last = _last_output(point, x, device, resolved)  # (draws, d_model)
         (grad_x,) = torch.autograd.grad((last * u).sum(), x)
     distances = path_distances(n)
     positions = torch.tensor([n - 1 - k for k in distances], device=grad_x.device)
@@ -79,13 +80,13 @@ def scaled_norm(t: torch.Tensor) -> torch.Tensor:
     return (top * (t / safe).norm(dim=-1, keepdim=True)).squeeze(-1)
 
 
-def _last_output(point: Point, x: torch.Tensor, device: torch.device | str, backend: Any) -> torch.Tensor:
+def _last_output(point: Point, x: torch.Tensor, device: torch.device | str, resolved: Resolved) -> torch.Tensor:
     """y_{n-1} of the point's module in float64, (draws, d_model): the layer's products reassociated
     (last_query_output), so its back end's own call never runs."""
     if point.scope in RNN_GATES:
         rnn = Recurrent(point.scope, point.d_model, seed=point.seed).to(device=device, dtype=torch.float64)
         return rnn(x)[:, -1]
-    layer = MultiHeadSelfAttention(point.d_model, point.heads, kv_heads=point.kv_heads_resolved, backend=backend)
+    layer = MultiHeadSelfAttention(point.d_model, point.heads, kv_heads=point.kv_heads_resolved, backend=resolved)
     if point.seed != 0:
         layer.reset_parameters(seed=point.seed)
     return last_query_output(layer.to(device=device, dtype=torch.float64), x, parse_scale(point.scale))

@@ -257,9 +257,8 @@ def _stability_upstream(point: Point, rows: int, dtype: torch.dtype, device: tor
 def _seeded_layer(point: Point, dtype: torch.dtype, device: torch.device, resolved: Resolved) -> MultiHeadSelfAttention:
     """The point's layer (its heads, K/V heads, resolved back end, mask and scale), weights from its seed."""
     layer = MultiHeadSelfAttention(point.d_model, point.heads, kv_heads=point.kv_heads_resolved,
-                                   backend=resolved.backend, causal=point.causal, scale=parse_scale(point.scale),
-                                   pos_enc=point.pos_enc, max_len=point.seq_len if point.pos_enc != "none" else None,
-                                   **point.call_options)
+                                   backend=resolved, causal=point.causal, scale=parse_scale(point.scale),
+                                   pos_enc=point.pos_enc, max_len=point.seq_len if point.pos_enc != "none" else None)
     if point.seed != 0:  # the constructor already initialized from seed 0
         layer.reset_parameters(seed=point.seed)
     return layer.to(device=device, dtype=dtype)
