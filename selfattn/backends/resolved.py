@@ -15,10 +15,11 @@ from typing import Any, Mapping
 
 import torch
 
-from selfattn.backends.capability import RNN_SCOPES, ask_of_point, why_not
+from selfattn.backends.capability import ask_of_point, why_not
 from selfattn.backends.registry import Backend, get_backend
 from selfattn.fields import check_fields, defaults
 from selfattn.precision import DTYPES, check_precision, storage_dtype
+from selfattn.scopes import scope_of
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,10 @@ def resolve_point(point: Any, device: str) -> Resolved:
     if device == "cuda" and not torch.cuda.is_available():  # nothing to resolve options for: the machine says why
         return Resolved(backend, {}, "", False, dtype, storage_dtype(dtype),
                         why_not(backend, ask_of_point(point, device, {}, False)))
-    if point.scope in RNN_SCOPES:
+    scope = scope_of(point.scope)
+    if scope is not None and not scope.attention:  # the scope's own module runs, and names itself
         _check_defaults(point, backend, given)
-        return Resolved(backend, {}, f"torch.nn.{point.scope.upper()}", False, dtype, storage_dtype(dtype),
+        return Resolved(backend, {}, scope.kernel, False, dtype, storage_dtype(dtype),
                         why_not(backend, ask_of_point(point, device, {}, False)))
     checked = check_fields(backend.options_type, given, prefix="backend.", fill_defaults=False)
     fmt = point.call_options.get("fp8")

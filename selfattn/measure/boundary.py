@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import torch
 
+from selfattn.scopes import SCOPES
+
 
 def _chunked_block(point: Any, options: dict[str, Any]) -> int | None:
     from selfattn.backends.chunked import chunk_sizes
@@ -43,7 +45,7 @@ def query_block(point: Any, resolved: Any) -> int | None:
     """The back end's query block size at this point, or None where the harness knows no plan of it."""
     name = getattr(resolved, "name", None) or str(point.backend)
     plan = QUERY_BLOCKS.get(name)
-    if plan is None or point.scope not in ("core", "layer"):
+    if plan is None or not SCOPES[point.scope].block_rows:
         return None
     block = plan(point, dict(getattr(resolved, "options", {}) or {}))
     return int(block) if block else None
