@@ -370,15 +370,17 @@ def _check_score_transforms(point: Point) -> None:
 
 
 def _check_recurrent(point: Point) -> None:
-    """No attention in a recurrent scope: an attention-only axis would name a second id for one measurement."""
-    if SCOPES[point.scope].attention:
+    """No attention in a scope whose own module runs (a recurrence): an attention-only axis would name a second id
+    for one measurement."""
+    scope = SCOPES[point.scope]
+    if scope.attention:
         return
     for name in ATTENTION_ONLY:
         value = getattr(point, name)
         plain = (value in (None, point.heads) if name == "kv_heads" else
                  value in (None, point.seq_len) if name == "q_len" else value == axis_default(name))
         if not plain:
-            raise ValueError(f"{name}: scope={point.scope} is a recurrent layer with no attention, so {name} "
+            raise ValueError(f"{name}: scope={point.scope} is {scope.kernel} with no attention, so {name} "
                              f"must stay {axis_default(name)!r}, got {value!r}")
 
 

@@ -52,7 +52,7 @@ def resolve_point(point: Any, device: str) -> Resolved:
                         why_not(backend, ask_of_point(point, device, {}, False)))
     scope = scope_of(point.scope)
     if scope is not None and not scope.attention:  # the scope's own module runs, and names itself
-        _check_defaults(point, backend, given)
+        _check_defaults(point, backend, given, scope.kernel)
         return Resolved(backend, {}, scope.kernel, False, dtype, storage_dtype(dtype),
                         why_not(backend, ask_of_point(point, device, {}, False)))
     checked = check_fields(backend.options_type, given, prefix="backend.", fill_defaults=False)
@@ -66,11 +66,11 @@ def resolve_point(point: Any, device: str) -> Resolved:
                     why_not(backend, ask_of_point(point, device, options, compiles, changed)))
 
 
-def _check_defaults(point: Any, backend: Backend, given: Mapping[str, Any]) -> None:
-    """A recurrent scope is a layer with no attention back end: a back-end option off its default would be a
+def _check_defaults(point: Any, backend: Backend, given: Mapping[str, Any], kernel: str) -> None:
+    """A scope with no attention back end (its own module runs): a back-end option off its default would be a
     second id for one measurement."""
     plain = defaults(backend.options_type)
     for name, value in given.items():
         if name not in plain or plain[name] != value:
-            raise ValueError(f"backend.{name}: scope={point.scope} is a recurrent layer with no attention back end, "
+            raise ValueError(f"backend.{name}: scope={point.scope} runs no attention back end ({kernel}), "
                              f"so the back end's options must stay at their defaults, got {value!r}")
