@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import torch
 
 from selfattn.backends.capability import ask_of_point, why_not
+from selfattn.backends.contract import OWN_SCORE_KERNELS
 from selfattn.backends.registry import Backend, get_backend
 from selfattn.fields import check_fields, defaults
 from selfattn.precision import DTYPES, check_precision, storage_dtype
@@ -42,7 +43,9 @@ class Resolved:
 def resolve_point(point: Any, device: str) -> Resolved:
     """`point`'s back end on device type `device`, looked up once (a ValueError names a bad option value).
 
-    A recurrent scope runs no back end: its options must stay at their defaults, its label is the module's."""
+    A scope with no attention back end (a recurrence) runs its own module: the back end's options must stay at their
+    defaults, and the label (the row's `kernel`) is what the scope declares it runs; so is a score computed by its own
+    module (additive)."""
     backend = get_backend(point.backend)
     given = dict(point.backend_options) if isinstance(point.backend_options, Mapping) else {}
     check_precision(point.precision)  # a one-line ValueError naming the field
@@ -62,7 +65,8 @@ def resolve_point(point: Any, device: str) -> Resolved:
     compiles = backend.compiles(options)
     plain = defaults(backend.options_type)
     changed = tuple(sorted(k for k, v in checked.items() if plain.get(k) != v))
-    return Resolved(backend, options, backend.kernel_label(options), compiles, dtype, storage_dtype(dtype),
+    label = OWN_SCORE_KERNELS.get(point.score) or backend.kernel_label(options)  # what runs: additive scores' own module
+    return Resolved(backend, options, label, compiles, dtype, storage_dtype(dtype),
                     why_not(backend, ask_of_point(point, device, options, compiles, changed)))
 
 
