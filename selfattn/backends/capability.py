@@ -49,15 +49,14 @@ def ask_of_point(point: Any, device: str, options: Mapping[str, Any], compiled: 
             "score_mod": getattr(point, "score_mod", "none") != "none"}
     return Ask(device=device, precision=point.precision, head_dim=point.head_dim, heads=point.heads,
                kv_heads=point.kv_heads_resolved, masks=tuple(name for name, on in used.items() if on),
-               variants=point.variants, backward=point.mode == "fwd_bwd" or _trains(point.scope),
+               variants=point.variants, backward=point.mode == "fwd_bwd" or _trains(point),
                score=point.score, scope=point.scope, compiled=compiled, options=dict(options),
                changed_options=changed_options)
 
 
-def _trains(scope: Any) -> bool:
+def _trains(point: Any) -> bool:
     """A training run's backward runs whatever `mode` says (its declaration: selfattn/scopes/train.py)."""
-    declared = scope_of(scope)
-    return declared is not None and declared.trains
+    return getattr(scope_of(point.scope), "trains", False)
 
 
 def _scope(ask: Ask) -> Scope:
