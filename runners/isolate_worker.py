@@ -95,6 +95,7 @@ def predicted(point: Any, budget: Any) -> tuple[float | None, bool, dict[str, An
         import torch
 
         from selfattn.backends.resolved import resolve_point
+        from selfattn.scopes import SCOPES
         from selfattn.measure.device import device_peak_tflops, environment, resolve_device
         from selfattn.measure.predict import nominal_peak_tflops, predict_point_s
         from selfattn.precision import precision_context
@@ -103,7 +104,7 @@ def predicted(point: Any, budget: Any) -> tuple[float | None, bool, dict[str, An
         if point.device == "cpu" or torch.cuda.is_available():
             columns.update(environment(point.device))
         point.validate()
-        if point.scope == "train":
+        if SCOPES[point.scope].trains:  # its own loop, no timed call to predict
             return None, False, columns
         resolved = resolve_point(point, point.device)
         columns["kernel"] = resolved.label

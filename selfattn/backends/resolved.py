@@ -20,11 +20,13 @@ from typing import Any, Mapping
 
 import torch
 
-from selfattn.backends.capability import RNN_SCOPES, Ask, ask_of_point, why_not
+from selfattn.backends.capability import Ask, ask_of_point, why_not
+from selfattn.backends.contract import OWN_SCORE_KERNELS
 from selfattn.backends.registry import Backend, get_backend
 from selfattn.fields import check_fields, defaults
 from selfattn.fp8_formats import fp8_format
 from selfattn.precision import DTYPES, check_precision, storage_dtype
+from selfattn.scopes import scope_of
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,9 @@ def resolve(backend: str | Backend, options: Mapping[str, Any] | None, ask: Ask,
 def resolve_point(point: Any, device: str) -> Resolved:
     """`point`'s back end on device type `device`, looked up once (a ValueError names a bad option value).
 
-    A recurrent scope runs no back end: its options must stay at their defaults, its label is the module's."""
+    A scope with no attention back end (a recurrence) runs its own module: the back end's options must stay at their
+    defaults, and the label (the row's `kernel`) is what the scope declares it runs; so is a score computed by its own
+    module (additive)."""
     backend = get_backend(point.backend)
     given = dict(point.backend_options) if isinstance(point.backend_options, Mapping) else {}
     check_precision(point.precision)  # a one-line ValueError naming the field
@@ -83,18 +87,21 @@ def resolve_point(point: Any, device: str) -> Resolved:
     if device == "cuda" and not torch.cuda.is_available():  # nothing to resolve options for: the machine says why
         return Resolved(backend, {}, "", False, dtype, storage_dtype(dtype),
                         why_not(backend, ask_of_point(point, device, {}, False)))
-    if point.scope in RNN_SCOPES:
-        _check_defaults(point, backend, given)
-        return Resolved(backend, {}, f"torch.nn.{point.scope.upper()}", False, dtype, storage_dtype(dtype),
+    scope = scope_of(point.scope)
+    if scope is not None and not scope.attention:  # the scope's own module runs, and names itself
+        _check_defaults(point, backend, given, scope.kernel)
+        return Resolved(backend, {}, scope.kernel, False, dtype, storage_dtype(dtype),
                         why_not(backend, ask_of_point(point, device, {}, False)))
-    return resolve(backend, given, ask_of_point(point, device, {}, False), dtype, prefix="backend.")
+    resolved = resolve(backend, given, ask_of_point(point, device, {}, False), dtype, prefix="backend.")
+    own = OWN_SCORE_KERNELS.get(point.score)  # what runs: additive scores' own module, not the back end's kernel
+    return replace(resolved, label=own) if own else resolved
 
 
-def _check_defaults(point: Any, backend: Backend, given: Mapping[str, Any]) -> None:
-    """A recurrent scope is a layer with no attention back end: a back-end option off its default would be a
+def _check_defaults(point: Any, backend: Backend, given: Mapping[str, Any], kernel: str) -> None:
+    """A scope with no attention back end (its own module runs): a back-end option off its default would be a
     second id for one measurement."""
     plain = defaults(backend.options_type)
     for name, value in given.items():
         if name not in plain or plain[name] != value:
-            raise ValueError(f"backend.{name}: scope={point.scope} is a recurrent layer with no attention back end, "
+            raise ValueError(f"backend.{name}: scope={point.scope} runs no attention back end ({kernel}), "
                              f"so the back end's options must stay at their defaults, got {value!r}")

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from selfattn.scopes import SCOPES
+
 if TYPE_CHECKING:
     from selfattn.backends.resolved import Resolved
 
@@ -46,7 +48,7 @@ def query_block(point: Any, resolved: Resolved) -> int | None:
     """The back end's query block size at this point (its options as resolved), or None where the harness knows
     no plan of it."""
     plan = QUERY_BLOCKS.get(resolved.name)
-    if plan is None or point.scope not in ("core", "layer"):
+    if plan is None or not SCOPES[point.scope].block_rows:
         return None
     block = plan(point, dict(resolved.options))
     return int(block) if block else None

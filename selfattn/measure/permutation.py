@@ -38,6 +38,7 @@ from selfattn.backends.resolved import Resolved
 from selfattn.inputs import make_qkv, make_x, point_masks
 from selfattn.masks import Masks
 from selfattn.point import Point, parse_scale
+from selfattn.scopes import SCOPES
 from selfattn.positions import ADDED, rope_qk
 
 PERM_TOKENS = 128
@@ -104,7 +105,7 @@ def point_shape_bytes(point: Point) -> int:
 
 def _at_point_shape(point: Point, dtype: torch.dtype, device: torch.device | str, resolved: Resolved) -> float:
     """The check on the point's own call: its shapes, layout, grad mode and mask kinds (see the module doc)."""
-    layer = point.scope == "layer"
+    layer = SCOPES[point.scope].over_x
     b, h, kv_heads, d = point.batch, point.heads, point.kv_heads_resolved, point.head_dim
     q_len, seq_len = (point.seq_len if layer else point.q_len_resolved), point.seq_len
     seed = point.seed + PERM_SEED_OFFSET

@@ -95,7 +95,7 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
         raise Unsupported(resolved.why_not)
     with precision_context(point.precision, device):
         dtype = resolved.storage_dtype  # fp8: every tensor is made in float32, quantized inside the call
-        if point.scope == "train":  # a training run, not a timed call: selfattn/train/loop.py
+        if SCOPES[point.scope].trains:  # a training run, not a timed call: selfattn/train/loop.py
             return _train(point, budget, device, dtype, resolved, row)
         sampled_queries = guard_point(point, budget, device, dtype, resolved, row, metrics)
         if sampled_queries is None:  # skipped_budget: the row says why
@@ -389,7 +389,7 @@ def _timing_columns(point: Point, timing: Timing, device: str, row: Row, budget:
         row.noisy, row.noise = True, "; ".join(filter(None, [row.noise, idle]))
     timed = timing.median_ms > 0
     row.tflops = row.flops / (timing.median_ms * 1e-3) / 1e12 if row.flops is not None and timed else None
-    if point.scope == "generate" and timed:  # one call is the whole loop of new_tokens steps
+    if SCOPES[point.scope].autoregressive and timed:  # one call is the whole loop of new_tokens steps
         row.tokens_per_s = point.new_tokens / (timing.median_ms * 1e-3)
 
 
