@@ -47,6 +47,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from selfattn.backends import description
 from selfattn.backends.discovery import backend_source
 from selfattn.measure.budget import Budget
 from selfattn.point import Point
@@ -141,7 +142,8 @@ class Worker:
         self._from_child, from_child_w = os.pipe()
         # The pipes' numbers in the environment, not argv (which every process on the machine can read);
         # the worker moves them high and close-on-exec, and removes the variable, before a plugin loads.
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", ENV_FDS: f"{to_child_r},{from_child_w}"}
+        env = {**{k: v for k, v in os.environ.items() if k != description.ENV_LIMIT},  # it imports plugins itself
+               "PYTHONUNBUFFERED": "1", ENV_FDS: f"{to_child_r},{from_child_w}"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "runners.isolate_worker"], pass_fds=(to_child_r, from_child_w),
             stdin=subprocess.DEVNULL, env=env, start_new_session=True)  # its own session: one group to kill

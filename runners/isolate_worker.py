@@ -208,7 +208,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str]) -> int:
-    os.environ.pop("SELFATTN_PLUGIN_IMPORT_S", None)  # plain imports here: the point's time limit stops a hang
+    os.environ.pop("SELFATTN_PLUGIN_DESCRIBE_S", None)  # plugins imported here: the point's time limit stops a hang
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     _die_with_parent()
