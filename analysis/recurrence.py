@@ -18,11 +18,11 @@ import pandas as pd
 
 from analysis.claim import Evidence, claim
 from analysis.slices import number_text, plain_rows
-from selfattn.point import RNN_GATES
+from selfattn.scopes import SCOPES
 
 RECURRENCE = "Attention against recurrence"
 EXPERIMENT = "rnn_vs_attention"
-RNN_SCOPES: tuple[str, ...] = tuple(RNN_GATES)
+RNN_SCOPES: tuple[str, ...] = tuple(name for name, scope in SCOPES.items() if scope.gates)
 PATH_SCOPES: tuple[str, ...] = ("layer", *RNN_SCOPES)
 RNN_MAX_RATIO = 1e-2  # an RNN's far/near sensitivity ratio below this at every n: "much less than 1"
 ATTENTION_RATIO_FACTOR = 4.0  # attention's ratio within [1/this, this] at every n: "a factor of a few of 1"

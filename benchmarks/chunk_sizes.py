@@ -46,7 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     from selfattn.backends.chunked import chunk_sizes
     from selfattn.masks import Masks
 
-    default = selfattn.default_options("chunked")
+    from selfattn.backends.capability import Ask
+    from selfattn.backends.resolved import resolve
+
+    default = resolve("chunked", {}, Ask("cpu", "fp32")).options
     default_pairs = {causal: chunk_sizes(Masks(causal=causal), None, None) for causal in (False, True)}  # auto's
     print(f"   defaults {default}; heads {args.heads}, head_dim {args.head_dim}, float32, {args.repeats} round(s)")
     pairs = list(itertools.product(args.q_chunks, args.kv_chunks))

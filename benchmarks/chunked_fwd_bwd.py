@@ -48,7 +48,11 @@ def fwd_bwd_call(n: int, backend: str, causal: bool, heads: int, head_dim: int):
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print_header("target 3: chunked fwd_bwd vs SDPA fwd_bwd")
-    print(f"   chunked defaults {selfattn.default_options('chunked')}; heads {args.heads}, head_dim {args.head_dim}")
+    from selfattn.backends.capability import Ask
+    from selfattn.backends.resolved import resolve
+
+    defaults = resolve("chunked", {}, Ask("cpu", "fp32")).options
+    print(f"   chunked defaults {defaults}; heads {args.heads}, head_dim {args.head_dim}")
     checks = []
     print(f"\n{'seq_len':>7} {'backend':<8} {'causal':<6} per-repeat ms")
     for n in args.sizes:

@@ -29,7 +29,9 @@ import numpy as np
 import torch
 
 import selfattn
-from selfattn.backends import BACKENDS, resolve_options
+from selfattn.backends import BACKENDS
+from selfattn.backends.capability import Ask
+from selfattn.backends.resolved import resolve
 from selfattn.inputs import make_document_ids
 from selfattn.validate import check_masks
 
@@ -76,7 +78,7 @@ def time_size(n: int, backends: list[str], args: argparse.Namespace, masked: boo
         # As a sweep point calls it (selfattn.measure.workload): the masks checked once and their
         # decisions (chunked's block plan) made before the timed calls, which run the back end alone.
         masks = check_masks(causal, window, None, document_ids, batch=1, q_len=n, seq_len=n, device=q.device)
-        options = resolve_options(backend, {}, q.device, q.dtype)
+        options = resolve(backend, {}, Ask(q.device.type, "fp32"), q.dtype, device=q.device).options
         module = BACKENDS[backend]
         if hasattr(module, "prepare"):
             module.prepare(q, k, v, masks=masks, scale=args.head_dim ** -0.5, **options)
@@ -176,7 +178,7 @@ def chunked_kernel(n: int, args: argparse.Namespace, *, window: bool) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print_header("target 1: chunked forward vs SDPA and naive")
-    opts = selfattn.default_options("chunked")
+    opts = resolve("chunked", {}, Ask("cpu", "fp32")).options
     print(f"   chunked defaults {opts}; heads {args.heads}, head_dim {args.head_dim}, repeats {args.repeats}")
     sizes = sorted(set(args.sdpa_sizes) | set(args.naive_sizes) | {args.causal_size, args.mask_size})
     times = {}

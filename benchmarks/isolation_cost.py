@@ -6,13 +6,16 @@ process (isolate=false), paired, in one run.
 
 Each pair measures one point twice through `runners.job.measure` (what a sweep's job calls), in an
 alternating order, and takes the difference of the two wall times seen by the sweep's process: the round
-trip of the point (pickled there, its row and the prediction back as checked JSON), the look at the worker's
+trip of the point (its request as JSON, rebuilt through the field checks there; its row and the prediction
+back as checked JSON), the look at the worker's
 process tree, the state kept and put back, the worker's own prediction of the point
 (the limit derives from it), and whatever the second process costs the first (two torch thread pools on
 the same cores). The worker's start (Python, torch, the harness) is paid once per sweep process, or again
 after a crash; it is timed apart. The share outside measure_point (the sweep's wall time minus the
 worker's own measure_point time, per point) is printed too: it does not swing with the point's own noise. The plugin is examples/selfattn-fp32acc's (by path), the metrics every
 metric, the budget the smoke experiment's. The machine is shared: the load average is printed beside them.
+Printed first: what a sweep pays once per plugin to learn its options without importing it (a child process,
+selfattn/backends/description.py).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), str(PLUGIN_DIR), os.envir
 
 from runners import isolate, job  # noqa: E402
 from runners.config import parse_job  # noqa: E402
+from selfattn.backends import description  # noqa: E402
 
 BUDGET = {"timing_s": 0.01, "accuracy_rows": 4, "measure_device_peak": False}  # experiment=smoke's
 SIZES = {"smoke": dict(seq_len=64, heads=1, head_dim=8), "n1024": dict(seq_len=1024, heads=8, head_dim=64)}
@@ -56,7 +60,7 @@ def wall_s(mode: bool | str, size: dict, seed: int) -> float:
 
 def round_trip_s(size: dict, seed: int) -> float:
     """The sweep's wall time of an isolated point minus measure_point's own inside the worker: the pipe's
-    round trips, the pickling and the worker's prediction, free of the point's own noise."""
+    round trips, the JSON and its checks and the worker's prediction, free of the point's own noise."""
     job_ = parsed("plugins", size, seed)
     started = time.perf_counter()
     outcome = isolate.run_isolated(job_.point, job_.budget, job_.runner["metrics"])
@@ -72,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     one, five, fifteen = os.getloadavg()
     print(f"isolation cost: {opts.pairs} pairs per size; load {one:.1f}/{five:.1f}/{fifteen:.1f} on "
           f"{os.cpu_count()} cores")
+    started = time.perf_counter()
+    told = description.describe("selfattn_fp32acc:fp32acc", 120.0)
+    assert told.options is not None, told
+    print(f"the plugin's options described by a child process: {time.perf_counter() - started:.2f} s "
+          "(once per plugin per sweep process)")
     started = time.perf_counter()
     wall_s("plugins", SIZES["smoke"], 0)  # starts the worker, imports the plugin in both processes
     print(f"worker start + first point: {time.perf_counter() - started:.2f} s (once per sweep process)")

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from selfattn.host_memory import host_available_bytes
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_ROOT = Path("/sys/fs/cgroup")  # read at each call, as PROC_CGROUP is (a test points them at a fake tree)
+PROC_CGROUP = Path("/proc/self/cgroup")
 _NO_LIMIT_V1 = 1 << 60  # v1 says "no limit" with a page-rounded LONG_MAX
 
 
@@ -44,11 +45,12 @@ def _stat(path: Path, key: str) -> int:
     return 0
 
 
-def cgroup_room_bytes(proc_cgroup: str | None = None, root: Path = CGROUP_ROOT) -> int | None:
+def cgroup_room_bytes(proc_cgroup: str | None = None, root: Path | None = None) -> int | None:
     """Bytes left under the tightest memory limit of this process's cgroups, or None where none is set."""
+    root = CGROUP_ROOT if root is None else root
     if proc_cgroup is None:
         try:
-            proc_cgroup = Path("/proc/self/cgroup").read_text()
+            proc_cgroup = PROC_CGROUP.read_text()
         except OSError:
             return None
     rooms = []

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from runners.isolate import parse_isolate
-from selfattn.backends import BACKEND_NAMES, check_options, describe_name, get_backend
+from selfattn.backends import BACKEND_NAMES, describe_name, get_backend
 from selfattn.fields import check_fields, config_fields, default_of, defaults, field_types, spec, unknown_key
 from selfattn.measure.budget import Budget
 from selfattn.metrics import ALL as ALL_METRICS, parse_metrics
@@ -166,7 +166,7 @@ def _point(values: Mapping[str, Any], d_model: int | None) -> Point:
         raise ValueError(problem)
     # Options at their defaults are spelled out (as conf/backend/NAME.yaml does), so a grid's
     # back end and a command line's hash to the same point; null means "tuned per device".
-    given = check_options(name, options, prefix="backend.")
+    given = check_fields(get_backend(name).options_type, options, prefix="backend.", fill_defaults=False)
     # a value the harness derives (FP8's format, from the precision: config=False) is not spelled out
     spelled = {f.name: default_of(f) for f in config_fields(get_backend(name).options_type)}
     options = {k: v for k, v in {**spelled, **given}.items() if v is not None}

@@ -90,6 +90,7 @@ def predict_grid(cfg: Mapping[str, Any], given: Collection[str] | None) -> list[
         count = len(config.grid_points(base.get("grids")))
         if not 0 < count <= MAX_GRID_POINTS:
             return None
+        from selfattn.backends.resolved import resolve_point
         from selfattn.measure.device import resolve_device
         from selfattn.measure.predict import nominal_peak_tflops, predict_point_s
 
@@ -100,7 +101,8 @@ def predict_grid(cfg: Mapping[str, Any], given: Collection[str] | None) -> list[
                 return None
             device = resolve_device(job.point.device)
             seconds.append(predict_point_s(job.point, nominal_peak_tflops(device, job.point.precision),
-                                           job.budget.timing_s, job.budget.accuracy_rows))
+                                           job.budget.timing_s, job.budget.accuracy_rows,
+                                           resolve_point(job.point, device)))
         return seconds if all(s > 0 for s in seconds) else None
     except Exception:  # noqa: BLE001 - an ETA is a courtesy: any failure leaves the average to answer
         return None

@@ -7,8 +7,9 @@ by exec, never a fork of this process, which holds torch's thread pools) imports
 points one at a time over two pipes, so a point pays a round trip, not torch's import. The worker owns the
 device for its points: this process never calls a back end or initialises CUDA for them.
 
-The channel is built so that a plugin, which runs in the worker, cannot speak on it by accident: answers
-are lines of JSON (never unpickled here), each naming a nonce fresh for its request and the point's id; a
+The channel is built so that a plugin, which runs in the worker, cannot speak on it by accident, and carries
+no pickle either way: requests are JSON (runners/isolate_request.py), answers are lines of JSON, each naming
+a nonce fresh for its request and the point's id; a
 row must pass the row schema (selfattn/row_check.py) and be of the point asked for; one answer per request,
 nothing after it. Anything else (garbage, a forged row, an answer to another request) makes the point
 `crashed` with what came, and the worker is replaced. The pipes reach the worker by the environment (not
@@ -36,20 +37,20 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import pickle
 import secrets
 import select
 import signal
-import struct
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from selfattn.backends import description
 from selfattn.backends.discovery import backend_source
 from selfattn.measure.budget import Budget
 from selfattn.point import Point
+from runners import isolate_request
 from runners.isolate_worker import ENV_FDS
 from selfattn.results import COLUMNS, Row
 from selfattn.row_check import checked_row, row_problem
@@ -69,7 +70,6 @@ GRACE_S = 15.0
 # process): max_point_s plus this.
 SETUP_S = 60.0
 START_S = 180.0  # a worker's start: Python, torch and the harness imported on a loaded machine
-_HEADER = struct.Struct("!Q")  # a request: its length, then a pickle (only this process writes that pipe)
 MAX_MESSAGE_BYTES = 64 * 2**20  # an answer is a row of a few KiB (its samples included): past this, garbage
 POLL_S = 0.25  # how often a wait for the worker looks whether it is still alive
 
@@ -141,7 +141,8 @@ class Worker:
         self._from_child, from_child_w = os.pipe()
         # The pipes' numbers in the environment, not argv (which every process on the machine can read);
         # the worker moves them high and close-on-exec, and removes the variable, before a plugin loads.
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", ENV_FDS: f"{to_child_r},{from_child_w}"}
+        env = {**{k: v for k, v in os.environ.items() if k != description.ENV_LIMIT},  # it imports plugins itself
+               "PYTHONUNBUFFERED": "1", ENV_FDS: f"{to_child_r},{from_child_w}"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "runners.isolate_worker"], pass_fds=(to_child_r, from_child_w),
             stdin=subprocess.DEVNULL, env=env, start_new_session=True)  # its own session: one group to kill
@@ -173,7 +174,7 @@ class Worker:
         point_id = point_id or point.point_id()
         limit = derive_limit_s(None, budget, fixed_s) + (0.0 if fixed_s is not None else SETUP_S)
         try:
-            self._send(("point", nonce, point_id, point, budget, tuple(metrics)))
+            self._send(isolate_request.encode(nonce, point_id, point, budget, metrics))
             deadline = time.monotonic() + limit
             message = self._answer(deadline, nonce, point_id)
             if message["kind"] == "predicted":  # the worker's prediction: the limit of the point itself starts now
@@ -233,6 +234,9 @@ class Worker:
         if kind == "raised":  # KeyboardInterrupt or another BaseException of the back end's own
             return Outcome(status="error", columns=columns,
                            error=f"the back end raised {str(message.get('what'))[:500]}")
+        if kind == "refused":  # the request failed the worker's field checks (a bug of the harness's: said whole)
+            return Outcome(status="error", columns=columns,
+                           error=f"the isolated process refused the request: {str(message.get('what'))[:500]}")
         raise ChannelBroken(f"a message of kind {kind!r}")
 
     def stop(self, wait_s: float = 5.0) -> None:
@@ -284,10 +288,9 @@ class Worker:
         except subprocess.TimeoutExpired:
             return None
 
-    def _send(self, message: Any) -> None:
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    def _send(self, framed: bytes) -> None:
         try:
-            _write_all(self._to_child, _HEADER.pack(len(data)) + data)
+            _write_all(self._to_child, framed)
         except (BrokenPipeError, OSError) as exc:
             raise WorkerGone(str(exc)) from exc
 

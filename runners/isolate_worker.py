@@ -9,10 +9,12 @@ process lives on; the limit is lifted after the point. Not on CUDA: its driver r
 up front, and the device's own memory is the caching allocator's, whose failures are `oom` rows already.
 SIGINT and SIGTERM are ignored: the sweep's process decides, and kills this one's process group.
 
-The channel (runners/isolate.py says why it is shaped so): requests arrive pickled from the sweep's
-process (which alone writes that pipe); answers leave as one line of JSON each, naming the request's nonce
-and point id. The pipes' numbers come in the environment (ENV_FDS, removed from it at once), not in argv,
-and are moved to high numbers, close-on-exec, before any plugin is imported.
+The channel (runners/isolate.py says why it is shaped so): requests arrive as JSON (runners/isolate_request.py:
+Point and Budget as field mappings, rebuilt here through the same field checks a config passes; one that fails
+them is refused with the reason); answers leave as one line of JSON each, naming the request's nonce and point
+id. Nothing on the channel is a pickle, in either direction. The pipes' numbers come in the environment
+(ENV_FDS, removed from it at once), not in argv, and are moved to high numbers, close-on-exec, before any
+plugin is imported.
 """
 
 from __future__ import annotations
@@ -21,13 +23,12 @@ import contextlib
 import fcntl
 import json
 import os
-import pickle
 import signal
-import struct
 import sys
 from typing import Any, Iterator
 
-_HEADER = struct.Struct("!Q")  # a request: its length, then a pickle (runners/isolate.py's framing)
+from runners.isolate_request import HEADER, MAX_REQUEST_BYTES, decode, identity
+
 ENV_FDS = "SELFATTN_ISOLATE_FDS"  # "READ_FD,WRITE_FD": the pipes this process was given
 
 
@@ -41,13 +42,12 @@ def _read_exactly(fd: int, size: int) -> bytes | None:
     return data
 
 
-def receive(fd: int) -> Any:
-    """The next request, or None when the parent closed its end."""
-    header = _read_exactly(fd, _HEADER.size)
-    if header is None:
+def receive(fd: int) -> bytes | None:
+    """The next request's JSON, or None when the parent closed its end (or sent a length past any request's)."""
+    header = _read_exactly(fd, HEADER.size)
+    if header is None or HEADER.unpack(header)[0] > MAX_REQUEST_BYTES:
         return None
-    data = _read_exactly(fd, _HEADER.unpack(header)[0])
-    return None if data is None else pickle.loads(data)
+    return _read_exactly(fd, HEADER.unpack(header)[0])
 
 
 def send(fd: int, message: dict[str, Any]) -> None:
@@ -95,6 +95,7 @@ def predicted(point: Any, budget: Any) -> tuple[float | None, bool, dict[str, An
         import torch
 
         from selfattn.backends.resolved import resolve_point
+        from selfattn.scopes import SCOPES
         from selfattn.measure.device import device_peak_tflops, environment, resolve_device
         from selfattn.measure.predict import nominal_peak_tflops, predict_point_s
         from selfattn.precision import precision_context
@@ -103,7 +104,7 @@ def predicted(point: Any, budget: Any) -> tuple[float | None, bool, dict[str, An
         if point.device == "cpu" or torch.cuda.is_available():
             columns.update(environment(point.device))
         point.validate()
-        if point.scope == "train":
+        if SCOPES[point.scope].trains:  # its own loop, no timed call to predict
             return None, False, columns
         resolved = resolve_point(point, point.device)
         columns["kernel"] = resolved.label
@@ -165,11 +166,20 @@ def serve(read_fd: int, write_fd: int) -> int:
     torch.ones(64, 64) @ torch.ones(64, 64)  # the intra-op threads start now, not under a point's memory limit
     send(write_fd, {"kind": "ready"})
     while True:
-        message = receive(read_fd)
-        if message is None:
+        data = receive(read_fd)
+        if data is None:
             return 0
-        _, nonce, point_id, point, budget, metrics = message
+        try:
+            nonce, point_id = identity(data)
+        except ValueError:  # no request to answer: the sweep sees the worker end (`crashed`)
+            return 1
         said = {"nonce": nonce, "point_id": point_id}
+        try:
+            request = decode(data)
+        except ValueError as exc:
+            send(write_fd, {"kind": "refused", **said, "what": _first_line(exc)})
+            continue
+        point, budget, metrics = request.point, request.budget, request.metrics
         changes = point_state.Changes()
         answer: dict[str, Any]
         with point_state.kept(changes):  # torch's global state, the RNGs and fds 0-2 as they were, after the point
@@ -208,7 +218,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str]) -> int:
-    os.environ.pop("SELFATTN_PLUGIN_IMPORT_S", None)  # plain imports here: the point's time limit stops a hang
+    os.environ.pop("SELFATTN_PLUGIN_DESCRIBE_S", None)  # plugins imported here: the point's time limit stops a hang
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     _die_with_parent()

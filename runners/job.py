@@ -84,6 +84,7 @@ def measure(parsed: ParsedJob, metrics: tuple[str, ...] | None = None) -> Row:
 def _measure_here(parsed: ParsedJob, metrics: tuple[str, ...]) -> Row:
     """measure_point in this process, which later points share: what the back end changes of torch's global
     state, the RNGs, fds 0-2 and the signal handlers is put back after it (runners/point_state.py)."""
+    from selfattn.backends.registry import get_backend
     from selfattn.measure import measure_point  # lazy: the back ends and the timers load here
     import torch
 
@@ -92,6 +93,7 @@ def _measure_here(parsed: ParsedJob, metrics: tuple[str, ...]) -> Row:
     threads = torch.get_num_threads()
     with point_state.kept(changes, signals=interrupts.SIGNALS):
         try:
+            get_backend(str(parsed.point.backend), here=True)  # a plugin measured here is imported here, not before
             row = measure_point(parsed.point, parsed.budget, metrics)
             if torch.get_num_threads() != threads and row.num_threads is not None:
                 row.num_threads = torch.get_num_threads()  # the back end changed it: what its timed calls ran on

@@ -15,9 +15,9 @@ from runners import interrupts
 
 if __name__ == "__main__":  # Ctrl-C while torch and Hydra import (seconds): one line, as later, no traceback
     interrupts.before_run()
-    # A plugin module's import in this process (Hydra composing a job) waits at most this long: past it, its
-    # points go to the isolated worker, whose time limit makes them `timeout` rows (selfattn/backends/import_limit.py)
-    os.environ.setdefault("SELFATTN_PLUGIN_IMPORT_S", "60")
+    # This process never imports a plugin: a child describes its options (selfattn/backends/description.py), within
+    # this many seconds; its points import it where they run (the isolated worker, under their time limit)
+    os.environ.setdefault("SELFATTN_PLUGIN_DESCRIBE_S", "60")
     if len(sys.argv) == 1:  # no arguments: the default study, as the README's first command promises
         sys.argv.append("experiment=quick")
     from runners import cli_check

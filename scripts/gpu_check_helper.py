@@ -163,7 +163,7 @@ def plan_sweep(name: str, args: list[str]) -> StagePlan:
     stage = StagePlan(name, "sweep")
     try:
         jobs = sweep_points(args)
-        from selfattn.backends import compiles
+        from selfattn.backends import get_backend
     except Exception as exc:  # Hydra missing, a bad override: the stage cannot run either
         stage.problem = f"cannot compose its config ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
         return stage
@@ -177,7 +177,7 @@ def plan_sweep(name: str, args: list[str]) -> StagePlan:
         point_s = POINT_FIXED_S + POINT_TIMING_FACTOR * job.budget.timing_s
         plain.append(point_s)
         seconds += point_s
-        if compiles(job.point.backend, dict(job.point.backend_options)):
+        if get_backend(job.point.backend).compiles(dict(job.point.backend_options)):
             compiled[job.point.mode] += 1
             seconds += COMPILE_S[job.point.mode]
         if job.point.backend == "triton":  # one kernel compile per variant, then triton's cache

@@ -18,8 +18,6 @@ _EXPORTS: dict[str, str] = {
     "BACKENDS": "selfattn.backends",
     "BACKEND_NAMES": "selfattn.backends",
     "available_backends": "selfattn.backends",
-    "default_options": "selfattn.backends",
-    "kernel_label": "selfattn.backends",
     "Unsupported": "selfattn.errors",
     "make_qkv": "selfattn.inputs",
     "make_x": "selfattn.inputs",

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from selfattn.backends import get_backend
-from selfattn.backends.capability import ask_of_call, why_not
+from selfattn.backends.capability import ask_of_call
 from selfattn.backends.registry import Backend
+from selfattn.backends.resolved import Resolved, resolve
 from selfattn.errors import Unsupported
-from selfattn.fields import check_fields
 from selfattn.masks import Masks
 from selfattn.validate import check_masks, check_qkv, resolve_scale
 
@@ -24,7 +22,7 @@ def attention(
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    backend: str | Backend = "naive",
+    backend: str | Backend | Resolved = "naive",
     causal: bool = False,
     window: int | tuple[int, int] | None = None,
     key_lengths: torch.Tensor | None = None,
@@ -40,9 +38,11 @@ def attention(
     """Scaled dot-product attention softmax(scale * Q K^T + mask) V with back end `backend`.
 
     q: (batch, heads, q_len, head_dim); k, v: (batch, kv_heads, seq_len, head_dim), heads % kv_heads
-    == 0. `backend`: a name (built in, entry point, path module:function) or a `Backend` looked up. Returns q's shape and dtype. The full contract (masks, positions, scale, GQA, errors, each
-    back end's options) is docs/api.md; the masks' geometry is selfattn/masks.py. window=(left, right),
-    softcap, alibi and sink are the variants of selfattn/variants.py; what a back end does not declare
+    == 0. `backend`: a name (built in, entry point, path module:function), a `Backend` looked up, or a
+    `Resolved` (selfattn.backends.resolved: a point's back end resolved once, its options with it). Returns
+    q's shape and dtype. The full contract (masks, positions, scale, GQA, errors, each back end's options) is
+    docs/api.md; the masks' geometry is selfattn/masks.py. window=(left, right), softcap, alibi and sink are the
+    variants of selfattn/variants.py; what a back end does not declare
     (a variant, a dtype, a mask, a backward...) raises selfattn.Unsupported naming it, before it is called.
     mask_mod(b, h, q_idx, kv_idx) -> bool and score_mod(score, b, h, q_idx, kv_idx) are functions in the field's
     convention (flex_attention's), q_idx the query's bottom-right aligned position (selfattn/mods/contract.py).
@@ -51,34 +51,22 @@ def attention(
     masks = check_masks(causal, window, key_lengths, document_ids, batch=q.shape[0], q_len=q.shape[2],
                         seq_len=k.shape[2], device=q.device, softcap=softcap, alibi=alibi, sink=sink,
                         mask_mod=mask_mod, score_mod=score_mod)
-    return resolve_call(backend, q, k, masks, resolve_scale(scale, q.shape[3]), options).run(q, k, v, masks)
+    resolved = resolve_for_call(backend, q, k, masks, options)
+    return resolved.run(q, k, v, masks=masks, scale=resolve_scale(scale, q.shape[3]))
 
 
-@dataclass(frozen=True)
-class ResolvedCall:
-    """A back end's call with its options resolved and its capability asked: run it on tensors like those it was
-    resolved for (the same device, dtype, grad state, heads and head_dim)."""
-
-    backend: Backend
-    options: dict[str, Any]
-    scale: float
-
-    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, masks: Masks) -> torch.Tensor:
-        return self.backend.attention(q, k, v, masks=masks, scale=self.scale, **self.options)
-
-
-def resolve_call(backend: str | Backend, q: torch.Tensor, k: torch.Tensor, masks: Masks, scale: float,
-                 options: dict[str, Any]) -> ResolvedCall:
-    """Back end `backend` (a name, or a registry.Backend already looked up) resolved for a call on q and k with
-    these masks: its options checked and filled in for their device and dtype, and its declaration asked whether
-    it can run the call (capability.why_not: Unsupported with the reason when not)."""
-    entry = get_backend(backend) if isinstance(backend, str) else backend
-    given = {key: value for key, value in check_fields(entry.options_type, options, fill_defaults=False).items()
-             if value is not None}
-    resolved = entry.resolve_options(given, q.device, q.dtype)
-    fmt = resolved.get("fp8", "none")
-    precision = f"fp8_{fmt}" if fmt not in (None, "none") else PRECISION_OF.get(q.dtype, str(q.dtype))
-    why = why_not(entry, ask_of_call(q, k, masks, precision, resolved, entry.compiles(resolved)))
-    if why:
-        raise Unsupported(why)
-    return ResolvedCall(entry, resolved, scale)
+def resolve_for_call(backend: str | Backend | Resolved, q: torch.Tensor, k: torch.Tensor, masks: Masks,
+                     options: dict[str, Any]) -> Resolved:
+    """`backend` resolved for a call on q and k with these masks, through the one resolver (resolved.resolve);
+    Unsupported with the reason when its declaration says it cannot run the call. A `Resolved` (a point's, from
+    resolve_point) is used as it is: it was resolved and asked once, for the point, and takes no other options."""
+    if isinstance(backend, Resolved):
+        if options:
+            raise ValueError(f"options: a resolved back end carries its own options, got {sorted(options)} beside it")
+        resolved = backend
+    else:
+        precision = PRECISION_OF.get(q.dtype, str(q.dtype))
+        resolved = resolve(backend, options, ask_of_call(q, k, masks, precision, {}, False), q.dtype, device=q.device)
+    if resolved.why_not:
+        raise Unsupported(resolved.why_not)
+    return resolved

@@ -21,8 +21,9 @@ import torch
 from torch import nn
 
 from selfattn import positions
-from selfattn.api import resolve_call
-from selfattn.backends import get_backend
+from selfattn.api import resolve_for_call
+from selfattn.backends.registry import Backend, get_backend
+from selfattn.backends.resolved import Resolved
 from selfattn.fields import check_fields
 from selfattn.validate import check_bool, check_masks, check_positive_int, check_seed, resolve_scale
 
@@ -54,12 +55,18 @@ class MultiHeadSelfAttention(nn.Module):
         check_bool("bias", bias)
         self.d_model, self.heads, self.kv_heads, self.head_dim = d_model, heads, kv_heads, d_model // heads
         resolve_scale(scale, self.head_dim)  # fail at construction, not at the first forward
-        # the back end, looked up once (a name, or a registry.Backend a caller resolved): unknown ones fail now
-        self.backend_entry = get_backend(backend) if isinstance(backend, str) else backend
+        # the back end, looked up once: a name or a registry.Backend (unknown ones and bad options fail now), or a
+        # Resolved (a point's, from resolve_point: its options with it, resolved and asked once for the point)
+        self.resolved = backend if isinstance(backend, Resolved) else None
+        if self.resolved is not None and backend_options:
+            raise ValueError("backend_options: a resolved back end carries its own options, "
+                             f"got {sorted(backend_options)}")
+        self.backend_entry: Backend = (self.resolved.backend if self.resolved is not None
+                                       else get_backend(backend) if isinstance(backend, str) else backend)
         check_fields(self.backend_entry.options_type, backend_options, fill_defaults=False)
         self.backend, self.causal, self.scale = self.backend_entry.name, causal, scale
         self.backend_options = dict(backend_options)
-        self._calls: dict[tuple, Any] = {}  # (device, dtype, backward) -> the back end's options and scale there
+        self._calls: dict[tuple, Resolved] = {}  # (device, dtype, backward) -> the back end resolved for those calls
         kv_dim = kv_heads * self.head_dim
         self.w_q = nn.Linear(d_model, d_model, bias=bias)
         self.w_k = nn.Linear(d_model, kv_dim, bias=bias)
@@ -162,14 +169,14 @@ class MultiHeadSelfAttention(nn.Module):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """The attention core of this layer: its back end, mask and scale on given q, k, v (selfattn.attention's
-        call, its options resolved and its capability asked once per device, dtype and grad state)."""
+        call, its options resolved and its capability asked once per device, dtype and grad state; a layer made
+        with a point's Resolved runs that one)."""
         masks = check_masks(self.causal, None, None, None, batch=q.shape[0], q_len=q.shape[2], seq_len=k.shape[2],
                             device=q.device)
         key = (q.device, q.dtype, torch.is_grad_enabled() and q.requires_grad)
         if key not in self._calls:
-            self._calls[key] = resolve_call(self.backend_entry, q, k, masks, resolve_scale(self.scale, self.head_dim),
-                                            self.backend_options)
-        return self._calls[key].run(q, k, v, masks)
+            self._calls[key] = resolve_for_call(self.resolved or self.backend_entry, q, k, masks, self.backend_options)
+        return self._calls[key].run(q, k, v, masks=masks, scale=resolve_scale(self.scale, self.head_dim))
 
     def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
         # q, k, v stay referenced until W_O has run, as the memory model (measure/predict.py) counts them:

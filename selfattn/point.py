@@ -36,8 +36,6 @@ FP64_BYTES = 8
 # held four where a CPU (torch 2.13, the profiler's allocation events) holds three.
 CUDA_SOFTMAX_BACKWARD = 1
 DEVICES = ("auto", "cpu", "cuda")
-# The recurrent baselines (selfattn/recurrent.py): scope -> gates of its cell (torch.nn.LSTM, nn.GRU).
-RNN_GATES: dict[str, int] = {name: scope.gates for name, scope in SCOPES.items() if scope.gates}
 # Defaults that follow the scope (each scope's declaration, selfattn/scopes/): where a scope cannot take a field's
 # own default, this value, for a config that does not give the field (runners/config.py: typed, or set by an
 # experiment or a grid). Only such fields, so a point that was valid before keeps its values and its id (point_id).
@@ -223,7 +221,7 @@ class Point:
     def recurrent_weights(self) -> int:
         """Elements of scope=lstm/gru's one layer, hidden size d_model: W_ih and W_hh (gates x d_model
         x d_model each) and their two biases (gates x d_model each)."""
-        gates = RNN_GATES[self.scope]
+        gates = SCOPES[self.scope].gates
         return 2 * gates * self.d_model * (self.d_model + 1)
 
     @property
@@ -373,15 +371,17 @@ def _check_score_transforms(point: Point) -> None:
 
 
 def _check_recurrent(point: Point) -> None:
-    """No attention in a recurrent scope: an attention-only axis would name a second id for one measurement."""
-    if SCOPES[point.scope].attention:
+    """No attention in a scope whose own module runs (a recurrence): an attention-only axis would name a second id
+    for one measurement."""
+    scope = SCOPES[point.scope]
+    if scope.attention:
         return
     for name in ATTENTION_ONLY:
         value = getattr(point, name)
         plain = (value in (None, point.heads) if name == "kv_heads" else
                  value in (None, point.seq_len) if name == "q_len" else value == axis_default(name))
         if not plain:
-            raise ValueError(f"{name}: scope={point.scope} is a recurrent layer with no attention, so {name} "
+            raise ValueError(f"{name}: scope={point.scope} is {scope.kernel} with no attention, so {name} "
                              f"must stay {axis_default(name)!r}, got {value!r}")
 
 

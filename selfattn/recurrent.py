@@ -18,7 +18,6 @@ import math
 import torch
 from torch import nn
 
-from selfattn.point import RNN_GATES
 from selfattn.validate import check_positive_int, check_seed
 
 _MODULES = {"lstm": nn.LSTM, "gru": nn.GRU}
@@ -29,8 +28,8 @@ class Recurrent(nn.Module):
 
     def __init__(self, kind: str, d_model: int, *, seed: int = 0) -> None:
         super().__init__()
-        if kind not in RNN_GATES:
-            raise ValueError(f"scope: expected one of {', '.join(RNN_GATES)} for a recurrent layer, got {kind!r}")
+        if kind not in _MODULES:
+            raise ValueError(f"scope: expected one of {', '.join(_MODULES)} for a recurrent layer, got {kind!r}")
         check_positive_int("d_model", d_model)
         self.kind, self.d_model = kind, d_model
         self.rnn = _MODULES[kind](d_model, d_model, num_layers=1, batch_first=True)

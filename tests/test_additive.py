@@ -91,6 +91,7 @@ def test_a_measured_additive_row_matches_its_float64_reference(mode):
     assert row.status == "ok", row.error
     assert row.rel_rms_err < 1e-5 and (mode == "fwd" or row.grad_rel_rms_err < 1e-5)
     assert row.perm_max_abs_diff is None and row.logit_std is None  # dot-product measurements, left out
+    assert row.backend == "naive" and row.kernel == "selfattn.additive"  # the row says what ran: not naive's code
     assert row.score == "additive" and row.flops == additive_flops(Point(score="additive", seq_len=32, heads=2,
                                                                        head_dim=8, causal=True, mode=mode))
 

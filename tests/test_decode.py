@@ -5,8 +5,7 @@ import torch
 
 from selfattn.decode import NORM_EPS, Generation, generate
 from selfattn.layer import MultiHeadSelfAttention
-from selfattn.measure.flops import generate_flops
-from selfattn.measure.traffic import generate_bytes
+from selfattn.scopes.generate import bytes_moved as generate_bytes, flops as generate_flops
 from selfattn.point import Point
 
 

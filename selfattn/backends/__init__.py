@@ -5,8 +5,9 @@ contract and every field; docs/plugins.md shows it at work). The built-ins (naiv
 flex.py, triton.py here) declare theirs with the `backend` decorator a plugin uses, at the end of their
 module. A back end reaches the registry three ways (discovery.py): built in, an installed package's entry
 point in the group `selfattn.backends`, or a path `module:function`. `get_backend(name)` returns its
-`Backend` (registry.py); `resolved.resolve_point` resolves a point's back end once; `capability.why_not`
-answers "can this point run here, and if not why".
+`Backend` (registry.py); `resolved.resolve` is the one resolver of its options and capability, for a point
+(`resolve_point`) and for a direct call (`selfattn.attention`); `capability.why_not` answers "can this run
+here, and if not why".
 
 Names are plain data (discovery.py reads entry points from the packages' metadata), so the sweep axes and
 the analysis (which never loads torch) know the back ends; anything that needs torch loads on first use.
@@ -14,12 +15,11 @@ the analysis (which never loads torch) know the back ends; anything that needs t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from selfattn.backends.contract import Declaration, Speed, backend
 from selfattn.backends.discovery import (BUILTIN_NAMES, ENTRY_POINT_GROUP, backend_name, backend_names,
                                          backend_source, describe_name, is_path)
-from selfattn.fields import check_fields
 
 if TYPE_CHECKING:
     import torch
@@ -58,48 +58,6 @@ def available_backends(device: torch.device | str = "cpu") -> list[str]:
     return [name for name in backend_names() if unavailable(get_backend(name), device_type) is None]
 
 
-def check_options(name: str, options: Mapping[str, Any] | None, *, prefix: str = "") -> dict[str, Any]:
-    """The options given for back end `name`, checked against its options (no defaults filled).
-
-    An option it does not know raises ValueError naming it and the nearest known one.
-    """
-    return check_fields(get_backend(name).options_type, options, prefix=prefix, fill_defaults=False)
-
-
-def resolve_options(
-    name: str,
-    options: Mapping[str, Any] | None = None,
-    device: torch.device | str = "cpu",
-    dtype: torch.dtype | None = None,
-) -> dict[str, Any]:
-    """Checked options of back end `name` with every default filled in for device and dtype."""
-    import torch
-
-    given = {k: v for k, v in check_options(name, options).items() if v is not None}
-    return get_backend(name).resolve_options(given, torch.device(device), torch.float32 if dtype is None else dtype)
-
-
-def default_options(name: str, device: torch.device | str = "cpu", dtype: torch.dtype | None = None) -> dict[str, Any]:
-    """The option values back end `name` uses when none are given (tuned chunk sizes included)."""
-    return resolve_options(name, {}, device, dtype)
-
-
-def kernel_label(
-    name: str,
-    options: Mapping[str, Any] | None = None,
-    *,
-    device: torch.device | str = "cpu",
-    dtype: torch.dtype | None = None,
-) -> str:
-    """Text for the results' `kernel` column, defaults resolved: "auto", "q512-kv1024", "materialized"."""
-    return get_backend(name).kernel_label(resolve_options(name, options, device, dtype))
-
-
-def compiles(name: str, resolved_options: Mapping[str, Any]) -> bool:
-    """Whether back end `name` with these resolved options runs compiled code (compile_s applies)."""
-    return get_backend(name).compiles(resolved_options)
-
-
 __all__ = [
     "BACKEND_NAMES",
     "BUILTIN_NAMES",
@@ -113,10 +71,5 @@ __all__ = [
     "describe_name",
     "is_path",
     "available_backends",
-    "check_options",
-    "compiles",
-    "default_options",
     "get_backend",
-    "kernel_label",
-    "resolve_options",
 ]

@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from selfattn.backends.contract import FP8_PRECISIONS
-from selfattn.scopes import SCOPES, scope_of
+from selfattn.scopes import SCOPES, Scope, scope_of
 from selfattn.variants import unsupported_variants
 
-RNN_SCOPES = tuple(name for name, scope in SCOPES.items() if not scope.attention)  # no attention back end runs in them
 
 
 @dataclass(frozen=True)
@@ -50,15 +49,19 @@ def ask_of_point(point: Any, device: str, options: Mapping[str, Any], compiled: 
             "score_mod": getattr(point, "score_mod", "none") != "none"}
     return Ask(device=device, precision=point.precision, head_dim=point.head_dim, heads=point.heads,
                kv_heads=point.kv_heads_resolved, masks=tuple(name for name, on in used.items() if on),
-               variants=point.variants, backward=point.mode == "fwd_bwd" or _trains(point.scope),
+               variants=point.variants, backward=point.mode == "fwd_bwd" or _trains(point),
                score=point.score, scope=point.scope, compiled=compiled, options=dict(options),
                changed_options=changed_options)
 
 
-def _trains(scope: Any) -> bool:
+def _trains(point: Any) -> bool:
     """A training run's backward runs whatever `mode` says (its declaration: selfattn/scopes/train.py)."""
-    declared = scope_of(scope)
-    return declared is not None and declared.trains
+    return getattr(scope_of(point.scope), "trains", False)
+
+
+def _scope(ask: Ask) -> Scope:
+    """The declaration of the scope `ask` runs in (a call on tensors, selfattn.attention's, is the core's)."""
+    return scope_of(ask.scope) or SCOPES["core"]
 
 
 def ask_of_call(q: Any, k: Any, masks: Any, precision: str, options: Mapping[str, Any], compiled: bool) -> Ask:
@@ -81,7 +84,7 @@ def why_not(backend: Any, ask: Ask) -> str | None:
     runs there), the back end's declaration, and the rules of the harness's paths it would take (FP8, a
     compiled generation loop)."""
     why = _machine_reason(ask)
-    if why or ask.scope in RNN_SCOPES:
+    if why or not _scope(ask).attention:  # no attention back end runs in it
         return why or (_fp8_reason(ask) if ask.precision in FP8_PRECISIONS else None)
     return _declared_reason(backend, ask) or _path_reason(ask)
 
@@ -219,8 +222,8 @@ def _path_reason(ask: Ask) -> str | None:
         why = _fp8_reason(ask)
         if why:
             return why
-    if ask.compiled and ask.scope == "generate":
-        return ("scope=generate with a compiled back end: every step's cache length is a new shape to compile "
+    if ask.compiled and _scope(ask).autoregressive:
+        return (f"scope={ask.scope} with a compiled back end: every step's cache length is a new shape to compile "
                 "(a loop of new_tokens compilations)")
     return None
 
@@ -228,10 +231,11 @@ def _path_reason(ask: Ask) -> str | None:
 def _fp8_reason(ask: Ask) -> str | None:
     """The FP8 path (selfattn/fp8.py) is the attention core's forward, eager; its products need what they ask."""
     p = ask.precision
-    if ask.scope == "train":
-        return f"precision {p}: scope=train has no FP8 path (only the FP8 forward is built)"
-    if ask.scope in RNN_SCOPES:
-        return (f"precision {p}: scope={ask.scope} (torch.nn.{ask.scope.upper()}) has no FP8 path; FP8 is built for "
+    scope = _scope(ask)
+    if scope.trains:
+        return f"precision {p}: scope={scope.name} has no FP8 path (only the FP8 forward is built)"
+    if not scope.attention:
+        return (f"precision {p}: scope={scope.name} ({scope.kernel}) has no FP8 path; FP8 is built for "
                 "the attention back ends naive and chunked")
     if ask.score == "additive":
         return (f"precision {p}: score=additive (selfattn/additive.py) has no FP8 path; FP8 is built for the dot "

@@ -43,6 +43,8 @@ DEVICE_TYPES = ("cpu", "cuda")
 # its `options` must include: naive's and chunked's do), so declaring one needs those options.
 FP8_PRECISIONS: tuple[str, ...] = tuple(FORMAT_OF)  # the FP8 formats' precisions (selfattn/fp8_formats.py)
 SCORES = ("dot", "additive")  # the score functions (Point.score); additive needs its own computation (selfattn/additive.py)
+# A score computed by its own module, whichever back end was named: the row's `kernel` says that module ran
+OWN_SCORE_KERNELS = {"additive": "selfattn.additive"}
 ATTRIBUTE = "selfattn_backend"  # where `backend` puts the declaration on the function
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 from pathlib import PurePath
 from types import ModuleType
 from typing import Any, Callable, Mapping
 
 import torch
 
-from selfattn.backends import import_limit
+from selfattn.backends import description
 from selfattn.backends.contract import Declaration, Speed, declaration_of
 from selfattn.backends.discovery import (BUILTIN_NAMES, describe_name, entry_points, file_module_name, file_of,
                                          is_file_path, is_path, path_name, same_target)
@@ -44,9 +45,11 @@ class Backend:
     `origin`: its `module:function`), and `error` when it could not be loaded."""
 
     def __init__(self, name: str, fn: Callable | None, declaration: Declaration, *, source: str, origin: str,
-                 error: str | None = None) -> None:
+                 error: str | None = None, described: str | None = None) -> None:
         self.name, self.fn, self.declaration = name, fn, declaration
         self.source, self.origin, self.error = source, origin, error
+        # where this process only knows the plugin's options (description.py): how it knows them; fn is None
+        self.described = described
         self.options_type: type = declaration.options or NoOptions
         self.mem_model_declared = declaration.mem_model is not None
         # the time guard's fact is supplied only where neither an efficiency nor any speed was declared
@@ -112,7 +115,8 @@ class Backend:
         in the timed calls. What it may run was decided before (capability.why_not); each call's output is
         checked (shape, dtype, device: metadata only, no wait on the device)."""
         if self.broken or self.fn is None:
-            raise Unsupported(f"backend {self.name} ({self.origin}) cannot be used: {self.error}")
+            raise Unsupported(f"backend {self.name} ({self.origin}) cannot be used: "
+                              f"{self.error or 'its module is imported only where its points run'}")
         fn, declaration = self.fn, self.declaration
         bshd = declaration.layout == "BSHD"
         if bshd:  # (B, H, S, D) -> (B, S, H, D), contiguous: converted before, not inside, the timed calls
@@ -184,27 +188,30 @@ def lookups() -> int:
     return _lookups[0]
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name: str, here: bool = False) -> Backend:
     """The `Backend` of back end `name` (as typed: a built-in, an entry point's name or a path).
 
     A name that is not known raises ValueError (discovery.describe_name's line); a plugin that fails to
-    import, is not callable or declares something invalid is a broken Backend saying so.
+    import, is not callable or declares something invalid is a broken Backend saying so. In a process that
+    describes plugins elsewhere (description.LIMIT_S set: the sweep's), a plugin is its description (its
+    options, no function) unless `here`: a point that runs in this process imports it (isolate=false).
     """
     _lookups[0] += 1
-    if name in _loaded:
+    if name in _loaded and not (here and _loaded[name].described):
         return _loaded[name]
     problem = describe_name(name)
     if problem:
         raise ValueError(problem)
     if name in BUILTIN_NAMES:
         entry = _load(name, f"selfattn.backends.{name}:attention", "builtin")
-    elif is_path(name):
-        entry = _load(path_name(name), name, "path")
     else:
-        entry = _load(name, entry_points()[name].target, "entry_point")
+        given_name, target, source = ((path_name(name), name, "path") if is_path(name)
+                                      else (name, entry_points()[name].target, "entry_point"))
+        entry = (_described(given_name, target, source, name, description.LIMIT_S)
+                 if description.LIMIT_S is not None and not here else _load(given_name, target, source))
     for other in _loaded.values():  # two paths of one name in one process: the second is refused
-        if (not entry.broken and other.name == entry.name and not same_target(other.origin, entry.origin)
-                and other.source == "path" == entry.source):
+        if (other is not _loaded.get(name) and not entry.broken and other.name == entry.name
+                and not same_target(other.origin, entry.origin) and other.source == "path" == entry.source):
             entry = broken(entry.name, source="path", origin=name,
                            error=f"its name {entry.name} is taken by the path {other.origin}; rename one")
     _loaded[name] = entry
@@ -217,15 +224,24 @@ def forget() -> None:
         del _loaded[name]
 
 
+def _described(name: str, target: str, source: str, typed: str, limit_s: float) -> Backend:
+    """Plugin `typed` as a child process describes it (description.py): its options, or its load error, or, where
+    the child could not say (a hang, a crash), no options and the reason; no function in this process."""
+    told = description.describe(typed, limit_s)
+    if told.error is not None:
+        return broken(name, source=source, origin=target, error=told.error)
+    declaration = Declaration(options=told.options) if told.options is not None else Declaration()
+    return Backend(name, None, declaration, source=source, origin=target,
+                   described=told.unknown or "described by its own process")
+
+
 def _load(name: str, target: str, source: str) -> Backend:
     """Import `module:attribute` and wrap the function it holds; any failure becomes a broken Backend."""
     module_name, _, attribute = target.rpartition(":") if is_file_path(target) else target.partition(":")
     obj: Any = None  # stays None when the module itself fails to import
     part = ""
     try:
-        # within the process's limit, where it has one (import_limit); a file plugin through its own loader
-        obj = (import_limit.imported(file_module_name(target), lambda _name: _load_file(target))
-               if is_file_path(target) else import_limit.imported(module_name))
+        obj = _load_file(target) if is_file_path(target) else importlib.import_module(module_name)
         for part in filter(None, attribute.split(".")):
             obj = getattr(obj, part)
     except BaseException as err:  # noqa: BLE001 - a plugin's import may raise anything, SystemExit included

@@ -15,9 +15,14 @@ harness.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+
+from selfattn.scopes import SCOPES
+
+if TYPE_CHECKING:
+    from selfattn.backends.resolved import Resolved
 
 
 def _chunked_block(point: Any, options: dict[str, Any]) -> int | None:
@@ -39,13 +44,13 @@ QUERY_BLOCKS: dict[str, Callable[[Any, dict[str, Any]], int | None]] = {
 }
 
 
-def query_block(point: Any, resolved: Any) -> int | None:
-    """The back end's query block size at this point, or None where the harness knows no plan of it."""
-    name = getattr(resolved, "name", None) or str(point.backend)
-    plan = QUERY_BLOCKS.get(name)
-    if plan is None or point.scope not in ("core", "layer"):
+def query_block(point: Any, resolved: Resolved) -> int | None:
+    """The back end's query block size at this point (its options as resolved), or None where the harness knows
+    no plan of it."""
+    plan = QUERY_BLOCKS.get(resolved.name)
+    if plan is None or not SCOPES[point.scope].block_rows:
         return None
-    block = plan(point, dict(getattr(resolved, "options", {}) or {}))
+    block = plan(point, dict(resolved.options))
     return int(block) if block else None
 
 
@@ -90,10 +95,10 @@ def judged_rows(q_len: int, count: int, seed: int, block: int | None = None) -> 
     return torch.cat([required, drawn]).sort().values
 
 
-def point_rows(point: Any, count: int, resolved: Any) -> torch.Tensor:
+def point_rows(point: Any, count: int, resolved: Resolved) -> torch.Tensor:
     """The point's accuracy sample (measure_point's `sampled_queries`)."""
     return judged_rows(point.q_len_resolved, count, point.seed, query_block(point, resolved))
 
 
-def point_row_count(point: Any, count: int, resolved: Any) -> int:
+def point_row_count(point: Any, count: int, resolved: Resolved) -> int:
     return judged_row_count(point.q_len_resolved, count, query_block(point, resolved))

@@ -1,4 +1,5 @@
-"""How much memory and time one point may take, and the guard that enforces it up front.
+"""How much memory and time one point may take (the guard that enforces it up front, `over_budget`, is
+selfattn/measure/guard.py's).
 
 The guard runs before anything of the point is allocated: a naive n = 65536 point on a CPU
 would need 2 x 65536^2 x 4 bytes = 32 GiB per head for its score matrices, so it must be
@@ -18,7 +19,6 @@ from dataclasses import dataclass
 
 from selfattn.fields import spec, validate_instance
 from selfattn.measure import noise
-from selfattn.point import Point
 
 
 @dataclass(frozen=True)
@@ -44,25 +44,3 @@ class Budget:
 
     def __post_init__(self) -> None:
         validate_instance(self)
-
-
-def over_budget(
-    point: Point, budget: Budget, need_bytes: int, free_bytes: int | None, point_s: float, compile_s: float = 0.0
-) -> str | None:
-    """Why `point` must be skipped (one line), or None when it fits.
-
-    need_bytes: predicted bytes of inputs + the call's peak + the accuracy pass;
-    free_bytes: what the device has free now (None: unknown, memory is not guarded);
-    point_s: predicted seconds of the whole point, its compilation left out;
-    compile_s: predicted seconds of its first call's compilation (0: nothing to compile).
-    """
-    if free_bytes is not None and need_bytes > budget.mem_fraction * free_bytes:
-        return (
-            f"predicted memory {need_bytes / 2**30:.2f} GiB exceeds {budget.mem_fraction:g} of the "
-            f"{free_bytes / 2**30:.2f} GiB free on {point.device}"
-        )
-    if compile_s > budget.max_compile_s:
-        return f"predicted compile time {compile_s:.1f} s exceeds budget.max_compile_s={budget.max_compile_s:g} s"
-    if point_s > budget.max_point_s:
-        return f"predicted time {point_s:.1f} s exceeds max_point_s={budget.max_point_s:g} s"
-    return None

@@ -96,9 +96,10 @@ def _flop_dtypes(device: str, precision: str, dtype: torch.dtype) -> list[tuple[
 
 
 def judged(point: Any) -> bool:
-    from selfattn.point import RNN_GATES
+    from selfattn.scopes import declared
 
-    return point.scope not in RNN_GATES and point.scope != "train"
+    scope = declared(point)  # an attention call, timed (a training run's loop and a recurrence are not judged)
+    return scope.attention and not scope.trains
 
 
 _ONE_THREAD_PEAKS: dict[tuple[str, torch.dtype], float] = {}  # this process's one-thread GEMM peaks (CPU)

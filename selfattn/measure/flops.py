@@ -6,17 +6,17 @@ unmasked (query, key) pair, so one forward pass is 4*B*H*D*pairs, with the pairs
 lets through counted exactly (selfattn/masks.py). K/V heads do not change it: each query head
 still multiplies with its (shared) K and V. Softmax, scaling and
 masking are not counted. A back end that computes masked scores anyway (naive does) still
-gets credit only for the unmasked ones, so its `tflops` shows the waste. scope=layer adds its
-four projections; scope=generate sums its T steps (selfattn/decode.py: projections of the
-tokens a step projects, its attention, W_O of the last token). scope=lstm/gru counts its recurrence
-(`recurrent_flops`).
+gets credit only for the unmasked ones, so its `tflops` shows the waste. Each scope counts its own call
+(its declaration's `flops`, selfattn/scopes/): the layer adds its four projections, a generation sums its
+T steps, a recurrence counts its gates' products.
 """
 
 from __future__ import annotations
 
 from selfattn.inputs import point_masks
 from selfattn.masks import seen_pairs
-from selfattn.point import RNN_GATES, Point
+from selfattn.point import Point
+from selfattn.scopes import declared
 
 # Backward recomputes/uses 2.5x the forward matmuls (dQ, dK, dV, dP and, for fused kernels, the
 # recomputed S), so forward + backward counts 1 + 2.5 = 3.5x forward, as FlashAttention counts it.
@@ -71,51 +71,16 @@ def mask_density(point: Point) -> float:
 
 
 def point_flops(point: Point) -> float:
-    """FLOPs of one timed call of `point` (forward, or forward + backward): 4 * H * D per seen pair."""
-    if point.scope == "generate":
-        return generate_flops(point)
-    if point.scope in RNN_GATES:
-        return recurrent_flops(point)
-    if point.score == "additive":
-        return additive_flops(point)
+    """FLOPs of one timed call of `point` (forward, or forward + backward), as its scope counts them."""
+    return declared(point).flops(point)
+
+
+def attention_flops(point: Point) -> float:
+    """The attention core's FLOPs: 4 * H * D per seen pair, FWD_BWD_FACTOR times that with the backward."""
     core = 4.0 * point.heads * point.head_dim * point_pairs(point)
-    if point.mode == "fwd_bwd":
-        core *= FWD_BWD_FACTOR
-    if point.scope != "layer":
-        return core
-    projections = projection_flops(point)
-    if point.mode == "fwd_bwd":
-        projections *= LINEAR_FWD_BWD_FACTOR
-    return core + projections
+    return core * FWD_BWD_FACTOR if point.mode == "fwd_bwd" else core
 
 
-def generate_flops(point: Point) -> float:
-    """FLOPs of the T steps: projections, attention (4 H D per seen pair) and W_O of the last token."""
-    d_model, dim = point.d_model, point.head_dim
-    qkv_per_token = 2.0 * point.batch * d_model * (point.heads * dim + 2 * point.kv_heads_resolved * dim)
-    out_proj = 2.0 * point.batch * point.heads * dim * d_model
-    total = 0.0
-    for context in point.step_contexts:
-        if point.kv_cache:
-            pairs, projected = context, 1
-        else:  # every query of the prefix, causal: 1 + 2 + ... + context pairs
-            pairs, projected = context * (context + 1) // 2, context
-        total += 4.0 * point.batch * point.heads * dim * pairs
-        total += qkv_per_token * projected + out_proj
-    return total
-
-
-def recurrent_flops(point: Point) -> float:
-    """FLOPs of scope=lstm/gru: every step multiplies its input and the previous hidden state by the
-    gates' weights, x_t W_ih^T (gates*d_model x d_model) and h_{t-1} W_hh^T (the same size), 2 FLOPs per
-    weight, batch and step: 4 * gates * d_model^2 * B * n. As with attention's softmax, the biases and
-    the gates' element-wise work (sigmoid, tanh, products; GRU's reset gate on h W_hh) are not counted.
-    (The first step's h_0 is zero but still multiplied, so it counts.) fwd_bwd: a matmul's backward is
-    two of its size (LINEAR_FWD_BWD_FACTOR), less the gradient of h_0 (a constant: nothing asks for it)."""
-    gates = RNN_GATES[point.scope]
-    step = 2.0 * point.batch * gates * point.d_model * point.d_model  # one of the two products of one step
-    forward = 2 * step * point.seq_len
-    return LINEAR_FWD_BWD_FACTOR * forward - step if point.mode == "fwd_bwd" else forward
 # Additive scores (selfattn/additive.py), counted exactly per unmasked (query, key) pair and feature:
 # forward: the sum W_q q + W_k k (1), tanh (1, a transcendental counted as one operation), vᵀ· (2) and
 # A·V (2): 6 D; backward: dA and dV (4), dtanh = dscore · v (1), dv (2), tanh's 1 - t² and product (3),

@@ -6,7 +6,7 @@ permutation check at the point's size included. A prediction that says "too slow
 GEMM peak, so that peak is measured again before the point is skipped on it. The prediction's columns
 (predicted_mem_bytes, predicted_time_ms, flops, mask_density, kv_cache_bytes, the peak and its source)
 are the row's whether or not the point fits. A compiled back end's first compilation faces
-budget.max_compile_s apart (selfattn/measure/budget.py says why).
+budget.max_compile_s apart (selfattn/measure/budget.py says why): `over_budget` is the rule.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from selfattn import compile as compile_cache
 from selfattn.backends.resolved import Resolved
 from selfattn.measure import boundary
-from selfattn.measure.budget import Budget, over_budget
+from selfattn.measure.budget import Budget
 from selfattn.measure.device import device_peak_tflops, peak_source
 from selfattn.measure.flops import mask_density, point_flops
 from selfattn.measure.memory import free_bytes
@@ -99,3 +99,25 @@ def compile_key(point: Point) -> tuple:
     """What decides whether a point reuses compiled code: every axis but the seed and the inputs' std."""
     return tuple((name, repr(value)) for name, value in sorted(point.columns().items())
                  if name not in ("seed", "input_std"))
+
+
+def over_budget(
+    point: Point, budget: Budget, need_bytes: int, free_bytes: int | None, point_s: float, compile_s: float = 0.0
+) -> str | None:
+    """Why `point` must be skipped (one line), or None when it fits.
+
+    need_bytes: predicted bytes of inputs + the call's peak + the accuracy pass;
+    free_bytes: what the device has free now (None: unknown, memory is not guarded);
+    point_s: predicted seconds of the whole point, its compilation left out;
+    compile_s: predicted seconds of its first call's compilation (0: nothing to compile).
+    """
+    if free_bytes is not None and need_bytes > budget.mem_fraction * free_bytes:
+        return (
+            f"predicted memory {need_bytes / 2**30:.2f} GiB exceeds {budget.mem_fraction:g} of the "
+            f"{free_bytes / 2**30:.2f} GiB free on {point.device}"
+        )
+    if compile_s > budget.max_compile_s:
+        return f"predicted compile time {compile_s:.1f} s exceeds budget.max_compile_s={budget.max_compile_s:g} s"
+    if point_s > budget.max_point_s:
+        return f"predicted time {point_s:.1f} s exceeds max_point_s={budget.max_point_s:g} s"
+    return None

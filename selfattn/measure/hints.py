@@ -65,7 +65,9 @@ def _windows(window: Any) -> list[tuple[str, Any]]:
 
 def hint(point: Any, workload: Any, result: Any, bound: float) -> str:
     """"; hint: ..." when `result` (the checked call's Result) matches a known mistake, else ""."""
-    if point.scope != "core" or point.score != "dot" or workload.stability_inputs is None or result is None:
+    from selfattn.scopes import declared
+
+    if not declared(point).gives_qkv or point.score != "dot" or workload.stability_inputs is None or result is None:
         return ""
     try:
         return _hint(point, workload, result, bound)

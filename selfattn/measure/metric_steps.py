@@ -209,8 +209,7 @@ def permutation(m: Measured) -> dict[str, Any]:
 
     from selfattn.measure.permutation import permutation_max_abs_diff
 
-    return {"perm_max_abs_diff": permutation_max_abs_diff(m.point, m.dtype, torch.device(m.device),
-                                                          backend=m.resolved.backend)}
+    return {"perm_max_abs_diff": permutation_max_abs_diff(m.point, m.dtype, torch.device(m.device), m.resolved)}
 
 
 @measures("permutation", stage=EVERY_THREAD, applies=lambda m: m.resolved.compiles)
@@ -225,8 +224,7 @@ def compiled_permutation(m: Measured) -> dict[str, Any]:
     from selfattn.measure.permutation import permutation_max_abs_diff
 
     graphs_before, started = compile_cache.graphs_compiled(), time.perf_counter()
-    diff = permutation_max_abs_diff(m.point, m.dtype, torch.device(m.device), at_point_shape=True,
-                                    backend=m.resolved.backend)
+    diff = permutation_max_abs_diff(m.point, m.dtype, torch.device(m.device), m.resolved, at_point_shape=True)
     if compiled_now := compile_cache.graphs_compiled() - graphs_before:
         m.notes.append(f"the permutation check compiled {compiled_now} more graph(s) "
                        f"({time.perf_counter() - started:.1f} s, outside compile_s)")
@@ -259,7 +257,7 @@ def path_length(m: Measured) -> dict[str, Any]:
 
     from selfattn.measure.path_length import far_near_ratio, input_sensitivity, sensitivity_json
 
-    sensitivity = input_sensitivity(m.point, torch.device(m.device), m.resolved.backend)
+    sensitivity = input_sensitivity(m.point, torch.device(m.device), m.resolved)
     return {"grad_by_distance": sensitivity_json(sensitivity), "grad_far_near_ratio": far_near_ratio(sensitivity)}
 
 

@@ -7,13 +7,13 @@ not depend on k (beyond k = 0: the token itself also enters through its own quer
 gradient larger for a reason that has nothing to do with path length; it is drawn, never compared).
 
 Measured in float64 (an LSTM's far gradient is ~1e-14 at n = 64 and underflows float32 soon after)
-at the point's n and d_model with its seeded weights: ATTENTION_DRAWS or RECURRENT_DRAWS draws of X (N(0, input_std^2)), each
+at the point's n and d_model with its seeded weights: its scope's draws of X (Scope.path_draws; N(0, input_std^2)), each
 with its own random unit direction u of the output, batched into one forward and one backward of
 u . y_{n-1}; the norm over d_model of the gradient at each distance, averaged over the draws.
 scope=layer computes only the output it needs, the last query's (`last_query_output`), on the layer's
 own weights. Attention's sensitivity to one token follows that token's random softmax weight (logits
-of std ~1 at init), so its average takes many draws (ATTENTION_DRAWS; cheap: O(n d_model heads) each);
-a recurrence's decay is many orders of magnitude and its draws cost a whole recurrence (RECURRENT_DRAWS).
+of std ~1 at init), so its average takes many draws (scopes/layer.py; cheap: O(n d_model heads) each);
+a recurrence's decay is many orders of magnitude and its draws cost a whole recurrence (scopes/_recurrent.py).
 """
 
 from __future__ import annotations
@@ -24,20 +24,19 @@ from typing import Any
 
 import torch
 
+from selfattn.backends.resolved import Resolved
 from selfattn.inputs import randn
 from selfattn.layer import MultiHeadSelfAttention
-from selfattn.point import RNN_GATES, Point, parse_scale
-from selfattn.recurrent import Recurrent
-from selfattn.scopes import SCOPES
+from selfattn.point import Point
+from selfattn.scopes import SCOPES, declared
 
-ATTENTION_DRAWS = 16  # measured: the ratio over 64 seeded points at n 64-1024, d_model 128-256: 0.45-2.4
-RECURRENT_DRAWS = 4
 PATH_SEED_OFFSET = 4_000_037  # its own stream: the point's inputs and upstreams stay as they are
 PATH_SCOPES = tuple(name for name, scope in SCOPES.items() if scope.path_length)  # their declarations (selfattn/scopes/)
 
 
 def path_draws(scope: str) -> int:
-    return RECURRENT_DRAWS if scope in RNN_GATES else ATTENTION_DRAWS
+    """Draws of X the metric averages over: its scope's declaration (Scope.path_draws)."""
+    return SCOPES[scope].path_draws
 
 
 def path_distances(n: int) -> list[int]:
@@ -51,10 +50,10 @@ def path_distances(n: int) -> list[int]:
     return distances
 
 
-def input_sensitivity(point: Point, device: torch.device | str, backend: Any = None) -> list[tuple[int, float]]:
+def input_sensitivity(point: Point, device: torch.device | str, resolved: Resolved) -> list[tuple[int, float]]:
     """[(distance k, mean over draws of ||d (u . y_{n-1}) / d x_{n-1-k}||)] for k in path_distances(n).
-    `backend`: the point's registry.Backend as measure_point resolved it, for its layer (None: by its name)."""
-    if point.scope not in PATH_SCOPES:
+    `resolved`: the point's back end as measure_point resolved it, for its layer."""
+    if not declared(point).path_length:
         raise ValueError(f"scope: the path-length measurement needs one of {', '.join(PATH_SCOPES)}, got {point.scope!r}")
     n, d_model, draws = point.seq_len, point.d_model, path_draws(point.scope)
     seed = point.seed + PATH_SEED_OFFSET
@@ -63,7 +62,7 @@ def input_sensitivity(point: Point, device: torch.device | str, backend: Any = N
     u = u / u.norm(dim=-1, keepdim=True)
     x.requires_grad_(True)
     with torch.enable_grad():
-        last = _last_output(point, x, device, point.backend if backend is None else backend)  # (draws, d_model)
+        last = _last_output(point, x, device, resolved)  # (draws, d_model)
         (grad_x,) = torch.autograd.grad((last * u).sum(), x)
     distances = path_distances(n)
     positions = torch.tensor([n - 1 - k for k in distances], device=grad_x.device)
@@ -79,16 +78,13 @@ def scaled_norm(t: torch.Tensor) -> torch.Tensor:
     return (top * (t / safe).norm(dim=-1, keepdim=True)).squeeze(-1)
 
 
-def _last_output(point: Point, x: torch.Tensor, device: torch.device | str, backend: Any) -> torch.Tensor:
-    """y_{n-1} of the point's module in float64, (draws, d_model): the layer's products reassociated
-    (last_query_output), so its back end's own call never runs."""
-    if point.scope in RNN_GATES:
-        rnn = Recurrent(point.scope, point.d_model, seed=point.seed).to(device=device, dtype=torch.float64)
-        return rnn(x)[:, -1]
-    layer = MultiHeadSelfAttention(point.d_model, point.heads, kv_heads=point.kv_heads_resolved, backend=backend)
-    if point.seed != 0:
-        layer.reset_parameters(seed=point.seed)
-    return last_query_output(layer.to(device=device, dtype=torch.float64), x, parse_scale(point.scale))
+def _last_output(point: Point, x: torch.Tensor, device: torch.device | str, resolved: Resolved) -> torch.Tensor:
+    """y_{n-1} of the point's module in float64, (draws, d_model), as its scope computes it (Scope.last_output: the
+    layer's products reassociated, so its back end's own call never runs; a recurrence's last step)."""
+    last_output = declared(point).last_output
+    if last_output is None:
+        raise ValueError(f"scope: the path-length measurement needs one of {', '.join(PATH_SCOPES)}, got {point.scope!r}")
+    return last_output(point, x, device, resolved)
 
 
 def last_query_output(layer: MultiHeadSelfAttention, x_BLD: torch.Tensor, scale: float | None) -> torch.Tensor:

@@ -31,12 +31,14 @@ from dataclasses import replace
 
 import torch
 
-from typing import Any, Callable
+from typing import Callable
 
 from selfattn.api import attention
+from selfattn.backends.resolved import Resolved
 from selfattn.inputs import make_qkv, make_x, point_masks
 from selfattn.masks import Masks
 from selfattn.point import Point, parse_scale
+from selfattn.scopes import SCOPES
 from selfattn.positions import ADDED, rope_qk
 
 PERM_TOKENS = 128
@@ -44,26 +46,24 @@ PERM_SEED_OFFSET = 3_000_017  # its own stream: the point's inputs and upstreams
 POINT_SHAPE_CALLS = 2  # forward calls of the point's size the check makes at_point_shape (the guard counts them)
 
 
-def permutation_max_abs_diff(point: Point, dtype: torch.dtype, device: torch.device | str, *,
-                             at_point_shape: bool = False, backend: Any = None) -> float:
+def permutation_max_abs_diff(point: Point, dtype: torch.dtype, device: torch.device | str, resolved: Resolved, *,
+                             at_point_shape: bool = False) -> float:
     """max |attn(PQ, PK, PV) - P attn(Q, K, V)| for one seeded random permutation P of the tokens.
 
     at_point_shape: check at the point's own call shape, layout and grad mode (compiled back
-    ends: no second compilation), rather than on at most PERM_TOKENS tokens of one sequence. `backend`: the
-    point's registry.Backend as measure_point resolved it (None: looked up by name)."""
-    backend = point.backend if backend is None else backend
+    ends: no second compilation), rather than on at most PERM_TOKENS tokens of one sequence. `resolved`: the
+    point's back end as measure_point resolved it (resolve_point), run with its options as they are."""
     if at_point_shape:
-        return _at_point_shape(point, dtype, device, backend)
+        return _at_point_shape(point, dtype, device, resolved)
     n = min(point.seq_len, PERM_TOKENS)
     seed = point.seed + PERM_SEED_OFFSET
-    inputs = _token_inputs(point, 1, n, n, point.heads, dtype, device, seed, backend)
+    inputs = _token_inputs(point, 1, n, n, point.heads, dtype, device, seed, resolved)
     perm = torch.randperm(n, generator=torch.Generator(device="cpu").manual_seed(seed)).to(device)
-    options = point.call_options
     scale = parse_scale(point.scale)
 
     def run(q_: torch.Tensor, k_: torch.Tensor, v_: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            return attention(q_, k_, v_, backend=backend, causal=point.causal, scale=scale, **options)
+            return attention(q_, k_, v_, backend=resolved, causal=point.causal, scale=scale)
 
     permuted = run(*inputs(perm, perm))
     expected = run(*inputs(None, None))[:, :, perm]
@@ -71,14 +71,14 @@ def permutation_max_abs_diff(point: Point, dtype: torch.dtype, device: torch.dev
 
 
 def _token_inputs(point: Point, b: int, q_len: int, seq_len: int, kv_heads: int, dtype: torch.dtype,
-                  device: torch.device | str, seed: int, backend: Any) -> Callable:
+                  device: torch.device | str, seed: int, resolved: Resolved) -> Callable:
     """(perm_q, perm_k) -> q, k, v as the attention gets them: the seeded tokens permuted (None: not),
     then the point's positional encoding applied at their slots."""
     if point.pos_enc in ADDED:  # X + PE through the seeded layer's projections
         from selfattn.layer import MultiHeadSelfAttention
 
         layer = MultiHeadSelfAttention(point.d_model, point.heads, kv_heads=kv_heads, pos_enc=point.pos_enc,
-                                       max_len=seq_len, backend=backend)
+                                       max_len=seq_len, backend=resolved)
         layer.reset_parameters(seed=point.seed)
         layer = layer.to(device=device, dtype=dtype)
         x = make_x(b, seq_len, point.d_model, dtype=dtype, device=device, seed=seed)
@@ -103,14 +103,14 @@ def point_shape_bytes(point: Point) -> int:
     return 2 * (point.out_bytes + point.kv_bytes) + 2 * point.out_bytes
 
 
-def _at_point_shape(point: Point, dtype: torch.dtype, device: torch.device | str, backend: Any) -> float:
+def _at_point_shape(point: Point, dtype: torch.dtype, device: torch.device | str, resolved: Resolved) -> float:
     """The check on the point's own call: its shapes, layout, grad mode and mask kinds (see the module doc)."""
-    layer = point.scope == "layer"
+    layer = SCOPES[point.scope].over_x
     b, h, kv_heads, d = point.batch, point.heads, point.kv_heads_resolved, point.head_dim
     q_len, seq_len = (point.seq_len if layer else point.q_len_resolved), point.seq_len
     seed = point.seed + PERM_SEED_OFFSET
     grad = point.mode == "fwd_bwd"
-    inputs = _token_inputs(point, b, q_len, seq_len, kv_heads, dtype, device, seed, backend)
+    inputs = _token_inputs(point, b, q_len, seq_len, kv_heads, dtype, device, seed, resolved)
     generator = torch.Generator(device="cpu").manual_seed(seed)
     perm_q = torch.randperm(q_len, generator=generator).to(device)
     # self-attention permutes queries and keys alike; with q_len != seq_len (no mask) each side has its own P
@@ -122,7 +122,6 @@ def _at_point_shape(point: Point, dtype: torch.dtype, device: torch.device | str
         from selfattn.mods.catalogue import none as see_all
 
         mask_args["mask_mod"] = see_all()
-    options = point.call_options
     scale = parse_scale(point.scale)
 
     def as_called(t_BHLD: torch.Tensor) -> torch.Tensor:
@@ -133,8 +132,7 @@ def _at_point_shape(point: Point, dtype: torch.dtype, device: torch.device | str
 
     def run(q_: torch.Tensor, k_: torch.Tensor, v_: torch.Tensor) -> torch.Tensor:
         with torch.enable_grad() if grad else torch.no_grad():  # grad mode is part of what was compiled
-            out = attention(as_called(q_), as_called(k_), as_called(v_), backend=backend, scale=scale,
-                            **mask_args, **options)
+            out = attention(as_called(q_), as_called(k_), as_called(v_), backend=resolved, scale=scale, **mask_args)
         return out.detach()
 
     expected = run(*inputs(None, None))[:, :, perm_q]

@@ -7,7 +7,9 @@ Memory is "beyond the inputs", like the measurement: everything one timed call a
 its output (and, for fwd_bwd, the gradients) included; Q, K, V or X, the layer's weights and
 the upstream gradient exist before the call and are not counted. Each back end's module owns
 its memory model (`predict_mem_bytes`, which follows its code: which (q_len x seq_len) tensors
-are alive at once) and its `EFFICIENCY`; this module adds the inputs, the layer and the time.
+are alive at once) and its `EFFICIENCY`; each scope's module (selfattn/scopes/) what it adds around the back end
+(the layer's projections, a generation's cache) or runs instead of one (a recurrence); this module asks the point's
+scope and back end, and adds the inputs, the harness's own passes and the time.
 """
 
 from __future__ import annotations
@@ -17,16 +19,15 @@ from typing import Any
 
 from selfattn.measure.flops import point_flops
 from selfattn.fp8_formats import fp8_format
-from selfattn.point import ELEMENT_BYTES, FP32_BYTES, FP64_BYTES, RNN_GATES, Point
+from selfattn.point import ELEMENT_BYTES, FP32_BYTES, FP64_BYTES, Point
+from selfattn.scopes import declared
 
 # The time guard divides FLOPs by the measured matmul peak times the back end's EFFICIENCY (in
 # its module). Optimistic on purpose: a skipped point that would have fit is a lost measurement;
 # a point that runs 2x longer than predicted is only slow. A prediction that is still far off is
 # caught by the second guard in run.py, on the measured warm-up call. Compare `predicted_time_ms`
 # with `time_ms` in any results.csv to see how far off these are on a given device.
-# scope=lstm/gru: n serial steps of (batch x d_model) @ (d_model x gates*d_model) reach ~1-5% of the
-# peak on a CPU (measured); 0.1 keeps the guard optimistic, as it is for the back ends.
-RECURRENT_EFFICIENCY = 0.1
+# A scope with no back end declares its own (Scope.efficiency: a recurrence's serial steps).
 # Without a measured peak (Budget.measure_device_peak=False): nominal TFLOP/s by element size,
 # deliberately low for a CPU (fp16/bf16 matmuls are slow on CPUs without AMX).
 NOMINAL_CPU_TFLOPS = {8: 0.02, 4: 0.05, 2: 0.002, 1: 0.05}  # fp8 (1 byte) computes on fp32 values on a CPU
@@ -50,89 +51,27 @@ def point_calls(device: str, precision: str) -> int:
 
 
 def input_bytes(point: Point) -> int:
-    """Bytes of what exists before a call: Q, K, V (or X and the layer weights), upstream grad."""
+    """Bytes of what exists before a call: Q, K, V (or X and the layer weights), upstream grad (its scope's)."""
+    return declared(point).input_bytes(point)
+
+
+def x_input_bytes(point: Point, weights: int) -> int:
+    """A layer over X with `weights` elements: X, the weights and, with fwd_bwd, the upstream gradient."""
     s = stored_bytes(point)
-    b, h, d = point.batch, point.heads, point.head_dim
-    q_len, seq_len = point.q_len_resolved, point.seq_len
-    if point.scope == "layer" or point.scope in RNN_GATES:
-        weights = point.projection_weights if point.scope == "layer" else point.recurrent_weights
-        total = (b * seq_len * point.d_model + weights) * s
-        upstream = b * seq_len * point.d_model * s
-    else:
-        total = b * h * q_len * d * s + point.kv_bytes  # Q, and K and V per K/V head
-        upstream = b * h * q_len * d * s
-    return total + (upstream if point.mode == "fwd_bwd" else 0)
+    x = point.batch * point.seq_len * point.d_model * s
+    return x + weights * s + (x if point.mode == "fwd_bwd" else 0)
 
 
-def _layer_bytes(point: Point) -> int:
-    """Projections around the core: q, k, v heads, the merged heads and the output projection
-    (forward); fwd_bwd keeps them for backward and adds their gradients and the weights' grads.
-    k and v (and their gradients) have kv_heads heads: GQA shrinks them."""
-    s = stored_bytes(point)
-    act = point.batch * point.seq_len * point.d_model * s
-    act_kv = point.batch * point.seq_len * point.kv_heads_resolved * point.head_dim * s  # k or v
-    if point.mode == "fwd":
-        return 4 * act + 2 * act_kv
-    return 8 * act + 4 * act_kv + point.projection_weights * s
-
-
-# scope=lstm/gru: peak bytes of one call in units of B x n x d_model elements (the output's size), plus
-# copies of the weights, per (scope, mode). Forward: the input projection of every step at once (gates
-# units), the stacked outputs and a batch-first copy; fwd_bwd adds every step's gates and states kept for
-# backward, dX and the weights' gradients. Measured on a CPU (torch 2.x, fp32, n 256-1024, d_model 64-256,
-# batch 1-4, the allocator's peak): LSTM fwd 7-13 units (oneDNN's workspace and weight copies; the fixed
-# part shrinks with batch and n), fwd_bwd 23-30; GRU fwd 5, fwd_bwd 11-12.5. CUDA (cuDNN) is not measured yet.
-RECURRENT_UNITS = {("lstm", "fwd"): (8, 2), ("lstm", "fwd_bwd"): (25, 2),
-                   ("gru", "fwd"): (5, 0), ("gru", "fwd_bwd"): (11.5, 1)}
-
-
-def recurrent_mem_bytes(point: Point, element_bytes: int | None = None, batch: int | None = None,
-                        mode: str | None = None) -> int:
-    """Predicted peak bytes of one scope=lstm/gru call beyond its inputs (RECURRENT_UNITS); element_bytes,
-    batch and mode default to the point's (the float64 reference and the path-length pass use their own)."""
-    s = point.element_bytes if element_bytes is None else element_bytes
-    b = point.batch if batch is None else batch
-    units, weight_copies = RECURRENT_UNITS[(point.scope, mode or point.mode)]
-    return int((units * b * point.seq_len * point.d_model + weight_copies * point.recurrent_weights) * s)
-
-
-def predict_mem_bytes(point: Point, resolved: Any = None) -> int:
-    """Predicted peak bytes of one call of `point` beyond its inputs (see the module docstring).
-
-    `resolved`: the point's back end as measure_point resolved it (selfattn.backends.resolved.Resolved: its
-    options, chunk sizes and kernel); None resolves it here, once (the registry's defaults for the point's
-    device and dtype): an unknown back end or a bad option raises its one-line ValueError, never a prediction
-    of another back end's memory.
-    """
+def predict_mem_bytes(point: Point, resolved: Any) -> int:
+    """Predicted peak bytes of one call of `point` beyond its inputs (see the module docstring): its scope's model,
+    which asks `resolved`'s back end (selfattn.backends.resolved.Resolved, as measure_point resolved it: its options,
+    chunk sizes and kernel) where one runs."""
     from selfattn.measure.device import resolve_device
 
-    if point.scope in RNN_GATES:  # no attention back end runs
-        return recurrent_mem_bytes(point)
-    device = resolve_device(point.device)
-    entry, options = _backend_and_options(point, device, resolved)
-    if point.scope == "generate":  # a loop: its largest step, plus the cache and tokens it keeps
-        return int(entry.mem_bytes(_generate_step(point), options, device) + _generate_state_bytes(point))
-    if point.score == "additive":  # its own computation (selfattn/additive.py), whichever back end was named
-        from selfattn.additive import predict_mem_bytes as additive_mem_bytes
-
-        return int(additive_mem_bytes(point))
-    core = entry.mem_bytes(point, options, device) + _rope_bytes(point)
-    if point.scope == "layer":
-        core += _layer_bytes(point) + (_added_encoding_bytes(point) if point.pos_enc in ("sinusoidal", "learned") else 0)
-    return int(core)
+    return int(declared(point).call_bytes(point, resolved, resolve_device(point.device)))
 
 
-def _backend_and_options(point: Point, device: str, resolved: Any) -> tuple[Any, dict[str, Any]]:
-    """(registry.Backend, resolved options) of `point`: from `resolved`, else resolved here (a ValueError
-    names an unknown back end or a bad option: no other back end's model stands in)."""
-    if resolved is None:
-        from selfattn.backends.resolved import resolve_point
-
-        resolved = resolve_point(point, device)
-    return resolved.backend, resolved.options
-
-
-def _rope_bytes(point: Point) -> int:
+def rope_bytes(point: Point) -> int:
     """pos_enc=rope: the rotated copies of q and k the back end is given (and, fwd_bwd, their gradients)."""
     if point.pos_enc != "rope":
         return 0
@@ -140,60 +79,31 @@ def _rope_bytes(point: Point) -> int:
     return rotated * (2 if point.mode == "fwd_bwd" else 1)
 
 
-def _added_encoding_bytes(point: Point) -> int:
-    """X + PE, the projections' input (kept for their backward), and with fwd_bwd its gradient."""
-    x = point.batch * point.seq_len * point.d_model * point.element_bytes
-    return x * (2 if point.mode == "fwd_bwd" else 1)
-
-
-def _generate_step(point: Point) -> Point:
-    """The generation's largest step as a core point: q_len = 1 against the full cache, or (no
-    cache) a causal pass over the whole prefix. The memory guard sizes a generation by it."""
-    total = point.seq_len + point.new_tokens
-    return replace(point, scope="core", seq_len=total, q_len=1 if point.kv_cache else None)
-
-
-def _generate_state_bytes(point: Point) -> int:
-    """What a generation keeps between steps: the token buffer, the K/V cache (with it), and the
-    step's projections of its tokens (one token with the cache, the whole prefix without)."""
-    s, total = stored_bytes(point), point.seq_len + point.new_tokens
-    kv = point.kv_heads_resolved
-    tokens = point.batch * (total + 1) * point.d_model * s
-    cache = 2 * point.batch * kv * total * point.head_dim * s if point.kv_cache else 0
-    projected = point.batch * (1 if point.kv_cache else total) * (point.heads + 2 * kv) * point.head_dim * s
-    return tokens + cache + projected
-
-
 def accuracy_bytes(point: Point, rows: int) -> int:
     """Peak of the harness's own work outside the timed calls, which the guard adds to the inputs
-    and the call: the larger of drawing the inputs (`input_draw_bytes`) and the accuracy and
-    stability pass (they never overlap). The pass: float64 and own-precision scores of the sampled
-    rows, with their gradients, float64 copies of the inputs, and the larger of the reference's
-    full-size work and the stability pass's (`_full_size_pass_bytes`)."""
-    s = stored_bytes(point)
-    if point.scope in RNN_GATES:  # a float64 copy of X and the whole recurrence, then the path-length pass
-        reference = recurrent_mem_bytes(point, FP64_BYTES) + input_bytes(point) * (FP64_BYTES // s)
-        return max(reference, path_length_bytes(point), input_draw_bytes(point, rows))
-    keys = point.seq_len + (point.new_tokens if point.scope == "generate" else 0)
+    and the call: the largest of drawing the inputs (`input_draw_bytes`), the accuracy and
+    stability pass (its scope's `reference_bytes`) and the path-length pass: they never overlap."""
+    return max(declared(point).reference_bytes(point, rows), input_draw_bytes(point, rows), path_length_bytes(point))
+
+
+def attention_pass_bytes(point: Point, rows: int, keys: int, stability: bool) -> int:
+    """The accuracy pass of an attention scope over `keys` keys: float64 and own-precision scores of the sampled
+    rows, with their gradients, float64 copies of the inputs, and the larger of the reference's full-size work and
+    (with `stability`) the stability pass's (`_full_size_pass_bytes`)."""
     sampled = point.batch * point.heads * min(rows, point.q_len_resolved) * keys
-    copies = input_bytes(point) * (FP64_BYTES // s)
-    passes = sampled * (3 * FP64_BYTES + 3 * s) + copies + _full_size_pass_bytes(point, keys)
-    return max(passes, input_draw_bytes(point, rows), path_length_bytes(point))
+    copies = input_bytes(point) * (FP64_BYTES // stored_bytes(point))
+    return sampled * (3 * FP64_BYTES + 3 * stored_bytes(point)) + copies + _full_size_pass_bytes(point, keys, stability)
 
 
 def path_length_bytes(point: Point) -> int:
     """The path-length pass (selfattn/measure/path_length.py), float64 at its draws' batch: X and its
-    gradient, and for a recurrence its fwd_bwd activations (the layer's last query adds only (heads x n)
-    weights and their gradient). 0 for the scopes it does not run on."""
-    from selfattn.measure.path_length import PATH_SCOPES, path_draws
-
-    if point.scope not in PATH_SCOPES:
+    gradient, and what its scope's pass adds (a recurrence's fwd_bwd activations, the layer's last query's
+    (heads x n) weights and their gradient). 0 for the scopes it does not run on."""
+    scope = declared(point)
+    if not scope.path_length:
         return 0
-    draws = path_draws(point.scope)
-    x = draws * point.seq_len * point.d_model * FP64_BYTES
-    if point.scope in RNN_GATES:
-        return 2 * x + recurrent_mem_bytes(point, FP64_BYTES, draws, "fwd_bwd")
-    return 2 * x + 4 * draws * point.heads * point.seq_len * FP64_BYTES
+    x = scope.path_draws * point.seq_len * point.d_model * FP64_BYTES
+    return 2 * x + scope.path_bytes(point, scope.path_draws)
 
 
 # The stability pass's statistics of dK (selfattn/measure/stability.py), per element of K: dK in
@@ -202,7 +112,7 @@ def path_length_bytes(point: Point) -> int:
 GRAD_K_STATS_BYTES = FP64_BYTES + 1 + 4 * 8 + FP64_BYTES
 
 
-def _full_size_pass_bytes(point: Point, keys: int) -> int:
+def _full_size_pass_bytes(point: Point, keys: int, with_stability: bool = True) -> int:
     """What the accuracy and stability pass allocates at the size of K and V, the larger of:
     the float64 reference's K and V repeated to every query head (`repeat_interleave` copies even
     without GQA: 2 x 8 bytes x B*H*N*D, doubled by their gradients for fwd_bwd), or the stability
@@ -213,7 +123,7 @@ def _full_size_pass_bytes(point: Point, keys: int) -> int:
     s = stored_bytes(point)
     expanded = point.batch * point.heads * keys * point.head_dim  # elements of one of K, V at every head
     reference = 2 * expanded * FP64_BYTES * (2 if point.mode == "fwd_bwd" else 1)
-    if point.scope == "generate":  # no stability pass
+    if not with_stability:  # a generation has no stability pass
         return reference
     k_elements = point.batch * point.kv_heads_resolved * keys * point.head_dim
     stability = k_elements * (s + GRAD_K_STATS_BYTES)
@@ -230,26 +140,13 @@ HOST_DRAW_VALUES_PER_S = 4e7
 DEVICE_DRAW_VALUES_PER_S = 2e10
 
 
-def _drawn_tensors(point: Point, rows: int) -> list[int]:
-    """Element counts of the tensors a point draws from its seed on its device (not the weights)."""
-    b, h, d = point.batch, point.heads, point.head_dim
-    q_len, seq_len = point.q_len_resolved, point.seq_len
-    if point.scope in ("layer", "generate", *RNN_GATES):
-        x = b * seq_len * point.d_model
-        return [x, x] if point.scope != "generate" and point.mode == "fwd_bwd" else [x]
-    kv = b * point.kv_heads_resolved * seq_len * d
-    drawn = [b * h * q_len * d, kv, kv, b * h * min(rows, q_len) * d]  # q, k, v, the stability upstream
-    return drawn + ([b * h * q_len * d] if point.mode == "fwd_bwd" else [])  # the dense upstream
-
-
 def input_draw_s(point: Point, rows: int = 0) -> float:
     """Predicted seconds to draw the point's inputs (and the layer's weights) from its seed."""
     from selfattn.inputs import draws_on_host
     from selfattn.measure.device import resolve_device
 
-    values = sum(_drawn_tensors(point, rows))
-    weights = (point.projection_weights if point.scope in ("layer", "generate") else
-               point.recurrent_weights if point.scope in RNN_GATES else 0)
+    scope = declared(point)
+    values, weights = sum(scope.drawn(point, rows)), scope.host_weights(point)
     if draws_on_host(resolve_device(point.device)):
         return (values + weights) / HOST_DRAW_VALUES_PER_S
     return values / DEVICE_DRAW_VALUES_PER_S + weights / HOST_DRAW_VALUES_PER_S
@@ -263,7 +160,7 @@ def input_draw_bytes(point: Point, rows: int = 0) -> int:
 
     drawn = HOST_DRAW_DTYPE if draws_on_host(resolve_device(point.device)) else DEVICE_DRAW_DTYPE
     draw_bytes = drawn.itemsize
-    return 0 if draw_bytes == stored_bytes(point) else max(_drawn_tensors(point, rows)) * draw_bytes
+    return 0 if draw_bytes == stored_bytes(point) else max(declared(point).drawn(point, rows)) * draw_bytes
 
 
 def mask_bytes(point: Point) -> int:
@@ -295,19 +192,17 @@ def nominal_peak_tflops(device: str, precision: str) -> float:
     return NOMINAL_CPU_TFLOPS[ELEMENT_BYTES[precision]]
 
 
-def predict_call_s(point: Point, peak_tflops: float, resolved: Any = None) -> float:
-    """Predicted seconds of one call: FLOPs over the peak times the back end's efficiency, or, where a back end
-    declares its speed on the point's device type (contract.Speed), that speed's fixed seconds + FLOPs / rate.
-    `resolved` as for predict_mem_bytes."""
-    if point.scope in RNN_GATES:
-        return point_flops(point) / (max(peak_tflops, 1e-6) * 1e12 * RECURRENT_EFFICIENCY)
-    from selfattn.measure.device import resolve_device
-
-    entry = _backend_and_options(point, resolve_device(point.device), resolved)[0]
-    speed = entry.speed_on(str(point.device).split(":")[0])
+def predict_call_s(point: Point, peak_tflops: float, resolved: Any) -> float:
+    """Predicted seconds of one call: FLOPs over the peak times the back end's efficiency (a scope with no back end:
+    its own), or, where a back end declares its speed on the point's device type (contract.Speed), that speed's
+    fixed seconds + FLOPs / rate. `resolved` as for predict_mem_bytes."""
+    scope, peak = declared(point), max(peak_tflops, 1e-6) * 1e12
+    if not scope.attention:
+        return point_flops(point) / (peak * scope.efficiency)
+    speed = resolved.backend.speed_on(str(point.device).split(":")[0])
     if speed is not None:
         return float(speed.call_s(point_flops(point)))
-    return point_flops(point) / (max(peak_tflops, 1e-6) * 1e12 * entry.efficiency)
+    return point_flops(point) / (peak * resolved.backend.efficiency)
 
 
 def after_warmup_s(device: str, call_s: float, timing_s: float, precision: str = "fp32") -> float:
@@ -319,7 +214,7 @@ def after_warmup_s(device: str, call_s: float, timing_s: float, precision: str =
     return (point_calls(device, precision) - 1) * call_s + plan(device, call_s, timing_s).seconds(call_s)
 
 
-def predict_point_s(point: Point, peak_tflops: float, timing_s: float, rows: int, resolved: Any = None) -> float:
+def predict_point_s(point: Point, peak_tflops: float, timing_s: float, rows: int, resolved: Any) -> float:
     """Predicted seconds of the whole point: drawing its inputs, its warm-up and memory calls, the
     timer's calls, the accuracy pass. `resolved` as for predict_mem_bytes."""
     from selfattn.measure.device import resolve_device

@@ -89,22 +89,40 @@ def measure_point(point: Point, budget: Budget | None = None, metrics: Iterable[
 
 
 def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: frozenset[str]) -> None:
+    """Resolve, refuse, guard, build, warm up, time, judge, then each chosen metric: the module's steps, in order."""
     point, resolved = _resolve(point, device, row)
-    if resolved.why_not:  # before anything is allocated: capability.why_not, the one answer
+    if resolved.why_not:  # refuse, before anything is allocated: capability.why_not, the one answer
         raise Unsupported(resolved.why_not)
     with precision_context(point.precision, device):
         dtype = resolved.storage_dtype  # fp8: every tensor is made in float32, quantized inside the call
-        if point.scope == "train":  # a training run, not a timed call: selfattn/train/loop.py
-            from selfattn.measure.stability import SATURATED_WEIGHT
-            from selfattn.train.loop import train_point
-
-            return train_point(point, device, dtype, row, max_point_s=budget.max_point_s,
-                               saturated_weight=SATURATED_WEIGHT, backend=resolved.backend)
+        if SCOPES[point.scope].trains:  # a training run, not a timed call: selfattn/train/loop.py
+            return _train(point, budget, device, dtype, resolved, row)
         sampled_queries = guard_point(point, budget, device, dtype, resolved, row, metrics)
         if sampled_queries is None:  # skipped_budget: the row says why
             return
         with _recurrence_on_one_thread(point, device, row):
-            _run(point, budget, device, dtype, sampled_queries, row, resolved, metrics)
+            workload, guard, fresh = _build(point, device, dtype, sampled_queries, resolved, row)
+            warm = _warm_up(point, device, workload, guard, resolved, row)
+            if (reason := _too_slow(point, budget, device, workload, warm, resolved.compiles, row)) is not None:
+                row.status, row.error = "skipped_budget", reason
+                return
+            measured = Measured(point, device, dtype, budget, resolved, workload, sampled_queries, warm.call_s,
+                                checked=warm.checked, fresh=fresh)
+            timed = _time(measured, warm, metrics, row)
+            reason = _judge(measured, warm, timed, guard, row, metrics)
+            _metrics(measured, metrics, row)
+    # an incorrect row keeps its time and errors for inspection; only an ok row is a result
+    row.status, row.error = ("incorrect" if reason else "ok"), _incorrect(point, reason)
+    row.metrics = metrics_label(metrics)
+
+
+def _train(point: Point, budget: Budget, device: str, dtype: torch.dtype, resolved: Resolved, row: Row) -> None:
+    """scope=train: the point's training run fills its row (selfattn/train/loop.py)."""
+    from selfattn.measure.stability import SATURATED_WEIGHT
+    from selfattn.train.loop import train_point
+
+    train_point(point, device, dtype, row, max_point_s=budget.max_point_s, saturated_weight=SATURATED_WEIGHT,
+                resolved=resolved)
 
 
 def _resolve(point: Point, device: str, row: Row) -> tuple[Point, Resolved]:
@@ -120,27 +138,6 @@ def _resolve(point: Point, device: str, row: Row) -> tuple[Point, Resolved]:
         row.mem_model = "declared" if resolved.backend.mem_model_declared else "assumed"
         row.backend_defaulted = ",".join(resolved.backend.defaulted)
     return point, resolved
-
-
-def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_queries: torch.Tensor, row: Row,
-         resolved: Resolved, metrics: frozenset[str] = frozenset(ALL_METRICS)) -> None:
-    """Build, warm up, time, judge, then each chosen metric: the steps after the guard."""
-    workload, guard, fresh = _build(point, device, dtype, sampled_queries, resolved, row)
-    warm = _warm_up(point, device, workload, guard, resolved, row)
-    if (reason := _too_slow(point, budget, device, workload, warm, resolved.compiles, row)) is not None:
-        row.status, row.error = "skipped_budget", reason
-        return
-    measured = Measured(point, device, dtype, budget, resolved, workload, sampled_queries, warm.call_s,
-                        checked=warm.checked, fresh=fresh)
-    timed = _time(measured, warm, metrics, row)
-    _precision_notes(point, workload, warm.checked, row)
-    with _single_threaded_on_cpu(device):
-        reason = _judge(measured, warm, timed, guard, row, metrics)
-        _set(row, run_stage(AFTER_VERDICT, measured, metrics))
-    _set(row, run_stage(EVERY_THREAD, measured, metrics))  # at the point's own size and shape: every thread
-    row.note = "; ".join(filter(None, [row.note, *measured.notes]))
-    # an incorrect row keeps its time and errors for inspection; only an ok row is a result
-    row.status, row.error, row.metrics = ("incorrect" if reason else "ok"), _incorrect(point, reason), metrics_label(metrics)
 
 
 def _build(point: Point, device: str, dtype: torch.dtype, sampled_queries: torch.Tensor, resolved: Resolved,
@@ -257,6 +254,7 @@ def _time(m: Measured, warm: WarmUp, metrics: frozenset[str], row: Row) -> Any:
     # a time below what the device can do (FLOPs / peak, bytes / bandwidth): selfattn/measure/floor.py
     m.impossible = physical_floor.judge(m.point, m.device, m.dtype, row.time_ms, row, m.budget.measure_device_peak)
     spec_peaks.fill(row)  # CUDA: % of the spec sheet's peak and bandwidth (spec_peaks.py)
+    _precision_notes(m.point, m.workload, warm.checked, row)
     return timed
 
 
@@ -271,28 +269,53 @@ def _timed_call(m: Measured) -> Any:
 
 def _judge(m: Measured, warm: WarmUp, timed: Any, guard: checks.InputGuard | None, row: Row,
            metrics: frozenset[str]) -> str:
-    """The verdict: why the point is incorrect, "" when it is not. The metrics of the warm-up's output run
-    once its reference is made, and the output is dropped before the calls the verdict still makes."""
-    tampered = warm.tampered or m.timed_tampered or (guard.changed("the timed calls") if guard else "")
-    verdict = checks.judge_result(m.point, m.workload, warm.checked, m.dtype) if guard is not None else None
-    last = None if m.fresh else timed.take()
-    if verdict is not None:
-        row.err_bound = verdict.out.bound
-        row.grad_err_bound = verdict.grads.bound if verdict.grads is not None else None
-        m.reference = verdict.reference
-    _set(row, run_stage(WARMUP_OUTPUT, m, metrics))
-    # an incorrect output whose errors follow a known pattern says which (selfattn/measure/hints.py)
-    hinted = (hints.hint(m.point, m.workload, warm.checked, verdict.out.bound)
-              if verdict is not None and not verdict.out.ok else "")
-    m.checked = m.reference = warm.checked = None  # dropped: the calls below need the room
-    reason = tampered or m.impossible or ((verdict.reason + hinted) if verdict and verdict.reason else "")
-    if verdict is not None and not reason:
-        reason = (timed.judge(m.point, m.workload, m.dtype) if m.fresh
-                  else checks.judge_last(m.workload, last, verdict))
-    del last
-    if verdict is not None and not reason and not m.fresh:  # fresh inputs were a second (and a thousandth) input
-        reason = checks.judge_second(m.point, _builder(m.resolved), m.dtype, m.device, m.sampled_queries)
-    return reason
+    """The verdict: why the point is incorrect, "" when it is not (one thread on a CPU). The metrics of the
+    warm-up's output run once its reference is made, and the output is dropped before the calls the verdict
+    still makes: the last timed call's output, then (without fresh inputs) one untimed call on a second input."""
+    with _single_threaded_on_cpu(m.device):
+        tampered = warm.tampered or m.timed_tampered or (guard.changed("the timed calls") if guard else "")
+        verdict = checks.judge_result(m.point, m.workload, warm.checked, m.dtype) if guard is not None else None
+        last = None if m.fresh else timed.take()
+        _verdict_columns(m, verdict, row)
+        _set(row, run_stage(WARMUP_OUTPUT, m, metrics))
+        missed = _missed(m, warm, verdict)
+        m.checked = m.reference = warm.checked = None  # dropped: the calls below need the room
+        reason = tampered or m.impossible or missed
+        if verdict is None or reason:
+            return reason
+        reason = timed.judge(m.point, m.workload, m.dtype) if m.fresh else checks.judge_last(m.workload, last, verdict)
+        del last
+        if reason or m.fresh:  # fresh inputs were a second (and a thousandth) input
+            return reason
+        return checks.judge_second(m.point, _builder(m.resolved), m.dtype, m.device, m.sampled_queries)
+
+
+def _verdict_columns(m: Measured, verdict: Any, row: Row) -> None:
+    """The tolerances the warm-up's output and gradients were judged by, and its float64 reference kept for the
+    metrics of that output."""
+    if verdict is None:
+        return
+    row.err_bound = verdict.out.bound
+    row.grad_err_bound = verdict.grads.bound if verdict.grads is not None else None
+    m.reference = verdict.reference
+
+
+def _missed(m: Measured, warm: WarmUp, verdict: Any) -> str:
+    """Why the warm-up's output missed its tolerance ("" when it did not), with the pattern its errors follow
+    when they follow a known one (selfattn/measure/hints.py)."""
+    if verdict is None or not verdict.reason:
+        return ""
+    hinted = hints.hint(m.point, m.workload, warm.checked, verdict.out.bound) if not verdict.out.ok else ""
+    return verdict.reason + hinted
+
+
+def _metrics(m: Measured, metrics: frozenset[str], row: Row) -> None:
+    """The chosen metrics that run after the verdict: on one thread on a CPU, then those at the point's own size
+    and shape on every thread; their notes join the row's."""
+    with _single_threaded_on_cpu(m.device):
+        _set(row, run_stage(AFTER_VERDICT, m, metrics))
+    _set(row, run_stage(EVERY_THREAD, m, metrics))
+    row.note = "; ".join(filter(None, [row.note, *m.notes]))
 
 
 def _builder(resolved: Resolved) -> Callable[..., Workload]:
@@ -366,7 +389,7 @@ def _timing_columns(point: Point, timing: Timing, device: str, row: Row, budget:
         row.noisy, row.noise = True, "; ".join(filter(None, [row.noise, idle]))
     timed = timing.median_ms > 0
     row.tflops = row.flops / (timing.median_ms * 1e-3) / 1e12 if row.flops is not None and timed else None
-    if point.scope == "generate" and timed:  # one call is the whole loop of new_tokens steps
+    if SCOPES[point.scope].autoregressive and timed:  # one call is the whole loop of new_tokens steps
         row.tokens_per_s = point.new_tokens / (timing.median_ms * 1e-3)
 
 

@@ -35,6 +35,7 @@ from typing import Any, Iterator
 
 import torch
 
+from selfattn.backends.resolved import Resolved
 from selfattn.errors import Unsupported
 from selfattn.point import Point, parse_scale
 from selfattn.results import Row, encode_curve
@@ -51,17 +52,17 @@ AUTOCAST = ("fp16", "bf16")  # the mixed precisions
 
 
 def train_point(point: Point, device: str, dtype: torch.dtype, row: Row, *, max_point_s: float,
-                saturated_weight: float, backend: Any = None) -> None:
+                saturated_weight: float, resolved: Resolved) -> None:
     """Run the point's training and fill its row (status ok, or skipped_budget past `max_point_s`); raises for a
     failure. `saturated_weight`: the largest weight past which a row counts as one-hot (the stability pass's);
-    `backend`: the point's registry.Backend as measure_point resolved it (None: looked up by its name).
+    `resolved`: the point's back end as measure_point resolved it (resolve_point), its options with it.
     The measurement's facts come as arguments: selfattn.measure calls this package, never the other way."""
     dev = torch.device(device)
     pairs = task.pairs_for(point.seq_len)
     with _cpu_threads(dev), _deterministic(dev):
-        model = RecallModel(point.d_model, point.heads, kv_heads=point.kv_heads_resolved, backend=point.backend if backend is None else backend,
+        model = RecallModel(point.d_model, point.heads, kv_heads=point.kv_heads_resolved, backend=resolved,
                             causal=point.causal, scale=parse_scale(point.scale), input_std=point.input_std,
-                            seed=point.seed, **dict(point.backend_options))
+                            seed=point.seed)
         mixed = point.precision in AUTOCAST
         model = model.to(device=dev, dtype=torch.float32 if mixed else dtype)
         optimizer = torch.optim.AdamW(model.parameters(), lr=point.lr, weight_decay=0.0)

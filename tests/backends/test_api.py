@@ -12,6 +12,14 @@ from selfattn.errors import Unsupported
 from selfattn.inputs import make_qkv, make_x
 from selfattn.masks import Masks
 from selfattn.precision import PRECISIONS, precision_context, resolve_dtype
+from selfattn.backends.capability import Ask
+from selfattn.backends.resolved import resolve
+
+
+def _resolved(name, options=None, device="cpu", dtype=torch.float32):
+    """The back end `name` with `options`, resolved for a call on `device` in `dtype` (the one resolver)."""
+    return resolve(name, options, Ask(torch.device(device).type, "fp32"), dtype, device=device)
+
 
 
 def test_registry_is_a_plain_dict_of_the_five_backends():
@@ -33,23 +41,23 @@ def test_registry_is_a_plain_dict_of_the_five_backends():
 def test_default_options_are_resolved():
     fp8_off = {"fp8": "none", "fp8_scaling": "tensor", "fp8_block": 64, "p_scale": 256.0, "hadamard": False,
                "fp8_matmul": "auto"}
-    assert backends.default_options("naive", "cpu", torch.float32) == {"upcast_softmax": False, "scale_at": "logits",
+    assert _resolved("naive", {}, "cpu", torch.float32).options == {"upcast_softmax": False, "scale_at": "logits",
                                                                        "compile": False, **fp8_off}
-    assert backends.default_options("sdpa", "cpu", torch.float32) == {"kernel": "auto", "bool_mask": False}
-    chunked = backends.default_options("chunked", "cpu", torch.float32)
+    assert _resolved("sdpa", {}, "cpu", torch.float32).options == {"kernel": "auto", "bool_mask": False}
+    chunked = _resolved("chunked", {}, "cpu", torch.float32).options
     assert set(chunked) == {"q_chunk", "kv_chunk", "compute", "compile", *fp8_off} and chunked["compute"] == "fp32"
-    assert backends.default_options("flex", "cpu", torch.float32) == {}
+    assert _resolved("flex", {}, "cpu", torch.float32).options == {}
     assert chunked["q_chunk"] is None and chunked["kv_chunk"] is None  # auto: sized to each call's masks
 
 
 def test_kernel_labels():
-    assert backends.kernel_label("naive", {}) == "materialized"
-    assert backends.kernel_label("naive", {"upcast_softmax": True}) == "materialized-upcast"
-    assert backends.kernel_label("sdpa", {}) == "auto"
-    assert backends.kernel_label("sdpa", {"kernel": "flash"}) == "flash"
-    assert backends.kernel_label("chunked", {"q_chunk": 64, "kv_chunk": 96}) == "q64-kv96"
-    assert backends.kernel_label("chunked", {"kv_chunk": 96}) == "qauto-kv96"
-    assert backends.kernel_label("chunked", {}) == "auto"  # the sizes that ran: kernel_ran, below
+    assert _resolved("naive", {}).label == "materialized"
+    assert _resolved("naive", {"upcast_softmax": True}).label == "materialized-upcast"
+    assert _resolved("sdpa", {}).label == "auto"
+    assert _resolved("sdpa", {"kernel": "flash"}).label == "flash"
+    assert _resolved("chunked", {"q_chunk": 64, "kv_chunk": 96}).label == "q64-kv96"
+    assert _resolved("chunked", {"kv_chunk": 96}).label == "qauto-kv96"
+    assert _resolved("chunked", {}).label == "auto"  # the sizes that ran: kernel_ran, below
 
 
 @pytest.mark.parametrize("kernel", ["efficient", "cudnn"])
@@ -252,4 +260,4 @@ def test_naive_scale_at_query_keeps_fp16_finite_where_the_chapters_order_overflo
     assert torch.isfinite(before).all()
     ref = selfattn.attention_reference(q, k, v)
     assert (before.double() - ref).abs().max() < 0.05  # fp16 rounding; outputs reach ~150
-    assert selfattn.kernel_label("naive", {"scale_at": "query"}) == "materialized-scaleq"
+    assert _resolved("naive", {"scale_at": "query"}).label == "materialized-scaleq"

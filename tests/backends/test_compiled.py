@@ -16,6 +16,14 @@ import selfattn
 from selfattn.compile import graphs_compiled
 from test_accuracy import ABS_TOL, FA_EPS, SHAPES, case_id
 from test_masks import CASES, _id, _inputs
+from selfattn.backends.capability import Ask
+from selfattn.backends.resolved import resolve
+
+
+def _resolved(name, options=None, device="cpu", dtype=torch.float32):
+    """The back end `name` with `options`, resolved for a call on `device` in `dtype` (the one resolver)."""
+    return resolve(name, options, Ask(torch.device(device).type, "fp32"), dtype, device=device)
+
 
 COMPILED = {  # variant -> (back end, options)
     "flex": ("flex", {}),
@@ -155,12 +163,10 @@ def test_flex_without_a_cpp_compiler_is_unsupported_not_an_error(monkeypatch):
 
 
 def test_compile_is_an_option_and_a_kernel_label():
-    from selfattn.backends import compiles, kernel_label
-
-    assert kernel_label("naive", {"compile": True}) == "materialized-compiled"
-    assert kernel_label("chunked", {"compile": True}).endswith("-compiled")
-    assert kernel_label("flex") == "compiled"
-    assert compiles("flex", {}) and not compiles("naive", {"compile": False})
+    assert _resolved("naive", {"compile": True}).label == "materialized-compiled"
+    assert _resolved("chunked", {"compile": True}).label.endswith("-compiled")
+    assert _resolved("flex").label == "compiled"
+    assert _resolved("flex").backend.compiles({}) and not _resolved("naive").backend.compiles({"compile": False})
     with pytest.raises(ValueError, match="compile: expected true or false"):
         selfattn.attention(*selfattn.make_qkv(1, 1, 4, 4, 4), backend="naive", compile="yes")
 

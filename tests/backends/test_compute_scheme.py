@@ -7,10 +7,17 @@ import pytest
 import torch
 
 import selfattn
-from selfattn.backends import resolve_options
 from selfattn.backends.chunked import DEFAULT_CHUNKS, predict_mem_bytes
 from selfattn.measure import Budget, measure_point
 from selfattn.point import Point
+from selfattn.backends.capability import Ask
+from selfattn.backends.resolved import resolve
+
+
+def _resolved(name, options=None, device="cpu", dtype=torch.float32):
+    """The back end `name` with `options`, resolved for a call on `device` in `dtype` (the one resolver)."""
+    return resolve(name, options, Ask(torch.device(device).type, "fp32"), dtype, device=device)
+
 
 # fp16/bf16 against float64, forward and backward, on a masked GQA problem (FlashAttention-style bounds)
 TOLERANCE = {torch.float16: (3e-3, 1e-2), torch.bfloat16: (3e-2, 6e-2)}
@@ -34,11 +41,11 @@ def test_both_schemes_match_float64(dtype, compute):
 
 
 def test_auto_is_input_on_cuda_and_fp32_on_cpu_and_the_label_says_so():
-    assert resolve_options("chunked", {}, "cpu", torch.bfloat16)["compute"] == "fp32"
-    assert resolve_options("chunked", {}, "cuda", torch.bfloat16)["compute"] == "input"
-    assert resolve_options("chunked", {"compute": "input"}, "cuda", torch.float32)["compute"] == "fp32"  # one scheme
-    assert selfattn.kernel_label("chunked", {}, device="cuda", dtype=torch.float16) == "auto-mm_input"
-    assert selfattn.kernel_label("chunked", {}, device="cpu", dtype=torch.float16) == "auto"
+    assert _resolved("chunked", {}, "cpu", torch.bfloat16).options["compute"] == "fp32"
+    assert _resolved("chunked", {}, "cuda", torch.bfloat16).options["compute"] == "input"
+    assert _resolved("chunked", {"compute": "input"}, "cuda", torch.float32).options["compute"] == "fp32"  # one scheme
+    assert _resolved("chunked", {}, device="cuda", dtype=torch.float16).label == "auto-mm_input"
+    assert _resolved("chunked", {}, device="cpu", dtype=torch.float16).label == "auto"
 
 
 def test_input_scheme_skips_the_fp32_copies_in_model_and_measurement():

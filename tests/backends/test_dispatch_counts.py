@@ -110,13 +110,13 @@ def test_naive_mask_is_kept_per_masks_and_shape_and_drops_old_ones():
 def test_chunked_memory_model_under_its_cuda_plan_grows_linearly(cuda_plan, causal, mode):
     """The sizes do not depend on n, so from n = 4096 on (a query block no taller than the rows) the predicted peak
     at most doubles when n doubles; and it is far below naive's n x n."""
-    from selfattn.measure import predict_mem_bytes
+    from tests.predicted import predicted_mem_bytes
     from selfattn.point import Point
 
-    peaks = {n: predict_mem_bytes(Point(backend="chunked", device="cuda", precision="bf16", seq_len=n, heads=H,
+    peaks = {n: predicted_mem_bytes(Point(backend="chunked", device="cuda", precision="bf16", seq_len=n, heads=H,
                                         causal=causal, mode=mode)) for n in (4096, 8192, 16384, 32768)}
     for small, large in zip(list(peaks), list(peaks)[1:]):
         assert peaks[large] <= 2 * peaks[small], peaks
-    naive = predict_mem_bytes(Point(backend="naive", device="cuda", precision="bf16", seq_len=16384, heads=H,
+    naive = predicted_mem_bytes(Point(backend="naive", device="cuda", precision="bf16", seq_len=16384, heads=H,
                                     causal=causal, mode=mode))
     assert peaks[16384] < naive / 4, (peaks[16384], naive)

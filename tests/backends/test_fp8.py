@@ -22,6 +22,14 @@ import selfattn.backends
 from selfattn import fp8
 from selfattn.fp8_formats import FORMAT_MAX, MANTISSA_BITS, MIN_NORMAL_EXPONENT
 from selfattn.inputs import add_outliers, make_qkv
+from selfattn.backends.capability import Ask
+from selfattn.backends.resolved import resolve
+
+
+def _resolved(name, options=None, device="cpu", dtype=torch.float32):
+    """The back end `name` with `options`, resolved for a call on `device` in `dtype` (the one resolver)."""
+    return resolve(name, options, Ask(torch.device(device).type, "fp32"), dtype, device=device)
+
 
 FORMATS = ("e4m3", "e5m2")
 
@@ -165,15 +173,15 @@ def test_chunked_with_many_key_blocks_stays_an_fp8_attention():
 
 
 def test_kernel_label_says_fp8_and_dequantized_products():
-    label = selfattn.kernel_label("naive", {"fp8": "e5m2", "fp8_scaling": "block", "fp8_block": 32, "hadamard": True})
+    label = _resolved("naive", {"fp8": "e5m2", "fp8_scaling": "block", "fp8_block": 32, "hadamard": True}).label
     assert label == "materialized-fp8e5m2-block32-had-p256-dequant"
-    assert selfattn.kernel_label("chunked", {"q_chunk": 64, "kv_chunk": 64, "fp8": "e4m3"}) == \
+    assert _resolved("chunked", {"q_chunk": 64, "kv_chunk": 64, "fp8": "e4m3"}).label == \
         "q64-kv64-fp8e4m3-tensor-p256-dequant"
-    assert selfattn.kernel_label("naive", {}) == "materialized"
+    assert _resolved("naive", {}).label == "materialized"
 
 
 def test_precision_fp8_resolves_the_format_from_the_dtype():
-    options = selfattn.backends.resolve_options("naive", {}, "cpu", torch.float8_e5m2)
+    options = _resolved("naive", {}, "cpu", torch.float8_e5m2).options
     assert options["fp8"] == "e5m2"
 
 
@@ -226,9 +234,9 @@ def test_fp8_on_cuda_matches_the_float64_emulation(backend, monkeypatch):
         options = dict(fp8_scaling=scaling, fp8_block=32, p_scale=256.0, hadamard=True, fp8_matmul=matmul)
         if backend == "chunked":
             options.update(q_chunk=64, kv_chunk=1024)
-        resolved = selfattn.backends.resolve_options(backend, {**options, "fp8": "e4m3"}, "cuda")
+        resolved = _resolved(backend, {**options, "fp8": "e4m3"}, "cuda").options
         products = resolved["fp8_products"]
-        assert selfattn.kernel_label(backend, {**options, "fp8": "e4m3"}, device="cuda").endswith(
+        assert _resolved(backend, {**options, "fp8": "e4m3"}, device="cuda").label.endswith(
             "-" + fp8.products_label(products))
         if matmul == "auto":  # H100/H200 with CUDA >= 12.9: both products; other >= 8.9 GPUs: P.V at least
             assert products[1] == ("scaled_mm" if scaled_mm else "dequant")

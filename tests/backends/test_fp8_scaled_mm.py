@@ -25,6 +25,14 @@ from selfattn.masks import Masks
 from selfattn.measure import Budget, measure_point
 from selfattn.point import Point
 from tests.backends.test_fp8 import attention64, rel_rms
+from selfattn.backends.capability import Ask
+from selfattn.backends.resolved import resolve
+
+
+def _resolved(name, options=None, device="cpu", dtype=torch.float32):
+    """The back end `name` with `options`, resolved for a call on `device` in `dtype` (the one resolver)."""
+    return resolve(name, options, Ask(torch.device(device).type, "fp32"), dtype, device=device)
+
 
 TIGHT = 5e-3  # |scaled_mm - emulation| as a share of |emulation - exact|: summation order and a rare P midpoint
 
@@ -66,7 +74,7 @@ def test_scaled_mm_matches_the_float64_emulation(backend, fmt, scaling, block, p
     if backend == "chunked":
         options.update(q_chunk=48, kv_chunk=1024)  # one key block: the emulation's P is the block's
     assert get_backend(backend).kernel_ran(q, k, v, masks=Masks(causal=causal), scale=1 / math.sqrt(d),
-                                           **selfattn.backends.resolve_options(backend, {**options, "fp8": fmt})) is None
+                                           **_resolved(backend, {**options, "fp8": fmt}).options) is None
     out = selfattn.attention(q, k, v, backend=backend, causal=causal, fp8=fmt, **options)
     assert out.dtype == torch.float32 and out.shape == q.shape
     assert scaled_mm_calls and set(scaled_mm_calls) == {fp8.DTYPES[fmt]}  # both products ran on fp8 tensors
@@ -113,7 +121,7 @@ def test_shapes_that_break_the_cuda_rules_run_dequantized_and_say_so(backend, sh
     options = dict(fp8="e4m3", **options)
     if backend == "chunked":
         options.update(q_chunk=32, kv_chunk=n)  # the key blocks are the whole sequence
-    resolved = selfattn.backends.resolve_options(backend, {**options, "fp8_matmul": "scaled_mm"})
+    resolved = _resolved(backend, {**options, "fp8_matmul": "scaled_mm"}).options
     assert get_backend(backend).kernel_ran(q, k, v, masks=Masks(), scale=1 / math.sqrt(d), **resolved) == ran
     forced = selfattn.attention(q, k, v, backend=backend, fp8_matmul="scaled_mm", **options)
     if ran == "dequant-shapes":
@@ -140,11 +148,11 @@ def test_a_row_whose_shapes_fall_back_says_so_in_its_kernel_column():
 
 
 def test_the_cpu_default_stays_dequant():
-    options = selfattn.backends.resolve_options("naive", {"fp8": "e4m3"}, "cpu")
+    options = _resolved("naive", {"fp8": "e4m3"}, "cpu").options
     assert options["fp8_matmul"] == "dequant" and options["fp8_products"] == ("dequant", "dequant")
-    assert selfattn.kernel_label("naive", {"fp8": "e4m3"}) == "materialized-fp8e4m3-tensor-p256-dequant"
-    assert selfattn.kernel_label("chunked", {"fp8": "e5m2", "fp8_matmul": "scaled_mm", "q_chunk": 64,
-                                             "kv_chunk": 64}) == "q64-kv64-fp8e5m2-tensor-p256-scaledmm"
+    assert _resolved("naive", {"fp8": "e4m3"}).label == "materialized-fp8e4m3-tensor-p256-dequant"
+    assert _resolved("chunked", {"fp8": "e5m2", "fp8_matmul": "scaled_mm", "q_chunk": 64,
+                                             "kv_chunk": 64}).label == "q64-kv64-fp8e5m2-tensor-p256-scaledmm"
 
 
 def test_products_label():
@@ -204,8 +212,8 @@ def test_call_products_checks_every_key_bound():
 
 def test_chunked_plan_with_a_window_falls_back_where_its_blocks_break_the_rule():
     q, k, v = make_qkv(1, 2, 128, 128, 32, seed=1)
-    resolved = selfattn.backends.resolve_options("chunked", {"fp8": "e4m3", "fp8_matmul": "scaled_mm",
-                                                             "q_chunk": 32, "kv_chunk": 32})
+    resolved = _resolved("chunked", {"fp8": "e4m3", "fp8_matmul": "scaled_mm",
+                                                             "q_chunk": 32, "kv_chunk": 32}).options
     assert chunked.kernel_ran(q, k, v, masks=Masks(causal=True), scale=1.0, **resolved) is None
     # a window of 40 trims key blocks to start 39 keys before a block's first query: not multiples of 16
     assert chunked.kernel_ran(q, k, v, masks=Masks(causal=True, window=40), scale=1.0, **resolved) == "dequant-shapes"

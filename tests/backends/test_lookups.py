@@ -43,3 +43,60 @@ def test_the_count_counts():
     before = registry.lookups()
     registry.get_backend("naive"), registry.get_backend("sdpa")
     assert registry.lookups() - before == 2
+
+
+@pytest.fixture
+def resolutions(monkeypatch):
+    """Counts the resolutions of a back end's options (every one goes through Backend.resolve_options)."""
+    seen: list[str] = []
+    original = registry.Backend.resolve_options
+
+    def counted(self, options, device, dtype):
+        seen.append(self.name)
+        return original(self, options, device, dtype)
+
+    monkeypatch.setattr(registry.Backend, "resolve_options", counted)
+    return seen
+
+
+@pytest.mark.parametrize("axes", list(CASES.values()), ids=list(CASES))
+def test_one_point_resolves_its_options_once(axes, resolutions):
+    """The layer, the permutation and path-length checks and the train loop run the point's Resolved: none of
+    them resolves the options again (a recurrent scope runs no back end, so resolves none)."""
+    row = measure_point(Point(**{**SMALL, **axes}), BUDGET)
+    assert row.status in ("ok", "unsupported"), row.error
+    assert len(resolutions) == (0 if axes.get("scope") == "lstm" else 1), resolutions
+
+
+def test_a_direct_call_resolves_once_per_call_and_a_resolved_one_never(resolutions):
+    """Negative control and the public side: selfattn.attention resolves through the same resolver each call;
+    given a point's Resolved it runs it as it is (options beside it are refused)."""
+    import torch
+
+    import selfattn
+    from selfattn.backends.resolved import resolve_point
+
+    q, k, v = selfattn.make_qkv(1, 2, 8, 8, 16)
+    selfattn.attention(q, k, v, backend="chunked", causal=True)
+    selfattn.attention(q, k, v, backend="chunked", causal=True)
+    assert resolutions == ["chunked", "chunked"]
+    resolved = resolve_point(Point(backend="chunked", causal=True, **SMALL), "cpu")
+    assert len(resolutions) == 3
+    out = selfattn.attention(q, k, v, backend=resolved, causal=True)
+    assert len(resolutions) == 3
+    torch.testing.assert_close(out, selfattn.attention(q, k, v, backend="chunked", causal=True))
+    with pytest.raises(ValueError, match="^options: a resolved back end carries its own options"):
+        selfattn.attention(q, k, v, backend=resolved, q_chunk=4)
+    with pytest.raises(ValueError, match="^backend_options: a resolved back end carries its own options"):
+        selfattn.MultiHeadSelfAttention(32, 2, backend=resolved, q_chunk=4)
+
+
+def test_a_resolved_back_end_that_cannot_run_is_refused_when_run():
+    import selfattn
+    from selfattn.backends.resolved import resolve_point
+
+    resolved = resolve_point(Point(backend="sdpa", precision="fp8_e4m3", **SMALL), "cpu")
+    assert resolved.why_not
+    q, k, v = selfattn.make_qkv(1, 2, 8, 8, 16)
+    with pytest.raises(selfattn.Unsupported, match="fp8"):
+        selfattn.attention(q, k, v, backend=resolved)

@@ -11,7 +11,7 @@ from selfattn.backends import Declaration, Speed, get_backend, registry
 from selfattn.backends.__main__ import main as listing_main
 from selfattn.backends.capability import unavailable
 from selfattn.measure import Budget, measure_point
-from selfattn.measure.predict import predict_call_s
+from tests.predicted import predicted_call_s
 from selfattn.point import Point
 
 PLUGINS = '''
@@ -118,9 +118,9 @@ def test_the_listing_exits_1_when_a_named_plugin_cannot_load(plugins, capsys):
 def test_the_guard_uses_the_speed_hint_on_its_device_type(plugins):
     hinted, plain = point(f"{plugins}:hinted", seq_len=256, head_dim=64), point("naive", seq_len=256, head_dim=64)
     flops = 4 * 256 * 256 * 64
-    assert predict_call_s(hinted, 1.0) == pytest.approx(0.002 + flops / 1e9)  # the hint, not the peak
-    assert predict_call_s(hinted.with_device("cuda"), 1.0) == pytest.approx(flops / (1e12 * 0.5))  # none there
-    assert predict_call_s(plain, 1.0) == pytest.approx(flops / (1e12 * 0.6))
+    assert predicted_call_s(hinted, 1.0) == pytest.approx(0.002 + flops / 1e9)  # the hint, not the peak
+    assert predicted_call_s(hinted.with_device("cuda"), 1.0) == pytest.approx(flops / (1e12 * 0.5))  # none there
+    assert predicted_call_s(plain, 1.0) == pytest.approx(flops / (1e12 * 0.6))
     assert get_backend(f"{plugins}:hinted").defaulted == ("mem_model", "kernel_label")  # its time is declared
 
 

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import selfattn
-from selfattn.backends import Declaration, check_options, describe_name, discovery, get_backend, registry
-from selfattn.backends.capability import unavailable
+from selfattn.backends import Declaration, describe_name, discovery, get_backend, registry
+from selfattn.backends.capability import Ask, unavailable
+from selfattn.backends.resolved import resolve
 from selfattn.backends.contract import declaration_of
 from selfattn.measure import Budget, measure_point
 from selfattn.point import Point
@@ -237,11 +238,12 @@ def test_a_bshd_plugin_gets_batch_seq_heads_dim_and_its_output_comes_back(plugin
 
 
 def test_plugin_options_are_checked_with_did_you_mean(plugins):
-    assert check_options(f"{plugins}:plain", {"temperature": 2.0}) == {"temperature": 2.0}
+    cpu = Ask("cpu", "fp32")
+    assert resolve(f"{plugins}:plain", {"temperature": 2.0}, cpu).options["temperature"] == 2.0
     with pytest.raises(ValueError, match="backend.temprature: unknown key; did you mean backend.temperature"):
-        check_options(f"{plugins}:plain", {"temprature": 2.0}, prefix="backend.")
+        resolve(f"{plugins}:plain", {"temprature": 2.0}, cpu, prefix="backend.")
     with pytest.raises(ValueError, match="backend.temperature: expected"):
-        check_options(f"{plugins}:plain", {"temperature": -1.0}, prefix="backend.")
+        resolve(f"{plugins}:plain", {"temperature": -1.0}, cpu, prefix="backend.")
 
 
 @pytest.mark.parametrize("axes, words", [

@@ -28,6 +28,14 @@ import torch
 
 import selfattn
 from selfattn.inputs import make_qkv
+from selfattn.backends.capability import Ask
+from selfattn.backends.resolved import resolve
+
+
+def _resolved(name, options=None, device="cpu", dtype=torch.float32):
+    """The back end `name` with `options`, resolved for a call on `device` in `dtype` (the one resolver)."""
+    return resolve(name, options, Ask(torch.device(device).type, "fp32"), dtype, device=device)
+
 
 pytest.importorskip("triton")
 pytest.importorskip("numpy")  # the interpreter executes tiles in numpy
@@ -218,11 +226,11 @@ def test_labels_and_memory_model():
     from selfattn.backends import triton as backend
     from selfattn.point import Point
 
-    assert backends.kernel_label("triton", {}, dtype=torch.float32) == "fa2-m64-n64-ieee"
-    assert backends.kernel_label("triton", {"dot_precision": "tf32"}, dtype=torch.float32) == "fa2-m64-n64-tf32"
-    assert backends.kernel_label("triton", {"block_m": 128, "block_n": 32}, dtype=torch.bfloat16) == "fa2-m128-n32"
+    assert _resolved("triton", {}, dtype=torch.float32).label == "fa2-m64-n64-ieee"
+    assert _resolved("triton", {"dot_precision": "tf32"}, dtype=torch.float32).label == "fa2-m64-n64-tf32"
+    assert _resolved("triton", {"block_m": 128, "block_n": 32}, dtype=torch.bfloat16).label == "fa2-m128-n32"
     with pytest.raises(ValueError, match="block_m"):
-        backends.check_options("triton", {"block_m": 48})
+        _resolved("triton", {"block_m": 48}).options
     # O(n): doubling the sequence doubles the bytes (no n x n term)
     small, large = (backend.predict_mem_bytes(Point(backend="triton", seq_len=n, head_dim=64), {}, "cuda")
                     for n in (4096, 8192))
@@ -309,7 +317,7 @@ def jit_kernel(monkeypatch):
 
 
 # One CUDA test: it compiles the kernel (triton's JIT, seconds per variant), so "compiled" is in its name and
-# scripts/gpu_check.sh runs it in its stage of compiled tests, whose floor has room for one more.
+# scripts/gpu_check.sh runs it in its stage of compiled tests (the plan sizes that stage from the tests it collects).
 @pytest.mark.gpu
 def test_the_compiled_kernel_on_cuda_matches_the_reference_and_times_a_point(jit_kernel):
     from selfattn.backends import triton as backend

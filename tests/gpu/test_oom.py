@@ -23,7 +23,8 @@ import pytest
 import torch
 
 import selfattn.measure.guard as guard_module
-from selfattn.measure import Budget, measure_point, predict_mem_bytes
+from selfattn.measure import Budget, measure_point
+from tests.predicted import predicted_mem_bytes
 from selfattn.point import Point
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +66,7 @@ def _fresh_process_probe() -> dict:
 def test_real_oom_is_a_row_and_the_next_point_measures_as_in_a_fresh_process(monkeypatch) -> None:
     total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     huge = Point(backend="naive", precision="fp32", device="cuda", heads=8, seq_len=131072, head_dim=64)
-    assert predict_mem_bytes(huge) > 2 * total, "the OOM point must not fit on this GPU"
+    assert predicted_mem_bytes(huge) > 2 * total, "the OOM point must not fit on this GPU"
 
     fresh = _fresh_process_probe()
     assert fresh["status"] == "ok"

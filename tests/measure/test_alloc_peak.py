@@ -4,7 +4,7 @@ the analytic memory model of naive predicts (RSS, beside it, moves by MiBs with 
 import torch
 
 from selfattn import Point
-from selfattn.measure import predict_mem_bytes
+from tests.predicted import predicted_mem_bytes
 from selfattn.measure.accuracy import sample_rows
 from selfattn.measure.memory import alloc_peak_bytes
 from selfattn.backends.resolved import resolve_point
@@ -42,6 +42,6 @@ def test_the_same_point_measured_twice_agrees_within_one_percent():
 
 def test_naive_peak_is_its_memory_model():
     point = Point(backend="naive", seq_len=1024, heads=4, head_dim=64, device="cpu")
-    predicted = predict_mem_bytes(point)
+    predicted = predicted_mem_bytes(point)
     # scores and their scaled copy (2 x 4 x 1024² x 4 bytes = 32 MiB) plus the output; a few bytes of scalars
     assert abs(alloc_peak_bytes(_workload(point).call) - predicted) <= 0.01 * predicted

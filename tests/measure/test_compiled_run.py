@@ -77,7 +77,7 @@ def test_a_compile_predicted_beyond_max_compile_s_is_skipped_naming_the_key(monk
 
 
 def test_the_guard_keeps_compile_time_and_call_time_apart():
-    from selfattn.measure.budget import over_budget
+    from selfattn.measure.guard import over_budget
 
     point, budget = Point(backend="flex"), Budget()
     assert over_budget(point, budget, 0, None, point_s=59.0, compile_s=119.0) is None  # each within its own limit

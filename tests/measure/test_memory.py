@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from selfattn import Point
-from selfattn.measure import Budget, measure_point, predict_mem_bytes
+from selfattn.measure import Budget, measure_point
+from tests.predicted import predicted_mem_bytes
 from selfattn.measure.accuracy import sample_rows
 from selfattn.measure.memory import measure_peak, peak_rss_bytes, reset_peak_rss, rss_bytes
 from selfattn.backends.resolved import resolve_point
@@ -45,7 +46,7 @@ def test_naive_peak_within_25_percent_of_prediction():
     n = 2048
     point = Point(backend="naive", heads=HEADS, seq_len=n, head_dim=64)
     measured = _measured(point)
-    predicted = predict_mem_bytes(point)
+    predicted = predicted_mem_bytes(point)
     assert predicted >= 2 * HEADS * n * n * 4  # scores and weights alive together
     assert abs(measured - predicted) <= 0.25 * predicted, (measured, predicted)
 
@@ -54,7 +55,7 @@ def test_chunked_peak_far_below_naive():
     # n=4096, not 2048: chunked's own working set is a few tens of MiB, the size of the heap's
     # reuse noise, so at 2048 the O(n) vs O(n^2) gap is not yet clear of that noise
     n = 4096
-    naive = predict_mem_bytes(Point(backend="naive", heads=HEADS, seq_len=n))
+    naive = predicted_mem_bytes(Point(backend="naive", heads=HEADS, seq_len=n))
     chunked = _measured(Point(backend="chunked", heads=HEADS, seq_len=n))
     assert chunked < naive / 8, (chunked, naive)
 
@@ -64,7 +65,7 @@ def test_fwd_bwd_prediction_tracks_naive():
     # on what the process did before) stays well inside the tolerance.
     point = Point(backend="naive", heads=HEADS, seq_len=2048, mode="fwd_bwd")
     measured = _measured(point)
-    assert abs(measured - predict_mem_bytes(point)) <= 0.25 * predict_mem_bytes(point)
+    assert abs(measured - predicted_mem_bytes(point)) <= 0.25 * predicted_mem_bytes(point)
 
 
 def test_row_carries_measured_and_predicted_memory():

@@ -13,6 +13,12 @@ from selfattn import Point
 from selfattn.inputs import randn
 from selfattn.layer import MultiHeadSelfAttention
 from selfattn.recurrent import Recurrent
+from selfattn.backends.resolved import resolve_point
+
+
+def _sensitivity(point: Point) -> list[tuple[int, float]]:
+    """input_sensitivity on the CPU with the point's back end resolved once, as measure_point does."""
+    return pl.input_sensitivity(point, "cpu", resolve_point(point, "cpu"))
 
 
 @pytest.mark.parametrize("n, expected", [(1, [0]), (2, [0, 1]), (3, [0, 1, 2]), (9, [0, 1, 2, 4, 8]),
@@ -56,7 +62,7 @@ def test_sensitivity_is_the_jacobians_against_an_independent_float64_computation
         full = layer.double()  # the layer's own forward, every query projected (not last_query_output)
     else:
         full = Recurrent(scope, 8, seed=1).double()
-    measured = pl.input_sensitivity(point, "cpu")
+    measured = _sensitivity(point)
     expected = _jacobian_norms(point, full)
     assert [k for k, _ in measured] == [k for k, _ in expected]
     for (k, got), (_, want) in zip(measured, expected):
@@ -80,11 +86,11 @@ def test_the_column_is_json_pairs():
 
 
 def test_an_rnns_sensitivity_decays_and_attentions_does_not():
-    rnn = pl.input_sensitivity(Point(scope="lstm", seq_len=64, heads=2, head_dim=16), "cpu")
-    layer = pl.input_sensitivity(Point(scope="layer", seq_len=64, heads=2, head_dim=16), "cpu")
+    rnn = _sensitivity(Point(scope="lstm", seq_len=64, heads=2, head_dim=16))
+    layer = _sensitivity(Point(scope="layer", seq_len=64, heads=2, head_dim=16))
     assert pl.far_near_ratio(rnn) < 1e-6 < 0.25 < pl.far_near_ratio(layer) < 4
 
 
 def test_another_scope_is_refused_naming_it():
     with pytest.raises(ValueError, match="^scope: the path-length measurement needs one of layer, lstm, gru"):
-        pl.input_sensitivity(Point(scope="core"), "cpu")
+        _sensitivity(Point(scope="core"))

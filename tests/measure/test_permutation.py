@@ -4,19 +4,20 @@ import pytest
 import torch
 
 from selfattn import Point
+from selfattn.backends.resolved import resolve_point
 from selfattn.measure.permutation import permutation_max_abs_diff
 
 
 @pytest.mark.parametrize("backend", ["naive", "sdpa", "chunked"])
 def test_without_a_mask_permuting_tokens_permutes_outputs(backend):
     point = Point(backend=backend, seq_len=4096, heads=2, head_dim=32, device="cpu")  # checked on 128 tokens
-    assert permutation_max_abs_diff(point, torch.float32, "cpu") < 1e-5
+    assert permutation_max_abs_diff(point, torch.float32, "cpu", resolve_point(point, "cpu")) < 1e-5
 
 
 @pytest.mark.parametrize("backend", ["naive", "sdpa"])
 def test_a_causal_mask_breaks_it(backend):
     point = Point(backend=backend, seq_len=256, heads=2, head_dim=32, causal=True, device="cpu")
-    assert permutation_max_abs_diff(point, torch.float32, "cpu") > 0.1
+    assert permutation_max_abs_diff(point, torch.float32, "cpu", resolve_point(point, "cpu")) > 0.1
 
 
 @pytest.mark.parametrize("at_point_shape", [False, True], ids=["short", "point-shape"])
@@ -27,8 +28,10 @@ def test_each_positional_encoding_breaks_it(scope, pos_enc, backend, at_point_sh
     point = Point(backend=backend, scope=scope, pos_enc=pos_enc, seq_len=48, heads=2, head_dim=8, device="cpu")
     assert point.validate() is None
     plain = Point(backend=backend, scope=scope, seq_len=48, heads=2, head_dim=8, device="cpu")
-    assert permutation_max_abs_diff(plain, torch.float32, "cpu", at_point_shape=at_point_shape) < 1e-5
-    assert permutation_max_abs_diff(point, torch.float32, "cpu", at_point_shape=at_point_shape) > 0.1
+    for checked, broken in ((plain, False), (point, True)):
+        diff = permutation_max_abs_diff(checked, torch.float32, "cpu", resolve_point(checked, "cpu"),
+                                        at_point_shape=at_point_shape)
+        assert diff > 0.1 if broken else diff < 1e-5
 
 
 # --- compiled back ends: the check runs at the point's own shape, so it reuses the point's compiled code ---
@@ -43,7 +46,7 @@ def test_each_positional_encoding_breaks_it(scope, pos_enc, backend, at_point_sh
 ], ids=["none", "causal", "window", "causal-window", "padding", "documents", "gqa-q7", "layer-fwd_bwd-causal"])
 def test_at_the_point_s_shape_the_check_means_the_same(extra, broken):
     point = Point(backend="naive", seq_len=40, heads=2, head_dim=8, device="cpu", **extra)
-    diff = permutation_max_abs_diff(point, torch.float32, "cpu", at_point_shape=True)
+    diff = permutation_max_abs_diff(point, torch.float32, "cpu", resolve_point(point, "cpu"), at_point_shape=True)
     assert diff > 0.1 if broken else diff < 1e-5
 
 
@@ -57,10 +60,10 @@ def _graphs_in_the_check(monkeypatch):
 
     seen = []
 
-    def counted(point, dtype, device, **kwargs):
+    def counted(point, dtype, device, resolved, **kwargs):
         before = compile_cache.graphs_compiled()
-        diff = permutation_max_abs_diff(point, dtype, device, **kwargs)
-        assert kwargs.pop("backend").name == point.backend  # the point's resolved back end, not a second lookup
+        diff = permutation_max_abs_diff(point, dtype, device, resolved, **kwargs)
+        assert resolved.name == point.backend  # the point's Resolved, made once by measure_point
         seen.append((kwargs, compile_cache.graphs_compiled() - before))
         return diff
 
@@ -101,7 +104,7 @@ def test_a_check_that_compiles_all_the_same_says_so(monkeypatch):
 
     from selfattn.measure import Budget, measure_point, metric_steps
 
-    def compiling_check(point, dtype, device, **kwargs):
+    def compiling_check(point, dtype, device, resolved, **kwargs):
         counters["stats"]["unique_graphs"] += 1  # as a check whose mask picks another compiled variant
         return 0.0
 
@@ -118,7 +121,8 @@ def test_an_eager_point_s_check_is_the_short_one_as_before(monkeypatch):
     point = Point(backend="naive", seq_len=300, heads=2, head_dim=8, batch=2, window=32)
     row = measure_point(point, Budget(**FAST))
     assert row.status == "ok" and seen == [({}, 0)]
-    assert row.perm_max_abs_diff == permutation_max_abs_diff(point, torch.float32, "cpu")  # 128 tokens, one sequence
+    # 128 tokens, one sequence
+    assert row.perm_max_abs_diff == permutation_max_abs_diff(point, torch.float32, "cpu", resolve_point(point, "cpu"))
 
 
 def test_the_guard_s_bytes_for_the_check_at_the_point_s_shape():

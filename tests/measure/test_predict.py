@@ -6,7 +6,7 @@ import types
 import pytest
 
 from selfattn import Point
-from selfattn.measure import predict_mem_bytes
+from tests.predicted import predicted_call_s, predicted_mem_bytes, predicted_point_s
 from selfattn.measure.predict import (
     HOST_DRAW_VALUES_PER_S,
     accuracy_bytes,
@@ -14,14 +14,12 @@ from selfattn.measure.predict import (
     input_bytes,
     input_draw_bytes,
     input_draw_s,
-    predict_call_s,
-    predict_point_s,
 )
 
 
 def _ratio(backend: str, **fields) -> float:
-    small = predict_mem_bytes(Point(backend=backend, device="cpu", seq_len=8192, **fields))
-    large = predict_mem_bytes(Point(backend=backend, device="cpu", seq_len=16384, **fields))
+    small = predicted_mem_bytes(Point(backend=backend, device="cpu", seq_len=8192, **fields))
+    large = predicted_mem_bytes(Point(backend=backend, device="cpu", seq_len=16384, **fields))
     return large / small
 
 
@@ -34,40 +32,40 @@ def test_naive_grows_quadratically_chunked_and_sdpa_linearly(mode):
 
 
 def test_causal_mask_costs_naive_no_matrix_per_call():
-    full = predict_mem_bytes(Point(backend="naive", seq_len=4096, heads=8))
-    causal = predict_mem_bytes(Point(backend="naive", seq_len=4096, heads=8, causal=True))
+    full = predicted_mem_bytes(Point(backend="naive", seq_len=4096, heads=8))
+    causal = predicted_mem_bytes(Point(backend="naive", seq_len=4096, heads=8, causal=True))
     assert causal == full  # the mask is made once per point, before the calls (naive.additive_mask), and added
 
 
 def test_precision_halves_naive_memory():
-    fp32 = predict_mem_bytes(Point(backend="naive", seq_len=4096, precision="fp32"))
-    fp16 = predict_mem_bytes(Point(backend="naive", seq_len=4096, precision="fp16"))
+    fp32 = predicted_mem_bytes(Point(backend="naive", seq_len=4096, precision="fp32"))
+    fp16 = predicted_mem_bytes(Point(backend="naive", seq_len=4096, precision="fp16"))
     assert fp16 == pytest.approx(fp32 / 2, rel=0.01)
 
 
 def test_layer_scope_adds_projections():
-    core = predict_mem_bytes(Point(backend="chunked", seq_len=4096))
-    layer = predict_mem_bytes(Point(backend="chunked", seq_len=4096, scope="layer"))
+    core = predicted_mem_bytes(Point(backend="chunked", seq_len=4096))
+    layer = predicted_mem_bytes(Point(backend="chunked", seq_len=4096, scope="layer"))
     assert layer > core
 
 
 def test_inputs_and_time_predictions():
     point = Point(batch=2, heads=4, seq_len=100, head_dim=8, mode="fwd_bwd")
     assert input_bytes(point) == (2 * 4 * 300 * 8 + 2 * 4 * 100 * 8) * 4  # q, k, v + upstream
-    assert predict_call_s(point, 2.0) == pytest.approx(predict_call_s(point, 1.0) / 2)
+    assert predicted_call_s(point, 2.0) == pytest.approx(predicted_call_s(point, 1.0) / 2)
     # the warm-up and 2 memory calls + the timing budget (or MIN_SAMPLES calls, if longer; calls this
     # slow are blocks of one, with no calibration block) + the accuracy pass on 32 of the 100 rows,
     # about two calls' worth
-    call_s = predict_call_s(point, 1e-4)
+    call_s = predicted_call_s(point, 1e-4)
     assert 0.01 < 3 * call_s < 1.0  # timing_s outlasts 3 calls; the calls still count
     timed = int(1.0 / call_s)
     draw_s = input_draw_s(point, 32)  # q, k, v, the upstream and the stability upstream, on one host thread
     assert draw_s == pytest.approx((2 * 4 * 300 * 8 + 2 * 4 * 100 * 8 + 2 * 4 * 32 * 8) / HOST_DRAW_VALUES_PER_S)
-    assert predict_point_s(point, 1e-4, timing_s=1.0, rows=32) == pytest.approx(
+    assert predicted_point_s(point, 1e-4, timing_s=1.0, rows=32) == pytest.approx(
         draw_s + (3 + timed) * call_s + 2 * call_s * 0.32)
-    slow_s = predict_call_s(point, 1e-6)  # a peak so low that 3 calls outlast timing_s
+    slow_s = predicted_call_s(point, 1e-6)  # a peak so low that 3 calls outlast timing_s
     assert 3 * slow_s > 1.0
-    assert predict_point_s(point, 1e-6, timing_s=1.0, rows=500) == pytest.approx(
+    assert predicted_point_s(point, 1e-6, timing_s=1.0, rows=500) == pytest.approx(
         input_draw_s(point, 500) + (3 + 3 + 2) * slow_s)
 
 
@@ -81,7 +79,7 @@ def test_drawing_the_inputs_is_guarded_on_the_device_that_draws_them():
     assert input_draw_s(host) > 60 and input_draw_s(device) < 1
     assert input_draw_bytes(host) == 8 * k_values and input_draw_bytes(device) == 4 * k_values
     assert input_draw_bytes(Point(device="cuda", **dict(big, precision="fp32"))) == 0  # drawn in place
-    assert predict_point_s(host, 1.0, timing_s=0.2, rows=8) > input_draw_s(host)  # the guard sees it
+    assert predicted_point_s(host, 1.0, timing_s=0.2, rows=8) > input_draw_s(host)  # the guard sees it
     # the memory guard: the draw's float64 tensor counts when it is the harness's largest pass
     assert accuracy_bytes(host, 8) >= input_draw_bytes(host)
 
@@ -100,10 +98,10 @@ def test_cuda_time_counts_do_bench_estimate_and_warm_up_calls(with_do_bench):
     # 20 ms calls, timing_s = 1 s: do_bench times them, after 1 + 5 estimate calls and 1 warm-up call.
     assert after_warmup_s("cuda", 0.02, 1.0) == pytest.approx((1 + 6 + 1 + 50) * 0.02)
     point = Point(device="cuda", batch=2, heads=4, seq_len=100, head_dim=8)
-    call_s = predict_call_s(point, 1e-4)
+    call_s = predicted_call_s(point, 1e-4)
     timed = int(1.0 / call_s)
     assert 10 <= timed < 1000  # do_bench's regime
-    assert predict_point_s(point, 1e-4, timing_s=1.0, rows=500) == pytest.approx((2 + 6 + 1 + timed + 2) * call_s)
+    assert predicted_point_s(point, 1e-4, timing_s=1.0, rows=500) == pytest.approx((2 + 6 + 1 + timed + 2) * call_s)
 
 
 def test_slow_cuda_point_is_guarded_on_what_really_runs(with_do_bench):
@@ -118,7 +116,7 @@ def test_slow_cuda_point_is_guarded_on_what_really_runs(with_do_bench):
 
 def test_bad_precision_is_one_line_value_error():
     with pytest.raises(ValueError, match="precision"):
-        predict_mem_bytes(Point(precision="fp8"))
+        predicted_mem_bytes(Point(precision="fp8"))
 
 
 def _allocated_peak(fn) -> int:
@@ -163,7 +161,7 @@ def test_sdpa_math_kernel_memory_model_matches_its_allocations(precision, causal
 
     call()  # warm-up: lazily built kernels' buffers are not the call's
     measured = _allocated_peak(call)
-    predicted = predict_mem_bytes(point)
+    predicted = predicted_mem_bytes(point)
     # bytes per score: fp32 fwd 9, fp16/bf16 fwd 9 (+ fp32 copies of q, k, v, out), fwd_bwd 12;
     # with GQA K and V repeated to every head (and, for fwd_bwd, dK and dV at every head)
     assert measured / point.score_elements > (8.9 if mode == "fwd" else 11.9)
@@ -172,7 +170,7 @@ def test_sdpa_math_kernel_memory_model_matches_its_allocations(precision, causal
 
 def _sdpa_cuda_bytes(seq_len: int, **fields) -> int:
     # A CUDA point's model needs no GPU: predictions are made before anything is allocated.
-    return predict_mem_bytes(Point(backend="sdpa", device="cuda", batch=1, heads=8, seq_len=seq_len, head_dim=64,
+    return predicted_mem_bytes(Point(backend="sdpa", device="cuda", batch=1, heads=8, seq_len=seq_len, head_dim=64,
                                    causal=True, **fields))
 
 
@@ -225,7 +223,7 @@ def test_flex_memory_model_matches_its_allocations(heads, seq_len, causal, docum
 
     call()  # compiles; the block mask is cached from the build above
     measured = max(alloc_peak_bytes(call), build)
-    assert predict_mem_bytes(point) == pytest.approx(measured, rel=0.1), f"measured {measured} B"
+    assert predicted_mem_bytes(point) == pytest.approx(measured, rel=0.1), f"measured {measured} B"
     if causal:  # the build's n^2 bytes, not the call, set the prediction
         assert build > alloc_peak_bytes(call)
 

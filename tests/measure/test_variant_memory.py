@@ -13,7 +13,7 @@ import torch
 
 from selfattn import Point, attention
 from selfattn.inputs import make_qkv, point_masks
-from selfattn.measure import predict_mem_bytes
+from tests.predicted import predicted_mem_bytes
 from selfattn.measure.memory import alloc_peak_bytes
 from selfattn.precision import DTYPES
 
@@ -55,14 +55,14 @@ def _measured(point: Point) -> int:
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_naive_variant_memory_model_matches_its_allocations(variant, mode):
     point = _point("naive", VARIANTS[variant], "fp32", mode)
-    measured, predicted = _measured(point), predict_mem_bytes(point)
+    measured, predicted = _measured(point), predicted_mem_bytes(point)
     assert predicted == pytest.approx(measured, rel=0.08), f"measured {measured} B, predicted {predicted} B"
 
 
 @pytest.mark.parametrize("variant", ["alibi", "sink"])
 def test_naive_variants_in_bf16_and_what_they_add_over_plain_scores(variant):
     point = _point("naive", VARIANTS[variant], "bf16", "fwd")
-    measured, predicted = _measured(point), predict_mem_bytes(point)
+    measured, predicted = _measured(point), predicted_mem_bytes(point)
     assert predicted == pytest.approx(measured, rel=0.08), f"measured {measured} B, predicted {predicted} B"
     plain = _point("naive", {}, "bf16", "fwd")
     # negative control: the transform really costs score-sized bytes, so a model without it would be low
@@ -81,7 +81,7 @@ def test_sdpa_bias_memory_model_matches_its_allocations(variant, kernel, precisi
         request.applymarker(pytest.mark.xfail(reason="sdpa auto bf16 sink: the CPU flash kernel's extra copies "
                                                      "outgrew the model (measured 5.27 MB vs 4.09 MB)", strict=False))
     point = _point("sdpa", VARIANTS[variant], precision, mode, kernel=kernel)
-    measured, predicted = _measured(point), predict_mem_bytes(point)
+    measured, predicted = _measured(point), predicted_mem_bytes(point)
     # torch's CPU flash kernel (auto) keeps one more copy of the one-longer K and V in bf16: 12% of a sink-only call
     rel = 0.13 if (kernel, precision, variant) == ("auto", "bf16", "sink") else 0.05
     assert predicted == pytest.approx(measured, rel=rel), f"measured {measured} B, predicted {predicted} B"
@@ -94,6 +94,6 @@ def test_sdpa_fused_backward_keeps_the_bias_and_the_sinks_copies(variant):
     point = _point("sdpa", VARIANTS[variant], "fp32", "fwd_bwd")
     plain = _point("sdpa", {"batch": point.batch}, "fp32", "fwd_bwd")
     added = _measured(point) - _measured(plain)
-    predicted = predict_mem_bytes(point) - predict_mem_bytes(plain)
+    predicted = predicted_mem_bytes(point) - predicted_mem_bytes(plain)
     assert predicted == pytest.approx(added, rel=0.05), f"added {added} B, predicted {predicted} B"
     assert added > point.q_len_resolved * point.seq_len * point.element_bytes  # at least one bias matrix

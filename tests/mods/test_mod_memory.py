@@ -7,7 +7,7 @@ import torch
 
 from selfattn import Point, attention
 from selfattn.inputs import make_qkv, point_masks
-from selfattn.measure import predict_mem_bytes
+from tests.predicted import predicted_mem_bytes
 from selfattn.measure.memory import alloc_peak_bytes
 
 MASKS = {"prefix_lm": ("prefix_lm", {"prefix": 100}),
@@ -39,12 +39,12 @@ def _measured(point: Point) -> int:
 @pytest.mark.parametrize("backend,mode", [("naive", "fwd"), ("naive", "fwd_bwd"), ("sdpa", "fwd")])
 def test_the_dense_paths_memory_models_match_their_allocations(backend, mode, mask):
     point = _point(backend, *MASKS[mask], mode)
-    measured, predicted = _measured(point), predict_mem_bytes(point)
+    measured, predicted = _measured(point), predicted_mem_bytes(point)
     assert predicted == pytest.approx(measured, rel=0.1), f"measured {measured} B, predicted {predicted} B"
 
 
 def test_chunked_with_a_mask_function_is_bounded_by_its_model():
     point = _point("chunked", *MASKS["prefix_lm"], "fwd")
-    measured, predicted = _measured(point), predict_mem_bytes(point)
+    measured, predicted = _measured(point), predicted_mem_bytes(point)
     assert measured <= predicted < 3 * measured, f"measured {measured} B, predicted {predicted} B"
     assert predicted < point.score_elements * 4  # no score-sized tensor: the point of a block map

@@ -17,6 +17,9 @@ import pytest
 
 from runner_helpers import ROOT, run_at_once
 from runners import cli_check
+from selfattn.backends.capability import Ask
+from selfattn.backends.resolved import resolve
+
 
 # The kernel of docs/plugins.md's "A back end with options", as the page shows it, then one that is wrong by 1% and
 # one that ends its own process.
@@ -130,7 +133,7 @@ def test_the_pages_hooks_get_plain_dicts_and_fill_every_option(tmp_path, monkeyp
     """docs/plugins.md's resolve_options and compiles, on the page's kernel, loaded from a file in this process."""
     import torch
 
-    from selfattn.backends import get_backend, resolve_options
+    from selfattn.backends import get_backend
     from selfattn.backends.registry import forget
 
     page = (ROOT / "docs" / "plugins.md").read_text()
@@ -141,8 +144,8 @@ def test_the_pages_hooks_get_plain_dicts_and_fill_every_option(tmp_path, monkeyp
     forget()
     entry = get_backend("hooked.py:blocked")
     assert not entry.broken, entry.error
-    assert resolve_options("hooked.py:blocked", {}, "cpu", torch.float16) == {"block_k": 16, "upcast": True}
-    assert resolve_options("hooked.py:blocked", {"block_k": 32}, "cpu", torch.float32) == {"block_k": 32,
+    assert resolve("hooked.py:blocked", {}, Ask("cpu", "fp16"), torch.float16).options == {"block_k": 16, "upcast": True}
+    assert resolve("hooked.py:blocked", {"block_k": 32}, Ask("cpu", "fp32")).options == {"block_k": 32,
                                                                                             "upcast": False}
     assert entry.compiles({"block_k": 16, "upcast": True}) is False
     assert entry.kernel_label({"block_k": 16, "upcast": True}) == "blocked16-fp32"

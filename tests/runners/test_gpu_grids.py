@@ -19,9 +19,9 @@ from selfattn.measure.predict import (
     after_warmup_s,
     input_bytes,
     input_draw_s,
-    predict_mem_bytes,
 )
 from selfattn.measure.traffic import bytes_moved
+from tests.predicted import predicted_mem_bytes
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 config.register_resolvers()
@@ -67,7 +67,7 @@ def test_decode_gpu_grid_fits_an_h200_and_finishes_in_minutes(composer):
     cfg, points = _decode_points(composer, "cuda")
     total_s = 0.0
     for point in points:
-        need = input_bytes(point) + predict_mem_bytes(point) + accuracy_bytes(point, ROWS)
+        need = input_bytes(point) + predicted_mem_bytes(point) + accuracy_bytes(point, ROWS)
         assert need <= 0.8 * H200_BYTES, f"{point}: {need / 1e9:.0f} GB would be skipped_budget"
         call_s = max(point_flops(point) / H200_BF16_FLOPS, bytes_moved(point) / H200_BYTES_PER_S)
         # the harness's own passes touch about the accuracy pass's bytes once
@@ -77,6 +77,6 @@ def test_decode_gpu_grid_fits_an_h200_and_finishes_in_minutes(composer):
         assert input_draw_s(point, ROWS) < 1.0  # drawn on the device: no point waits on one host thread
     assert len(points) == 140 and total_s < 6 * 60, f"{len(points)} points, ~{total_s / 60:.1f} min"
     # the negative control: the old grid's 256K cache at batch 8 x 32 K/V heads does not fit
-    largest = max(points, key=lambda p: input_bytes(p) + predict_mem_bytes(p) + accuracy_bytes(p, ROWS))
+    largest = max(points, key=lambda p: input_bytes(p) + predicted_mem_bytes(p) + accuracy_bytes(p, ROWS))
     old = replace(largest, seq_len=262144)
-    assert input_bytes(old) + predict_mem_bytes(old) + accuracy_bytes(old, ROWS) > H200_BYTES
+    assert input_bytes(old) + predicted_mem_bytes(old) + accuracy_bytes(old, ROWS) > H200_BYTES

@@ -4,8 +4,9 @@ Through the real command line: a plugin that forges a row on the worker's channe
 pickle that would run a command, leaves a process running, changes torch's global state, raises
 KeyboardInterrupt or closes fds 1 and 2, between built-ins whose rows must stay intact and correct; the
 same with isolate=false for what applies in the sweep's own process. After the sweep no process of its
-worker's session is left. A plugin whose import hangs is a `timeout` row, and SIGTERM while the sweep's
-process is stuck importing it (Hydra composing the job) ends the sweep in one line within a second.
+worker's session is left. A plugin whose import hangs is a `timeout` row (it is imported by a child that
+describes its options and by the worker, never by the sweep's process), and SIGTERM while Hydra composes the
+job, waiting on that child, ends the sweep in one line within a second, the child with it.
 """
 
 from __future__ import annotations
@@ -58,6 +59,14 @@ def _builtins_intact(rows: dict[str, dict]) -> None:
         row = rows[name]
         assert row["status"] == "ok" and row["backend_source"] == "builtin", row
         assert float(row["time_ms"]) > 0.001 and float(row["max_abs_err"]) < 1e-5, row  # not the forged 0.000123 ms
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")
 
 
 def _session_of(pid: int) -> list[int]:
@@ -120,14 +129,18 @@ def test_hostile_plugins_cost_their_own_rows_and_leave_nothing_behind(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_plugin_whose_import_hangs_is_a_timeout_row_and_the_sweep_goes_on(tmp_path):
-    env = {**_env(tmp_path, "hangs"), "SELFATTN_PLUGIN_IMPORT_S": "3"}
-    out = subprocess.run(sweep_cmd("-m", "backend=naive,hangs_at_import:attn,sdpa", "experiment=smoke",
-                                   "isolate_limit_s=4", f"hydra.sweep.dir={tmp_path / 'hangs'}"), cwd=ROOT,
-                         capture_output=True, text=True, timeout=240, env={**os.environ, **env})
-    assert out.returncode == 1, out.stderr[-3000:]
+    env = {**_env(tmp_path, "hangs"), "SELFATTN_PLUGIN_DESCRIBE_S": "3", "HANGS_PIDS": str(tmp_path / "pids")}
+    proc = subprocess.Popen(sweep_cmd("-m", "backend=naive,hangs_at_import:attn,sdpa", "experiment=smoke",
+                                      "isolate_limit_s=4", f"hydra.sweep.dir={tmp_path / 'hangs'}"), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+    _, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 1, stderr[-3000:]
     rows = _rows(tmp_path / "hangs")
     _builtins_intact(rows)
     assert rows["attn"]["status"] == "timeout" and "past its limit of 4 s" in rows["attn"]["error"], rows["attn"]
+    importers = [int(pid) for pid in (tmp_path / "pids").read_text().split()]
+    assert importers and proc.pid not in importers  # the child that describes it (and the worker): not the sweep
+    assert not [pid for pid in importers if _alive(pid)]  # both killed
 
 
 @pytest.mark.slow
@@ -135,14 +148,18 @@ def test_a_plugin_whose_import_hangs_is_a_timeout_row_and_the_sweep_goes_on(tmp_
 def test_sigterm_while_a_plugin_import_hangs_in_composition_ends_the_sweep_in_a_second(tmp_path):
     proc = subprocess.Popen(sweep_cmd("-m", "backend=naive,hangs_at_import:attn,sdpa", "experiment=smoke",
                                       f"hydra.sweep.dir={tmp_path / 's'}"), cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **_env(tmp_path, "s")})
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, **_env(tmp_path, "s"), "HANGS_PIDS": str(tmp_path / "pids")})
     try:
         seen = ""
         while "[1/3] naive" not in seen:  # the next job's composition imports the plugin, which never returns
             line = proc.stdout.readline()
             assert line, proc.communicate()
             seen += line
-        time.sleep(2)
+        waited = time.monotonic()
+        while not (tmp_path / "pids").exists() and time.monotonic() - waited < 120:  # the child is in the hang
+            time.sleep(0.1)
+        time.sleep(0.5)
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=30)
@@ -156,3 +173,8 @@ def test_sigterm_while_a_plugin_import_hangs_in_composition_ends_the_sweep_in_a_
         "interrupted after 1 of 3 points; the same command resumes: python -m runners.sweep -m "
         f"backend=naive,hangs_at_import:attn,sdpa experiment=smoke hydra.sweep.dir={tmp_path / 's'}"]
     assert list(pd.read_csv(tmp_path / "s" / "results.csv")["backend"]) == ["naive"]
+    importers = [int(pid) for pid in (tmp_path / "pids").read_text().split()]
+    assert importers and proc.pid not in importers  # composition asked a child, which hung there
+    time.sleep(0.5)  # PR_SET_PDEATHSIG: the child dies with the sweep
+    assert not [pid for pid in importers if _alive(pid)], [Path(f"/proc/{pid}/status").read_text()[:300]
+                                                           for pid in importers if _alive(pid)]

@@ -44,7 +44,7 @@ def test_an_lstm_with_fewer_kv_heads_is_refused_naming_the_key(tmp_path):
                                    "experiment=smoke", f"hydra.sweep.dir={tmp_path / 'm'}")})
     single, multi = runs["single"], runs["multi"]
     assert single.returncode != 0
-    assert "kv_heads: scope=lstm is a recurrent layer with no attention" in single.stderr
+    assert "kv_heads: scope=lstm is torch.nn.LSTM with no attention" in single.stderr
     assert multi.returncode == 0, multi.stderr[-2000:]
     statuses = sorted((r["kv_heads"], r["status"]) for r in read_csv(tmp_path / "m" / "results.csv"))
     assert statuses == [("2", "invalid"), ("4", "ok")], statuses
