@@ -45,10 +45,14 @@ def conf_dir() -> Path | None:
 
 @lru_cache(maxsize=None)
 def group_options(group: str) -> tuple[str, ...]:
-    """The YAML files of a config group, by name (conf/backend/naive.yaml -> naive); back ends in the
-    registry's order (the order of every table), the rest sorted."""
+    """The YAML files of a config group, by name (conf/backend/naive.yaml -> naive), and the precisions (a group
+    of no files); back ends in the registry's order (the order of every table), the rest sorted."""
     root = conf_dir()
     names = sorted(p.stem for p in (root / group).glob("*.yaml")) if root else []
+    if group == "precision":  # no files: the one list (runners.config.register_resolvers stores them)
+        from selfattn.precision_names import PRECISIONS
+
+        names = sorted({*names, *PRECISIONS})
     if group == "backend":
         from selfattn.backends import BACKEND_NAMES
 

@@ -25,6 +25,7 @@ from selfattn.fields import check_fields, config_fields, default_of, defaults, f
 from selfattn.measure.budget import Budget
 from selfattn.metrics import ALL as ALL_METRICS, parse_metrics
 from selfattn.point import AXES, DEVICES, Point, axis_default, scope_defaults
+from selfattn.precision_names import PRECISIONS
 from selfattn.results import Row
 
 
@@ -327,9 +328,27 @@ def grid_range(*, _root_: Any = None) -> str:
     return f"range(0,{len(grid_points(_root_.get('grids')))})"
 
 
+POINT_NODE = "point"  # conf/config.yaml's defaults list entry: the flat axes at Point's defaults
+
+
+def point_defaults() -> dict[str, Any]:
+    """Every flat sweep axis at `Point`'s default: the config's point keys, generated rather than mirrored in
+    conf/config.yaml (the groups `backend`, `precision`, `mask`, `score_mod` have their own options)."""
+    return {axis: axis_default(axis) for axis in AXES if axis not in NODES}
+
+
 def register_resolvers() -> None:
+    """What composing conf/ needs besides its files: the resolvers of conf/experiment/*.yaml (`${by_device:...}`,
+    `${grid_range:}`), the point's defaults (`point_defaults`, in Hydra's ConfigStore as `point`) and the group
+    `precision` (an option per name of selfattn/precision_names.py, no file restates them). Every
+    process that composes calls it (runners/sweep.py on import; a SLURM job imports that too)."""
+    from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
     for name, fn in (("by_device", by_device), ("grid_range", grid_range)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
+    store = ConfigStore.instance()
+    store.store(name=POINT_NODE, node=point_defaults())
+    for precision in PRECISIONS:  # the group `precision`: one option per precision of the one list
+        store.store(group="precision", name=precision, node={"name": precision})

@@ -97,6 +97,7 @@ def _table(header: str, rows: list[str]) -> list[str]:
 def reference() -> str:
     """The generated tables (without the marker lines)."""
     groups = {node: f"; a config group: `{node}=NAME` picks conf/{node}/NAME.yaml" for node in NODES}
+    groups["precision"] = "; a config group: `precision=NAME`, one per name of selfattn/precision_names.py"
     groups.update({node: f"; a config group made from the functions (`{node}=NAME {node}.PARAM=VALUE`; "
                          "`python -m selfattn.mods` lists them and their parameters)" for node in FUNCTION_NODES})
     backends_without = [name for name in BACKEND_NAMES if not config_fields(get_backend(name).options_type)]

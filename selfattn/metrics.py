@@ -1,64 +1,27 @@
 """What a point measures beyond its time: the `metrics` config key's names and the columns each fills.
 
-A point always measures its time (time_ms and what derives from it: tflops, the guard's
-prediction, FLOPs, mask density, kv_cache_bytes). Everything else is a metric a sweep may leave
-out, each one a group of `selfattn.measure.run.measure_point`'s work:
+A point always measures its time (time_ms and what derives from it: tflops, the guard's prediction, FLOPs,
+mask density, kv_cache_bytes). Everything else is a metric a sweep may leave out: memory, accuracy,
+stability, permutation, traffic, path_length, each one function of selfattn/measure/metric_steps.py that
+declares its columns, their types and place, when it applies and at which step of measure_point it runs
+(its docstring says what it measures); rope_shift and fp8 are never chosen, they run wherever they apply.
+results.csv's metric columns are derived from those declarations (selfattn/results.py).
 
-- memory: the memory call (peak RSS growth on a CPU, the allocator's peak on CUDA) and, on a CPU,
-  one profiled call for the allocator's exact peak: two extra calls of the point's size;
-- accuracy: the float64 reference of the sampled query rows (and their gradients) against the
-  warm-up's output;
-- stability: logit std, entropy, largest weight and gradient norms on the same rows;
-- permutation: the permutation-equivariance check (a short sequence; a compiled back end's at the
-  point's shape);
-- traffic: the bytes a call moves, the bandwidth that implies, and the device's copy bandwidth;
-- path_length: scope=layer, lstm, gru: how the output's gradient decays with the distance to an input
-  (float64, at the point's n and d_model; selfattn/measure/path_length.py).
-
-A row records which ran (`metrics`: the names in this order joined by commas, "none" for none); the
-columns of a metric that did not run stay empty. A row written before the key existed (no `metrics`
-value) measured all of them.
-
-Two more fill columns whenever they apply and are not named in `metrics`: rope_shift (pos_enc=rope: a
-logit depends on m - n only) and fp8 (an FP8 precision's saturation and lost mass).
-
-Each metric is declared here as data (its columns with their types), and measured by one function
-registered for it in selfattn/measure/metric_steps.py (`@measures("name", ...)`, which says when it applies
-and at which step of measure_point it runs); the row's columns of a metric are checked against these
-declarations (tests/measure/test_metrics_registry.py). Pure Python: the runner's config checks, the
-analysis and benchmarks/compare_rows.py read it.
+A row records which ran (`metrics`: the names in declaration order joined by commas, "none" for none); the
+columns of a metric that did not run stay empty. A row written before the key existed (no `metrics` value)
+measured all of them. This module reads the registry for those who must not import torch: the runner's
+config checks, the analysis and benchmarks/compare_rows.py.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+# The registry's module imports torch only inside its measurements: importing it here loads no torch
+from selfattn.measure.metric_steps import DECLARED as _REGISTRY, Metric
 
-@dataclass(frozen=True)
-class Metric:
-    """A metric's declaration: the row columns it fills and their types (all empty when it does not run)."""
-
-    name: str
-    columns: Mapping[str, type]
-    chosen: bool = True  # named in `metrics` (False: measured whenever it applies)
-
-
-DECLARED: tuple[Metric, ...] = (
-    Metric("memory", {"peak_mem_bytes": int, "peak_alloc_bytes": int}),
-    Metric("accuracy", {"accuracy_rows": int, "max_abs_err": float, "rel_rms_err": float, "nonfinite_frac": float,
-                        "grad_max_abs_err": float, "grad_rel_rms_err": float}),
-    Metric("stability", {"logit_std": float, "softmax_entropy": float, "max_weight": float, "saturated_frac": float,
-                         "grad_norm_q": float, "grad_norm_k": float, "grad_norm_logits": float,
-                         "grad_nonfinite_frac": float}),
-    Metric("permutation", {"perm_max_abs_diff": float}),
-    Metric("traffic", {"bytes_moved": int, "gbps": float, "device_peak_gbps": float, "device_peak_gbps_source": str}),
-    Metric("path_length", {"grad_by_distance": str, "grad_far_near_ratio": float}),
-    Metric("rope_shift", {"rope_shift_max_abs_diff": float}, chosen=False),
-    Metric("fp8", {"fp8_saturated_frac": float, "fp8_nonfinite_frac": float, "p_mass_err": float,
-                   "raw_logit_saturated_frac": float, "raw_logit_nonfinite_frac": float}, chosen=False),
-)
+DECLARED: tuple[Metric, ...] = tuple(_REGISTRY.values())
 BY_NAME: Mapping[str, Metric] = {metric.name: metric for metric in DECLARED}
 # metric -> the row columns it fills, of the metrics `metrics` chooses
 METRICS: Mapping[str, tuple[str, ...]] = {m.name: tuple(m.columns) for m in DECLARED if m.chosen}

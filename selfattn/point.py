@@ -3,8 +3,9 @@
 `Point` is the one definition of the sweep axes: each field is a flat config key of
 `python -m runners.sweep`, and its `spec` metadata (type, allowed values, bounds, help) drives
 validation, the point's id, the progress line, wandb's config and the analysis' grouping and filters.
-Adding an axis is a field here, its Row column (selfattn/results.py), its line in conf/config.yaml, the
-generated docs/usage.md, and the code that uses it (docs/architecture.md, "adding a sweep axis").
+Adding an axis is a field here (results.csv's column and the config's key at its default derive from it:
+selfattn/results.py, runners/config.py), the generated docs/usage.md, and the code that uses it
+(docs/architecture.md, "adding a sweep axis").
 
 Pure Python (no torch): the runner checks configs and the analysis groups rows with it.
 """

@@ -1,15 +1,30 @@
-"""The row schema of results.csv: one dataclass, one tidy row per sweep point.
+"""The row schema of results.csv: one tidy row per sweep point, derived from what decides and measures it.
 
-Core columns are a contract (docs/architecture.md): more may be added, none renamed or removed.
+A row's columns are three groups, each declared once:
+- the point's: `Point`'s fields (selfattn/point.py), their row types derived from the annotations (a mapping of
+  options is its JSON text, `scale` its label);
+- the harness's own (the outcome): the fields of `Row` below, typed here;
+- every registered metric's (selfattn/measure/metric_steps.py): its declared columns and types.
+results.csv's order is a contract (docs/architecture.md): columns may be added, none renamed, removed or moved.
+Each group's columns follow one another in declaration order; a column declared `after` another (Row's
+`beside(...)`, a metric's `after=`, `_POINT_PLACES` for the point's) sits right after it, so the order as it
+grew is declared once, by those few places; a new metric's columns go last. tests/test_results_columns.py pins it.
 Bump SCHEMA_VERSION when a column's meaning changes; readers refuse rows of a newer schema.
 Units are in the names: milliseconds, bytes, FLOPs, seconds.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+import dataclasses
 import json
-from typing import Any, Mapping, Sequence
+import types
+import typing
+from dataclasses import asdict, fields
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence, TypeVar
+
+from selfattn.fields import field_types
+from selfattn.metrics import DECLARED as METRIC_DECLARATIONS, Metric
+from selfattn.point import Point
 
 # 2: a row may leave out metrics (the `metrics` column says which ran, selfattn/metrics.py): an empty
 # accuracy, stability, memory, permutation or traffic column can mean "not asked for". A row of schema
@@ -25,60 +40,137 @@ STATUSES = ("ok", "oom", "skipped_budget", "unsupported", "invalid", "error", "i
 FAILURE_STATUSES = ("error", "incorrect", "timeout", "crashed")
 
 
-@dataclass
+_T = TypeVar("_T")
+# Where a point's column sits when not right after the field Point declares before it (results.csv's order
+# grew before Point's field order settled): column -> the column it follows.
+_POINT_PLACES: dict[str, str] = {"mode": "device_name", "scope": "mode", "scale": "mask_density",
+                                 "seed": "score_mod_options"}
+_POINT_AFTER = "metrics"  # the point's columns follow the outcome's first three
+
+
+def beside(default: Any, after: str) -> Any:
+    """A Row field that sits right after column `after` (a point's column) in results.csv."""
+    return dataclasses.field(default=default, metadata={"after": after})
+
+
+# A column: its name, its annotation as text ("int | None", "str") and its dataclasses.field (default, place)
+_Column = tuple[str, str, Any]
+_Group = tuple[list[_Column], dict[str, str]]  # a group's columns in order, and where some of them sit
+
+
+def _derived(cls: type[_T]) -> type[_T]:
+    """`cls` (the outcome's typed fields) made the dataclass of every column, in results.csv's order."""
+    groups = [_outcome(cls), _point_group(), *(_metric_group(metric) for metric in METRIC_DECLARATIONS)]
+    columns = [column for group, _ in groups for column in group]
+    by_name = {column[0]: column for column in columns}
+    if len(by_name) != len(columns):
+        names = [column[0] for column in columns]
+        raise ValueError(f"results.csv: columns {sorted({n for n in names if names.count(n) > 1})} are declared "
+                         "twice (the point's, the outcome's, a metric's)")
+    places = {name: after for _, group_places in groups for name, after in group_places.items()}
+    order = _ordered([[column[0] for column in group] for group, _ in groups], places)
+    methods = {name: value for name, value in vars(cls).items() if callable(value) and not name.startswith("__")}
+    return typing.cast("type[_T]", dataclasses.make_dataclass(
+        cls.__name__, [by_name[name] for name in order], slots=True,
+        namespace={**methods, "__doc__": cls.__doc__, "__module__": cls.__module__}))
+
+
+def _outcome(cls: type) -> _Group:
+    """Row's own fields, typed as written, placed where `beside` says."""
+    columns: list[_Column] = []
+    places: dict[str, str] = {}
+    for name, kind in cls.__annotations__.items():
+        given = vars(cls).get(name, dataclasses.MISSING)
+        if isinstance(given, dataclasses.Field) and "after" in given.metadata:
+            places[name] = given.metadata["after"]
+        columns.append((name, str(kind), _default_of(str(kind), given)))
+    return columns, places
+
+
+def _point_group() -> _Group:
+    """Point's fields, typed by `_row_kind`, after the outcome's first columns."""
+    annotations = field_types(Point)
+    kinds = [(f.name, _row_kind(annotations[f.name])) for f in fields(Point)]
+    return [(name, kind, _default_of(kind)) for name, kind in kinds], {kinds[0][0]: _POINT_AFTER, **_POINT_PLACES}
+
+
+def _metric_group(metric: Metric) -> _Group:
+    """A registered metric's declared columns (float, int, bool: empty is None; str: empty is "")."""
+    kinds = [(column, "str" if kind is str else f"{kind.__name__} | None") for column, kind in metric.columns.items()]
+    return [(name, kind, _default_of(kind)) for name, kind in kinds], dict(metric.after)
+
+
+def _row_kind(annotation: Any) -> str:
+    """A point field's column type: text for text, options (their JSON) and free values (scale's label); the
+    first of a union's numbers for the rest (a window pair is its text), empty when unset."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    return f"{annotation.__name__} | None" if annotation in (int, float, bool) else "str"
+
+
+def _default_of(kind: str, given: Any = dataclasses.MISSING) -> Any:  # a dataclasses.Field (typed as its default)
+    if isinstance(given, dataclasses.Field):
+        return given
+    if given is not dataclasses.MISSING:
+        return dataclasses.field(default=given)
+    if kind == "str":  # an unset column: empty text, or no value
+        return dataclasses.field(default="")
+    return dataclasses.field(default=None)
+
+
+def _ordered(groups: list[list[str]], places: Mapping[str, str]) -> list[str]:
+    """The columns in order: each group's columns follow one another, skipping those placed elsewhere; a
+    placed column (or a group's first, placed) sits right after the column it names, before that column's
+    successor in its group; the first group is the spine, an unplaced group goes last."""
+    children: dict[str | None, list[str]] = {}
+    for group in groups:
+        previous: str | None = None
+        for name in group:
+            parent = places.get(name, previous)
+            children.setdefault(parent, [])
+            # placed columns come before the group's own successor of the same column
+            if name in places:
+                successors = [c for c in children[parent] if c not in places]
+                children[parent].insert(len(children[parent]) - len(successors), name)
+            else:
+                children[parent].append(name)
+            if name not in places or name == group[0]:
+                previous = name
+    order: list[str] = []
+    stack = list(reversed(children.get(None, [])))
+    while stack:
+        name = stack.pop()
+        order.append(name)
+        stack.extend(reversed(children.get(name, [])))
+    if unplaced := sorted({name for group in groups for name in group} - set(order)):
+        raise ValueError(f"results.csv: columns {unplaced} follow a column no group declares ({places[unplaced[0]]!r})")
+    return order
+
+
+@_derived
 class Row:
-    # outcome
+    """One row of results.csv. The outcome's columns are typed here; the point's and the metrics' are derived
+    (the module's docstring), so they are attributes of every Row all the same."""
+
     status: str = "error"  # one of STATUSES
     error: str = ""  # one line; empty when ok
     # what the point measured beyond its time (selfattn/metrics.py): "memory,accuracy,...", "none" for time
     # only; a metric not listed left its columns empty. Empty in a failed row (nothing measured).
     metrics: str = ""
-    # the point (sweep axes)
-    backend: str = ""  # the back end's name (a path plugin's: its function's, see backend_path)
-    backend_source: str = ""  # builtin | entry_point | path (selfattn/backends/discovery.py)
-    backend_path: str = ""  # a path plugin's module:function as typed; empty otherwise
+    # beside the point's columns: what the point implies and what resolving its back end found
+    backend_source: str = beside("", after="backend")  # builtin | entry_point | path (selfattn/backends/discovery.py)
+    backend_path: str = beside("", after="backend_source")  # a path plugin's module:function as typed; else empty
     # a plugin's memory prediction (the guard's): declared by it, or assumed (naive's model, the
     # materializing one, plus converted copies of q, k, v and out); built-ins: declared
-    mem_model: str = ""
-    backend_defaulted: str = ""  # the facts a plugin left to the harness: "mem_model,efficiency,kernel_label"
-    kernel: str = ""  # the back end's variant: sdpa kernel, chunk sizes, upcast softmax, ...
-    backend_options: str = ""  # JSON of the back end's options as given
-    precision: str = ""
-    device: str = ""  # cpu | cuda
-    device_name: str = ""
-    mode: str = ""
-    scope: str = ""
-    batch: int | None = None
-    heads: int | None = None
-    kv_heads: int | None = None  # K/V heads (grouped-query attention; = heads for plain multi-head)
-    q_len: int | None = None
-    seq_len: int | None = None
-    head_dim: int | None = None
-    d_model: int | None = None
-    causal: bool | None = None
-    window: int | None = None  # sliding window (keys), empty = none; a pair [left, right] is its text "[63, 0]"
-    pad_frac: float | None = None  # mean fraction of keys that are right padding
-    documents: int | None = None  # packed documents per sequence, empty = one
-    new_tokens: int | None = None  # scope=generate: tokens generated after a prompt of seq_len tokens
-    kv_cache: bool | None = None  # scope=generate: with a KV-cache, or recomputing the prefix every step
-    steps: int | None = None  # scope=train: optimizer steps
-    lr: float | None = None  # scope=train: learning rate
-    mask_density: float | None = None  # fraction of the q_len x seq_len (query, key) pairs the masks let through
-    scale: str = ""  # "auto" | "none" | number, as configured
-    scale_value: float | None = None  # the factor actually applied to the logits
-    score: str = ""  # dot | additive (empty in older files: dot)
-    pos_enc: str = ""  # none | sinusoidal | learned | rope (empty in older files: none)
-    input_std: float | None = None
-    input_outliers: float | None = None  # probability of an extra N(0, outlier_std^2) term per entry of Q, K, V
-    outlier_std: float | None = None
-    softcap: float | None = None  # logit soft-cap c (s -> c tanh(s / c)), empty = none
-    alibi: bool | None = None  # ALiBi's per-head distance bias (empty in older files: false)
-    sink: float | None = None  # a sink logit in every softmax's denominator, empty = none
-    mask: str = ""  # a mask function (selfattn/mods/): a built-in's name or a plugin's as typed; empty in older files: none
-    mask_options: str = ""  # JSON of its parameters
-    score_mod: str = ""  # a score function, likewise
-    score_mod_options: str = ""  # JSON of its parameters
-    seed: int | None = None
+    mem_model: str = beside("", after="backend_path")
+    # the facts a plugin left to the harness: "mem_model,efficiency,kernel_label"
+    backend_defaulted: str = beside("", after="mem_model")
+    kernel: str = beside("", after="backend_defaulted")  # the back end's variant: sdpa kernel, chunk sizes, ...
+    device_name: str = beside("", after="device")
+    d_model: int | None = beside(None, after="head_dim")
+    # fraction of the q_len x seq_len (query, key) pairs the masks let through
+    mask_density: float | None = beside(None, after="lr")
+    scale_value: float | None = beside(None, after="scale")  # the factor actually applied to the logits
     # time (median and 20th/80th percentiles over time_samples timed calls)
     time_ms: float | None = None
     time_ms_p20: float | None = None
@@ -125,25 +217,15 @@ class Row:
     compile_s: float | None = None
     recompiled: bool | None = None
     block_mask_s: float | None = None
-    # memory beyond the inputs
-    peak_mem_bytes: int | None = None  # the process's view: peak RSS growth on a CPU
-    peak_alloc_bytes: int | None = None  # peak bytes through torch's allocator, kernel buffers included (exact)
     predicted_mem_bytes: int | None = None
     predicted_time_ms: float | None = None
     # work
     flops: float | None = None
     tflops: float | None = None
     device_peak_tflops: float | None = None
-    # memory traffic: the least bytes a call reads and writes (selfattn/measure/traffic.py), the
-    # bandwidth that implies, and the device's measured copy bandwidth; flops / bytes_moved is the
-    # row's arithmetic intensity (its place on the roofline)
-    bytes_moved: int | None = None
-    gbps: float | None = None
-    device_peak_gbps: float | None = None
     # where the two peaks came from: "measured" (by this process), "cache <file> (measured <UTC date>)"
     # (the probe cache of selfattn/measure/probes.py), "nominal" (budget.measure_device_peak=false)
     device_peak_tflops_source: str = ""
-    device_peak_gbps_source: str = ""
     # the physical floor (selfattn/measure/floor.py): max(flops / matmul peak, bytes_moved / bandwidth) in ms from the
     # measured peaks, and which term set it ("flops" | "bytes"); a time below floor_ms / floor.FLOOR_SLACK is incorrect
     floor_ms: float | None = None
@@ -161,33 +243,10 @@ class Row:
     # kernel ignores the TF32 flag (its output is bit-identical to fp32's, so it is not a tf32 result)
     computed_as: str = ""
     note: str = ""  # one line on what is unusual about an ok row (tf32 ignored, TFLOP/s above the peak)
-    # accuracy against the float64 reference, on sampled query rows
-    accuracy_rows: int | None = None
-    max_abs_err: float | None = None
-    rel_rms_err: float | None = None
-    nonfinite_frac: float | None = None
-    grad_max_abs_err: float | None = None
-    grad_rel_rms_err: float | None = None
     # the correctness verdict's bounds (selfattn/measure/verdict.py): the largest max_abs_err (grad_max_abs_err)
     # the row may have, K x the plain same-dtype reference's error + atol; empty where the scope is not judged
     err_bound: float | None = None
     grad_err_bound: float | None = None
-    # numerical stability, same rows, the point's own precision
-    logit_std: float | None = None
-    softmax_entropy: float | None = None
-    max_weight: float | None = None
-    saturated_frac: float | None = None
-    grad_norm_q: float | None = None
-    grad_norm_k: float | None = None
-    grad_norm_logits: float | None = None  # median over sampled rows of ||dloss/dlogits_row|| (softmax input)
-    grad_nonfinite_frac: float | None = None
-    # max |attn(PQ, PK, PV) - P attn(Q, K, V)| over a random token permutation P (0 without a mask)
-    perm_max_abs_diff: float | None = None
-    # path length (scope=layer, lstm, gru; selfattn/measure/path_length.py): ||d y_{n-1} / d x_{n-1-k}|| in
-    # float64 at init, averaged over seeded draws: a JSON list of [k, norm] for k = 0, 1, 2, 4, ..., n-1,
-    # and the norm at k = n-1 over the norm at k = 1
-    grad_by_distance: str = ""
-    grad_far_near_ratio: float | None = None
     # scope=train (selfattn/train/loop.py): the held-out batch's loss at 25/50/75/100% of the steps, its final
     # accuracy, the first step whose last 10 batches average >= 90% accuracy (empty: never), the steps whose loss
     # or gradient was not finite (their update skipped; fp16: GradScaler's overflowed scales count too), those
@@ -203,15 +262,6 @@ class Row:
     nonfinite_loss_steps: int | None = None
     scaler_startup_skips: int | None = None  # fp16: of nonfinite_steps, GradScaler lowering its initial scale (loop.py)
     loss_curve: str = ""
-    # pos_enc=rope: max |logit(q at m+s, k at n+s) - logit(q at m, k at n)| (selfattn/positions.py)
-    rope_shift_max_abs_diff: float | None = None
-    # precision=fp8_* (selfattn/fp8.py), on the sampled rows: quantized Q, K, V at the format's max and non-finite;
-    # mean |1 - sum of a row of dequantized P|; a raw cast of the logits, saturated and non-finite
-    fp8_saturated_frac: float | None = None
-    fp8_nonfinite_frac: float | None = None
-    p_mass_err: float | None = None
-    raw_logit_saturated_frac: float | None = None
-    raw_logit_nonfinite_frac: float | None = None
     # harness cost: seconds spent in warm-up + timed calls, and the whole job's wall time
     measure_s: float | None = None
     job_wall_s: float | None = None
@@ -232,6 +282,15 @@ class Row:
     # bookkeeping for resume: a stable hash of the point (sweep axes + back end options)
     point_id: str = ""
     sweep_id: str = ""
+
+    if TYPE_CHECKING:  # what a type checker sees of the derived columns: any name, Any (slots refuse typos at run time)
+        __dataclass_fields__: ClassVar[dict[str, Any]]
+
+        def __init__(self, **columns: Any) -> None: ...
+
+        def __getattr__(self, name: str) -> Any: ...
+
+        def __setattr__(self, name: str, value: Any) -> None: ...
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 
-from selfattn.results import SCHEMA_VERSION
 
 # Square GEMM sizes for the peak: big enough to saturate the device, small enough to be quick.
 # The matrix doubles from START_N while the next size's call (8x the work) would stay under
@@ -111,7 +110,6 @@ def _environment(device: str) -> dict[str, Any]:
         "torch_version": torch.__version__,
         "cuda_version": torch.version.cuda or "",
         "git_sha": git_sha(),
-        "schema_version": SCHEMA_VERSION,
     }
     if device == "cuda":
         index = torch.cuda.current_device()

@@ -1,5 +1,5 @@
-"""The metrics as declared (selfattn/metrics.py) and as measured (selfattn/measure/metric_steps.py): one
-declaration of each column and its type, one registered measurement per metric, nothing filled undeclared."""
+"""The metrics as registered (selfattn/measure/metric_steps.py, read by selfattn/metrics.py): one declaration of
+each column and its type, where its function is, at least one measurement per metric, nothing filled undeclared."""
 
 from __future__ import annotations
 
@@ -65,10 +65,34 @@ def test_only_chosen_metrics_run_and_always_ones_where_they_apply(monkeypatch):
 
 
 def test_an_undeclared_metric_or_stage_is_refused():
-    with pytest.raises(ValueError, match="metric: 'flops_per_byte' is not declared"):
-        metric_steps.measures("flops_per_byte")
+    with pytest.raises(ValueError, match="metric: 'undeclared_metric' is not declared"):
+        metric_steps.measures("undeclared_metric")
     with pytest.raises(ValueError, match="stage: expected one of"):
         metric_steps.measures("memory", stage="later")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"columns": {"x_ratio": complex}}, "column 'x_ratio': expected a type of float, int, bool, str"),
+    ({"columns": {}}, "columns: declare at least one"),
+    ({"columns": {"gbps": float}}, "column 'gbps' is metric traffic's already"),
+    ({"columns": {"x_ratio": float}, "after": {"y": "time_ms"}}, r"after: \['y'\] are not columns of the metric"),
+])
+def test_a_bad_declaration_is_refused_naming_what(monkeypatch, kwargs, message):
+    monkeypatch.setattr(metric_steps, "DECLARED", dict(metric_steps.DECLARED))
+    with pytest.raises(ValueError, match=message):
+        metric_steps.measures("x_metric", **kwargs)
+
+
+def test_a_metric_is_declared_once(monkeypatch):
+    monkeypatch.setattr(metric_steps, "DECLARED", dict(metric_steps.DECLARED))
+    with pytest.raises(ValueError, match="metric: 'memory' is declared twice"):
+        metric_steps.measures("memory", columns={"x_bytes": int})
+
+
+def test_a_declaration_places_its_first_column_or_the_ones_it_names():
+    assert metrics.BY_NAME["stability"].after == {"logit_std": "grad_err_bound"}
+    assert metrics.BY_NAME["traffic"].after == {"bytes_moved": "device_peak_tflops",
+                                                "device_peak_gbps_source": "device_peak_tflops_source"}
 
 
 def test_a_point_measured_with_some_metrics_leaves_the_others_empty():

@@ -19,6 +19,9 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 @pytest.fixture(scope="module")
 def composer():
     """compose(overrides) of the real conf/ (Hydra's compose API, once per test module)."""
+    from runners import config
+
+    config.register_resolvers()  # the point's defaults (Hydra's ConfigStore) and the experiments' resolvers
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         yield lambda overrides: compose("config", overrides=overrides, return_hydra_config=True)

@@ -219,17 +219,15 @@ def test_a_valid_point_keeps_its_columns_and_id():
 
 
 def test_conf_mirrors_the_dataclasses_that_own_each_key():
-    """conf/config.yaml and conf/backend/*.yaml hold exactly the keys the code reads, with its defaults."""
+    """conf/config.yaml and conf/backend/*.yaml hold exactly the keys the code reads, with its defaults; the
+    point's axes are not written there at all (Hydra's ConfigStore holds them, from Point)."""
     from selfattn.backends import BACKEND_NAMES, get_backend
     from selfattn.fields import config_fields, default_of, defaults
     from selfattn.measure import Budget
-    from selfattn.point import AXES, axis_default
 
     conf = OmegaConf.to_container(OmegaConf.load(CONF / "config.yaml"))
-    conf.pop("defaults"), conf.pop("hydra")
-    for axis in AXES:
-        if axis not in config.NODES:
-            assert conf.pop(axis) == axis_default(axis), axis
+    assert config.POINT_NODE in conf.pop("defaults")
+    conf.pop("hydra")
     assert conf.pop("budget") == defaults(Budget)
     assert conf.pop("wandb") == defaults(config.WandbConf)
     assert conf == defaults(config.RunnerConf)
@@ -240,6 +238,20 @@ def test_conf_mirrors_the_dataclasses_that_own_each_key():
         kept = config_fields(get_backend(name).options_type)  # a derived value (FP8's format) is never a key
         assert node == {f.name: default_of(f) for f in kept}, name
         assert [f.name for f in kept] == list(node)
+
+
+def test_the_composed_config_holds_every_axis_at_point_s_default(composer):
+    """conf/config.yaml's `point` is every flat axis at Point's default, generated (no YAML restates them);
+    an experiment and the command line still override them, and a typo is still refused."""
+    from selfattn.point import AXES, axis_default
+
+    cfg = composer([])
+    for axis in AXES:
+        if axis not in config.NODES:
+            assert cfg[axis] == axis_default(axis), axis
+    assert set(config.point_defaults()) == {a for a in AXES if a not in config.NODES}
+    assert composer(["seq_len=64", "causal=true"]).seq_len == 64
+    assert composer(["experiment=quick"]).name == "quick"
 
 
 def test_d_model_derives_head_dim_and_q_len_defaults_to_seq_len():
