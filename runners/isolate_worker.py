@@ -168,7 +168,7 @@ def serve(read_fd: int, write_fd: int) -> int:
         message = receive(read_fd)
         if message is None:
             return 0
-        _, nonce, point_id, point, budget, metrics = message
+        _, nonce, point_id, point, budget, metrics, timing = message
         said = {"nonce": nonce, "point_id": point_id}
         changes = point_state.Changes()
         answer: dict[str, Any]
@@ -183,7 +183,7 @@ def serve(read_fd: int, write_fd: int) -> int:
                 except Exception:  # measure_point says why
                     device = str(point.device)
                 with memory_limit(device, budget.mem_fraction) as limit_bytes:
-                    row = measure_point(point, budget, metrics)
+                    row = measure_point(point, budget, metrics, timing)
             except SystemExit as exc:  # sys.exit inside the back end: a crash of the point, not of this process
                 answer = {"kind": "exit", **said, "code": exc.code if isinstance(exc.code, (int, str, type(None))) else repr(exc.code)}
             except BaseException as exc:  # KeyboardInterrupt (SIGINT is ignored here, so the plugin's own): its row

@@ -22,8 +22,9 @@ Which peaks:
   points, whose tensors are stored in float32 and quantized inside the call, against twice the measured bf16 peak
   (FP8 tensor cores run at twice bf16's rate on Hopper, Ada and Blackwell).
 - bytes: judged where the timed calls read their inputs from memory, not from a cache the timer left warm: on CUDA
-  (every timed call follows an L2 flush); on a CPU only where the point's bytes exceed CPU_CACHE_FACTOR x the
-  last-level cache (the fresh inputs were just written, so smaller ones sit in a cache).
+  with timing.l2=cold (every timed call follows an L2 flush); elsewhere (a CPU, CUDA with timing.l2=warm) only
+  where the point's bytes exceed CPU_CACHE_FACTOR x the last-level cache (the CPU's, the GPU's L2: the fresh inputs
+  were just written, so smaller ones sit in a cache).
 - Not judged without measured peaks (budget.measure_device_peak=false: nominal numbers are not the device's), for
   scope=train (a training run, not a timed call) and lstm/gru (torch's own modules).
 """
@@ -38,7 +39,7 @@ from typing import Any
 import torch
 
 FLOOR_SLACK = 4.0
-CPU_CACHE_FACTOR = 2.0  # a CPU point's bytes floor is judged only above this many last-level caches
+CPU_CACHE_FACTOR = 2.0  # a warm-cache point's bytes floor is judged only above this many last-level caches
 FP8_OVER_BF16 = 2.0  # FP8 tensor-core rate over bf16's (Hopper, Ada, Blackwell spec sheets)
 
 
@@ -116,9 +117,13 @@ def _one_thread_peak(device: str, dtype: torch.dtype) -> float:
     return _ONE_THREAD_PEAKS[(device, dtype)]
 
 
-def point_floor(point: Any, device: str, dtype: torch.dtype, *, remeasure: bool = False) -> Floor:
+def _gpu_l2_bytes() -> int | None:
+    return getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", None) or None
+
+
+def point_floor(point: Any, device: str, dtype: torch.dtype, *, remeasure: bool = False, l2: str = "") -> Floor:
     """The point's floor on `device` from the measured peaks (measured again first when `remeasure`, and on a CPU
-    on one thread as well)."""
+    on one thread as well). `l2`: the timed calls' cache state ("cold", "warm"; "": cold on CUDA, warm on a CPU)."""
     from selfattn.measure.device import device_peak_gbps, device_peak_tflops
     from selfattn.measure.flops import point_flops
     from selfattn.measure.traffic import bytes_moved
@@ -134,8 +139,9 @@ def point_floor(point: Any, device: str, dtype: torch.dtype, *, remeasure: bool 
     peak_tflops = max(peak(d) * multiple for d, multiple in _flop_dtypes(device, point.precision, dtype))
     flops_ms = flops / (peak_tflops * 1e12) * 1e3
     moved = bytes_moved(point)
-    cache = last_level_cache_bytes() if device == "cpu" else None
-    bytes_judged = device == "cuda" or (cache is not None and moved > CPU_CACHE_FACTOR * cache)
+    cold = (l2 or ("cold" if device == "cuda" else "warm")) == "cold"
+    cache = None if cold else last_level_cache_bytes() if device == "cpu" else _gpu_l2_bytes()
+    bytes_judged = cold or (cache is not None and moved > CPU_CACHE_FACTOR * cache)
     peak_gbps = device_peak_gbps(device, remeasure=remeasure) if bytes_judged else None
     bytes_ms = moved / (peak_gbps * 1e9) * 1e3 if peak_gbps else None
     return Floor(max(flops_ms, bytes_ms or 0.0), flops_ms, bytes_ms, peak_tflops, peak_gbps)
@@ -144,11 +150,13 @@ def point_floor(point: Any, device: str, dtype: torch.dtype, *, remeasure: bool 
 def judge(point: Any, device: str, dtype: torch.dtype, time_ms: float | None, row: Any,
           measured_peaks: bool) -> str:
     """Fill the row's floor_ms and floor_of; the reason its time is impossible (after measuring the peaks again),
-    or "". Nothing where the peaks are nominal or the scope is not a timed call."""
+    or "". Nothing where the peaks are nominal or the scope is not a timed call. The row's `l2` says whether the
+    timed calls found a cold cache (point_floor)."""
     if not measured_peaks or not judged(point) or not time_ms:
         return ""
-    floor = point_floor(point, device, dtype)
+    l2 = getattr(row, "l2", "") or ""
+    floor = point_floor(point, device, dtype, l2=l2)
     if floor.reason(time_ms):  # before calling it impossible: were the peaks measured in a bad moment?
-        floor = point_floor(point, device, dtype, remeasure=True)
+        floor = point_floor(point, device, dtype, remeasure=True, l2=l2)
     row.floor_ms, row.floor_of = floor.floor_ms, floor.of
     return floor.reason(time_ms)

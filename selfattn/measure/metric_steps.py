@@ -32,6 +32,7 @@ from selfattn.backends.resolved import Resolved
 from selfattn.fp8_formats import fp8_format
 from selfattn.measure.accuracy import compare
 from selfattn.measure.budget import Budget
+from selfattn.measure.timing_options import TimingOptions
 from selfattn.measure.device import device_peak_gbps, peak_source
 from selfattn.measure.memory import alloc_peak_bytes, measure_peak
 from selfattn.measure.path_length import far_near_ratio, input_sensitivity, sensitivity_json
@@ -68,6 +69,7 @@ class Measured:
     fresh: Any = None  # the inputs' refresher of a judged scope (selfattn/measure/fresh.py), None elsewhere
     timed_tampered: str = ""  # how the back end wrote into its inputs during the timed calls (fresh.py's finish)
     impossible: str = ""  # why the time is below the device's physical floor (floor.py), "" when it is not
+    timing: TimingOptions = field(default_factory=TimingOptions)  # the `timing` section: mode and L2 state
 
 
 Measure = Callable[[Measured], dict[str, Any]]

@@ -52,6 +52,7 @@ from selfattn.measure.permutation import POINT_SHAPE_CALLS
 from selfattn.measure.predict import after_warmup_s
 from selfattn.measure.threads import ThreadChoice, choose_threads, on_threads, one_thread
 from selfattn.measure.timing import Timing, idle_reason, kept_samples, time_call, wall_call
+from selfattn.measure.timing_options import TimingOptions
 from selfattn.measure import workload as workloads
 from selfattn.measure.workload import Result, Workload
 from selfattn.metrics import ALL as ALL_METRICS, metrics_label
@@ -61,12 +62,15 @@ from selfattn.results import Row
 from selfattn.scopes import SCOPES
 
 
-def measure_point(point: Point, budget: Budget | None = None, metrics: Iterable[str] = ALL_METRICS) -> Row:
+def measure_point(point: Point, budget: Budget | None = None, metrics: Iterable[str] = ALL_METRICS,
+                  timing: TimingOptions | None = None) -> Row:
     """Measure one point and return its row; never raises for a failure of the point itself.
 
-    `metrics`: what it measures beyond its time (names of selfattn.metrics.METRICS; default all)."""
+    `metrics`: what it measures beyond its time (names of selfattn.metrics.METRICS; default all); `timing`: the
+    config's `timing` section (what a CUDA row's time_ms holds, a cold or warm L2; default TimingOptions())."""
     started = time.perf_counter()
     budget = Budget() if budget is None else budget
+    timing = TimingOptions() if timing is None else timing
     device = resolve_device(point.device) if point.device in ("auto", "cpu", "cuda") else str(point.device)
     row = Row()
     try:
@@ -77,7 +81,7 @@ def measure_point(point: Point, budget: Budget | None = None, metrics: Iterable[
     _set(row, row_values)
     failures.take_traceback()  # an earlier point's traceback must not be written for this one
     try:
-        _measure(point, budget, device, row, frozenset(metrics))
+        _measure(point, budget, device, row, frozenset(metrics), timing)
     except Exception as err:  # the row says what (failures.describe), the sweep goes on
         failure = failures.describe(err)
         row.status, row.error = failure.status, failure.error
@@ -88,7 +92,9 @@ def measure_point(point: Point, budget: Budget | None = None, metrics: Iterable[
     return row
 
 
-def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: frozenset[str]) -> None:
+def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: frozenset[str],
+             timing: TimingOptions) -> None:
+    timing.l2_on(device)  # a cold L2 asked of a CPU: an invalid row, before anything runs
     point, resolved = _resolve(point, device, row)
     if resolved.why_not:  # before anything is allocated: capability.why_not, the one answer
         raise Unsupported(resolved.why_not)
@@ -104,7 +110,7 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
         if sampled_queries is None:  # skipped_budget: the row says why
             return
         with _recurrence_on_one_thread(point, device, row):
-            _run(point, budget, device, dtype, sampled_queries, row, resolved, metrics)
+            _run(point, budget, device, dtype, sampled_queries, row, resolved, metrics, timing)
 
 
 def _resolve(point: Point, device: str, row: Row) -> tuple[Point, Resolved]:
@@ -123,7 +129,8 @@ def _resolve(point: Point, device: str, row: Row) -> tuple[Point, Resolved]:
 
 
 def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_queries: torch.Tensor, row: Row,
-         resolved: Resolved, metrics: frozenset[str] = frozenset(ALL_METRICS)) -> None:
+         resolved: Resolved, metrics: frozenset[str] = frozenset(ALL_METRICS),
+         timing: TimingOptions = TimingOptions()) -> None:
     """Build, warm up, time, judge, then each chosen metric: the steps after the guard."""
     workload, guard, fresh = _build(point, device, dtype, sampled_queries, resolved, row)
     warm = _warm_up(point, device, workload, guard, resolved, row)
@@ -131,7 +138,7 @@ def _run(point: Point, budget: Budget, device: str, dtype: torch.dtype, sampled_
         row.status, row.error = "skipped_budget", reason
         return
     measured = Measured(point, device, dtype, budget, resolved, workload, sampled_queries, warm.call_s,
-                        checked=warm.checked, fresh=fresh)
+                        checked=warm.checked, fresh=fresh, timing=timing)
     timed = _time(measured, warm, metrics, row)
     _precision_notes(point, workload, warm.checked, row)
     with _single_threaded_on_cpu(device):
@@ -234,14 +241,16 @@ def _time(m: Measured, warm: WarmUp, metrics: frozenset[str], row: Row) -> Any:
         _set(row, run_stage(BEFORE_TIMER, m, metrics))
         # keeps the timed calls' outputs the verdict judges: with fresh inputs, the last one on its own inputs
         timed = _timed_call(m)
+        l2 = m.timing.l2_on(m.device)  # cold: the L2 flushed before every timed call (CUDA; timing_options.py)
+        row.l2, row.timing_mode = l2, m.timing.mode_on(m.device)
         with gpu_state.sampled(m.device) as gpu:  # CUDA: clocks, power, throttling over the timed window
             timing = time_call(timed.call, m.device, m.budget.timing_s, m.plan_call_s,
-                               between=timed.between if fresh else None)
+                               between=timed.between if fresh else None, flush_l2=l2 == "cold")
     if fresh:  # the last call's rows kept, inputs written into found, the base values back (fresh.py)
         m.timed_tampered = timed.finish()
-    if m.device == "cuda":  # the kernel's own time beside the call's; time_ms holds budget.timing_mode's
-        timing = kernel_time.record(row, call, timing, m.budget.timing_s, m.budget.timing_mode,
-                                    between=fresh.refresh if fresh else None)
+    if m.device == "cuda":  # the kernel's own time beside the call's; time_ms holds timing.mode's
+        timing = kernel_time.record(row, call, timing, m.budget.timing_s, m.timing.mode,
+                                    between=fresh.refresh if fresh else None, l2=l2)
         if fresh:
             fresh.restore()
     # Seconds inside calls of the point (warm-up and compilation, the threads' check, memory call, the timer's
