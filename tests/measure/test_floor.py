@@ -37,6 +37,11 @@ def test_the_floor_follows_the_point_and_the_measured_peaks(monkeypatch):
     bf16 = Point(backend="sdpa", heads=2, seq_len=256, head_dim=64, precision="bf16")
     assert floor.point_floor(bf16, "cpu", torch.bfloat16).peak_tflops == 0.5
     assert floor.point_floor(bf16, "cuda", torch.bfloat16).peak_tflops == 0.05
+    # CUDA: a cold L2 (flushed before every call) judges the bytes; a warm one only past twice the L2
+    monkeypatch.setattr(floor, "_gpu_l2_bytes", lambda: 50 * 2**20)
+    assert floor.point_floor(point, "cuda", torch.float32).bytes_ms is not None
+    assert floor.point_floor(point, "cuda", torch.float32, l2="warm").bytes_ms is None
+    assert floor.point_floor(big, "cuda", torch.float32, l2="warm").bytes_ms is None  # 16 MiB < 2 x 50 MiB
 
 
 def test_judge_fills_the_row_and_leaves_nominal_peaks_and_recurrences_alone(monkeypatch):
