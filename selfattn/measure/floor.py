@@ -11,8 +11,10 @@ a kernel that skips what it must compute. It is `incorrect`, and the reason name
 FLOOR_SLACK = 4: an honest kernel reaches at most about the GEMM's own rate (FlashAttention-3 reaches 75% of an
 H100's spec sheet, the GEMM probe ~80%), and a peak measured while other processes load the machine can be low;
 a lookup is 100-10000x below the floor (the cheats of tests/plugins_for_tests/cheats.py). Before a row is called
-impossible its peaks are measured again (device.py keeps the better value), so a peak measured in a bad moment does
-not make an honest kernel `incorrect`; on a CPU the GEMM is measured on one thread too and the better of the two
+impossible its peaks are measured again (device.py keeps the better value, and its probe is the best of several short
+trials), so a peak measured in a bad moment does not make an honest kernel `incorrect`; on CUDA the FLOP term's peak is
+never below the spec sheet's dense peak for the dtype (selfattn/measure/spec_peaks.py: no kernel beats it, so a probe
+collapsed by other jobs on the GPU cannot raise the floor past what the device can do); on a CPU the GEMM is measured on one thread too and the better of the two
 kept: on a busy machine every thread's barriers can collapse in the GEMM probe itself (2 GFLOP/s on every thread
 against 0.3 TFLOP/s on one, seen here) while the point's timed calls ran on one thread (selfattn/measure/threads.py).
 
@@ -121,6 +123,27 @@ def _gpu_l2_bytes() -> int | None:
     return getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", None) or None
 
 
+# torch dtype -> the spec sheet's column (spec_peaks.SPEC_DTYPE's values); float32 is "tf32" where TF32 is on
+_SPEC_COLUMNS = {torch.float64: "fp64", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def _gpu_name() -> str:
+    """This process's GPU's name ("" without one: no sheet)."""
+    return torch.cuda.get_device_name(torch.cuda.current_device()) if torch.cuda.is_available() else ""
+
+
+def spec_tflops(device: str, dtype: torch.dtype) -> float:
+    """The spec sheet's dense TFLOP/s of this GPU in `dtype` (0.0 on a CPU, for a GPU or dtype not on a sheet)."""
+    from selfattn.measure.spec_peaks import spec_for
+
+    if device != "cuda":
+        return 0.0
+    sheet = spec_for(_gpu_name())
+    tf32 = bool(torch.backends.cuda.matmul.allow_tf32)
+    column = _SPEC_COLUMNS.get(dtype) or ({True: "tf32", False: "fp32"}[tf32] if dtype == torch.float32 else "")
+    return float(sheet.tflops.get(column, 0.0)) if sheet is not None else 0.0
+
+
 def point_floor(point: Any, device: str, dtype: torch.dtype, *, remeasure: bool = False, l2: str = "") -> Floor:
     """The point's floor on `device` from the measured peaks (measured again first when `remeasure`, and on a CPU
     on one thread as well). `l2`: the timed calls' cache state ("cold", "warm"; "": cold on CUDA, warm on a CPU)."""
@@ -134,7 +157,7 @@ def point_floor(point: Any, device: str, dtype: torch.dtype, *, remeasure: bool 
         measured = device_peak_tflops(device, d, remeasure=remeasure)
         if remeasure and device == "cpu" and torch.get_num_threads() > 1:
             measured = max(measured, _one_thread_peak(device, d))
-        return measured
+        return max(measured, spec_tflops(device, d))
 
     peak_tflops = max(peak(d) * multiple for d, multiple in _flop_dtypes(device, point.precision, dtype))
     flops_ms = flops / (peak_tflops * 1e12) * 1e3
