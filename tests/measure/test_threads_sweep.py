@@ -26,6 +26,11 @@ def test_the_end_table_marks_a_row_timed_on_fewer_threads(tmp_path):
                     "metrics=[]", f"hydra.sweep.dir={sweep}", env=env, timeout=600)
     rows = pd.read_csv(sweep / "results.csv", keep_default_na=False).set_index("backend")
     assert list(rows["status"]) == ["ok", "ok"], (out.stdout[-2000:], out.stderr[-2000:])
-    assert int(rows.loc["one_thread", "num_threads"]) == 1 and int(rows.loc["sdpa", "num_threads"]) == 2
+    assert int(rows.loc["one_thread", "num_threads"]) == 1
     cells = end_cells_of(out.stdout, {"sdpa", "one_thread"})
+    assert set(cells) == {"sdpa", "one_thread"}, out.stdout[-2000:]
+    if int(rows.loc["sdpa", "num_threads"]) == 1:  # a busy machine collapsed sdpa's threads too (measure/threads.py)
+        assert FEWER_THREADS_MARK not in cells["one_thread"] + cells["sdpa"], out.stdout[-2000:]
+        pytest.skip("other processes loaded the machine so that sdpa ran on one thread too: no row ran on fewer")
+    assert int(rows.loc["sdpa", "num_threads"]) == 2
     assert FEWER_THREADS_MARK in cells["one_thread"] and FEWER_THREADS_MARK not in cells["sdpa"], out.stdout[-2000:]
