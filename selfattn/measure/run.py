@@ -171,6 +171,7 @@ class WarmUp:
     warmup_s: float  # the seconds spent on warm-up calls, compilation left out (it faces its own limit)
     call_s: float  # one call's seconds: the second guard's and the timer's estimate
     tampered: str  # "" or how the back end wrote into its inputs
+    others_frac: float | None = None  # other processes' CPU share during the first call (threads.py: QUIET_OTHERS)
 
 
 def _warm_up(point: Point, device: str, workload: Workload, guard: checks.InputGuard | None, resolved: Resolved,
@@ -180,7 +181,7 @@ def _warm_up(point: Point, device: str, workload: Workload, guard: checks.InputG
     if resolved.compiles and compile_cache.make_room():
         row.note = "dropped this process's compiled code first (too many graphs for dynamo's limits)"
     graphs_before = compile_cache.graphs_compiled() if resolved.compiles else 0
-    checked, warmup_s = wall_call(workload.check_call, device)
+    (checked, warmup_s), others = noise.watched(lambda: wall_call(workload.check_call, device), time.perf_counter)
     tampered = guard.changed("the warm-up call") if guard else ""
     call_s = warmup_s
     if resolved.compiles:  # the first call compiled (or found code compiled for an earlier point): apart from time_ms
@@ -192,7 +193,7 @@ def _warm_up(point: Point, device: str, workload: Workload, guard: checks.InputG
     if ran and ran != row.kernel.split("-")[0]:
         row.kernel = f"{row.kernel}:{ran}"
     assert isinstance(checked, Result)  # check_call's
-    return WarmUp(checked, warmup_s, call_s, tampered)
+    return WarmUp(checked, warmup_s, call_s, tampered, others)
 
 
 def _too_slow(point: Point, budget: Budget, device: str, workload: Workload, warm: WarmUp, compiling: bool,
@@ -231,7 +232,7 @@ def _time(m: Measured, warm: WarmUp, metrics: frozenset[str], row: Row) -> Any:
     fresh_call = fresh.then(call) if fresh else call  # every call the harness makes sees new values too
     budget_s = m.budget.max_point_s - warm.warmup_s - _remaining_s(m.point, m.budget, m.device, warm,
                                                                      m.resolved.compiles)
-    choice = (choose_threads(fresh_call, m.device, warm.call_s, budget_s) if not m.resolved.compiles
+    choice = (choose_threads(fresh_call, m.device, warm.call_s, budget_s, warm.others_frac) if not m.resolved.compiles
               else ThreadChoice(torch.get_num_threads(), 0.0, 0.0))
     row.num_threads = choice.threads  # the count the timed calls run on (measure/threads.py)
     row.note = "; ".join(filter(None, [row.note, choice.unchecked, choice.note() if choice.collapsed else ""]))
