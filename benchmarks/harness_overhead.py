@@ -4,7 +4,7 @@
     python benchmarks/harness_overhead.py --quick          # fewer repeats and points: does it run
     python benchmarks/harness_overhead.py --results DIR/results.csv   # target 4: per-row overhead of a sweep
     python benchmarks/harness_overhead.py --per-row        # the same, on a fresh experiment=quick sweep
-    python benchmarks/harness_overhead.py --against REF    # target 5: the default sweep's point cost vs commit REF
+    python benchmarks/harness_overhead.py --against REF    # target 4: the default sweep's point cost vs commit REF
 
 Every sweep here is a subprocess (`python -m runners.sweep`, wandb disabled, no report), into temp
 folders, with its own probe cache folder (SELFATTN_CACHE_DIR) that the first run fills, so the figures
@@ -28,13 +28,14 @@ too). The tiny point: sdpa, heads=2, seq_len=64, head_dim=16, budget.timing_s=0.
    only that metric minus point_wall_s with metrics=[], at the tiny size and at naive n=2048 (heads 8,
    d 64: a call of ~100 ms here). At n=2048 a metrics=[] point must cost at most its timing window (the
    longer of budget.timing_s and its timed samples) + three calls.
-5. (`--against REF`) the default sweep's marginal point cost against commit REF's, paired: every STRIDE-th point of
-   experiment=quick (its grids' union, so every study's points are in it), swept by this tree and by REF's (extracted
-   with `git archive`, nothing of the repository changed) one after the other, the order alternating per repeat, each
-   sweep in a process of its own with the same probe cache. A point's cost is its row's job_wall_s (its end minus the
-   previous job's end: measurement, checks, metrics, runner, Hydra; the first job is left out: it pays the lazy imports); a pair is one point measured by both trees in the same repeat; the figure is the median over repeats of
-   sum(this tree) / sum(REF) over the points both ran ok, with the median per-point ratio beside. Target: <= 1.10 (the
-   issue's "at most 10% more") against the commit before fresh inputs, 2cf21de.
+5. (`--against REF`, target 4) the default sweep's marginal point cost against commit REF's, paired: every STRIDE-th
+   point of experiment=quick (its grids' union, so every study's points are in it), swept by this tree and by REF's
+   (extracted with `git archive`, nothing of the repository changed) one after the other, the order alternating per
+   repeat, each sweep in a process of its own with the same probe cache. A point's cost is its row's job_wall_s (its
+   end minus the previous job's end: measurement, checks, metrics, runner, Hydra; the first job is left out: it pays
+   the lazy imports); a pair is one point measured by both trees in the same repeat; the figure is the median over
+   repeats of sum(this tree) / sum(REF) over the points both ran ok, with the median per-point ratio beside. Target:
+   <= 1.10 (the issue's "at most 10% more") against the commit before fresh inputs, 2cf21de.
 The machine is shared: compare figures within one run; the load average is printed.
 """
 
@@ -96,7 +97,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--points", type=int, default=24, help="points of the multirun (default 24)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats of each process and of each metric's point")
     parser.add_argument("--big-n", type=int, default=2048, help="the larger size of the metric costs (naive)")
-    parser.add_argument("--against", metavar="REF", help="target 5 only: the default sweep's point cost vs commit REF")
+    parser.add_argument("--against", metavar="REF", help="target 4 only: the default sweep's point cost vs commit REF")
     parser.add_argument("--stride", type=int, default=9, help="--against: every STRIDE-th point of the default sweep")
     parser.add_argument("overrides", nargs="*", help="--per-row: extra Hydra overrides for the sweep")
     return parser.parse_args(argv)
@@ -285,7 +286,7 @@ def per_row(args: argparse.Namespace) -> int:
     return 1 if misses and args.strict else 0
 
 
-# --- target 5: the default sweep's point cost against an earlier commit, paired ---------------------------------
+# --- target 4: the default sweep's point cost against an earlier commit, paired ---------------------------------
 
 POINT_COST_TARGET = 1.10  # the issue's "at most 10% more" than before fresh inputs
 DEFAULT_POINTS = 219  # experiment=quick's grid points (tests/runners/test_experiment_counts.py)
@@ -314,7 +315,7 @@ def _point_costs(tree: Path, out: Path, cache: Path, stride: int) -> dict[str, f
 
 
 def against(args: argparse.Namespace) -> int:
-    print_header(f"target 5: the default sweep's marginal point cost against {args.against}, paired")
+    print_header(f"target 4: the default sweep's marginal point cost against {args.against}, paired")
     with tempfile.TemporaryDirectory(prefix="selfattn-against-") as folder:
         tmp = Path(folder)
         trees = {"this tree": REPO, args.against: _tree_of(args.against, tmp)}
@@ -325,7 +326,8 @@ def against(args: argparse.Namespace) -> int:
         ratios, per_point = [], []
         for r in range(args.repeats):  # the order alternating: a drift in load hits both alike
             order = list(trees) if r % 2 == 0 else list(reversed(trees))
-            costs = {name: _point_costs(trees[name], tmp / f"{r}-{i}", cache, args.stride) for i, name in enumerate(order)}
+            costs = {name: _point_costs(trees[name], tmp / f"{r}-{i}", cache, args.stride)
+                     for i, name in enumerate(order)}
             mine, theirs = costs["this tree"], costs[args.against]
             shared = sorted(set(mine) & set(theirs))
             mine_s, theirs_s = sum(mine[p] for p in shared), sum(theirs[p] for p in shared)
@@ -337,7 +339,7 @@ def against(args: argparse.Namespace) -> int:
                   f"this tree {mine_s:.2f} s, {args.against} {theirs_s:.2f} s, ratio {mine_s / theirs_s:.3f}; "
                   f"{load_text()}", flush=True)
     ratio = statistics.median(ratios)
-    checks = [Check("5", f"point cost vs {args.against} (ratio)", ratio, POINT_COST_TARGET,
+    checks = [Check("4", f"point cost vs {args.against} (ratio)", ratio, POINT_COST_TARGET,
                     note=f"median of {len(ratios)} paired repeats; median per-point ratio "
                          f"{statistics.median(per_point):.3f} over {len(per_point)} pairs")]
     misses = print_checks(checks)
