@@ -6,14 +6,14 @@ in the copy. Every check passes with all of them; leaving out any one fails one,
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.repo_copy import copy_repository, run
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
@@ -43,28 +43,11 @@ def test_the_page_lists_the_files_this_test_edits():
     assert "Two files declare it" in ARCHITECTURE.read_text(encoding="utf-8") and len(EDITS) == 2
 
 
-def run(tree: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """`python ARGS` in the copy, its packages first on the path (before any installed checkout)."""
-    return subprocess.run([sys.executable, *args], cwd=tree, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(tree)})
-
-
-def copy_repository(target: Path) -> Path:
-    for name in COPIED:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target / name)
-    return target
-
-
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory) -> dict[str, Path]:
     """'all': the copy with every edit; per file, the same copy with that file as it was."""
-    original = copy_repository(tmp_path_factory.mktemp("original"))
-    edited = copy_repository(tmp_path_factory.mktemp("edited"))
+    original = copy_repository(tmp_path_factory.mktemp("original"), COPIED)
+    edited = copy_repository(tmp_path_factory.mktemp("edited"), COPIED)
     for name, edit in EDITS.items():
         if edit is None:
             continue

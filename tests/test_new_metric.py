@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from selfattn.results import COLUMNS
+from tests.repo_copy import copy_repository, run
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
@@ -51,19 +51,11 @@ def rows(folder: Path) -> tuple[list[str], list[dict[str, str]]]:
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
-    target = tmp_path_factory.mktemp("new_metric")
-    for name in COPIED:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target / name)
+    target = copy_repository(tmp_path_factory.mktemp("new_metric"), COPIED)
     path = target / TARGET
     path.write_text(path.read_text(encoding="utf-8") + "\n\n" + documented_function(), encoding="utf-8")
     # docs/usage.md is generated (the `metrics` key's help names every metric), not written
-    generated = subprocess.run([sys.executable, "-m", "runners.usage_doc"], cwd=target, capture_output=True,
-                               text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(target)})
+    generated = run(target, "-m", "runners.usage_doc")
     assert generated.returncode == 0, generated.stdout + generated.stderr
     return target
 
@@ -87,11 +79,9 @@ def test_a_new_metric_is_one_function(tree, tmp_path):
 @pytest.mark.slow
 def test_the_schema_registry_and_usage_tests_hold_with_it(tree):
     """The header's columns keep their places, the registry's checks and the generated usage page agree."""
-    found = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
-                            "tests/test_results_columns.py", "tests/runners/test_usage_doc.py",
-                            "tests/measure/test_metrics_registry.py", "-k", "not chosen_ones_in_order and not some_metrics"],
-                           cwd=tree, capture_output=True, text=True, timeout=600,
-                           env={**os.environ, "PYTHONPATH": str(tree)})
+    found = run(tree, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "tests/test_results_columns.py",
+                "tests/runners/test_usage_doc.py", "tests/measure/test_metrics_registry.py",
+                "-k", "not chosen_ones_in_order and not some_metrics", timeout=600)
     assert found.returncode == 0, found.stdout[-3000:]
 
 

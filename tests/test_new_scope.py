@@ -8,13 +8,11 @@ declaration and measures them against its float64 reference. The unedited copy r
 from __future__ import annotations
 
 import csv
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.repo_copy import copy_repository, run
 
 ROOT = Path(__file__).resolve().parents[1]
 COPIED = ("selfattn", "runners", "analysis", "hydra_plugins", "conf", "pyproject.toml")
@@ -101,26 +99,10 @@ SEQ_LEN, BATCH, HEADS, HEAD_DIM = 64, 2, 2, 32
 D_MODEL = HEADS * HEAD_DIM
 
 
-def run(tree: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """`python ARGS` in the copy, its packages first on the path (before any installed checkout)."""
-    return subprocess.run([sys.executable, *args], cwd=tree, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(tree)})
-
-
-def copy_repository(target: Path) -> Path:
-    for name in COPIED:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy2(source, target / name)
-    return target
-
-
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory) -> dict[str, Path]:
-    original = copy_repository(tmp_path_factory.mktemp("original"))
-    edited = copy_repository(tmp_path_factory.mktemp("edited"))
+    original = copy_repository(tmp_path_factory.mktemp("original"), COPIED)
+    edited = copy_repository(tmp_path_factory.mktemp("edited"), COPIED)
     (edited / MODULE).write_text(TOY_SCOPE, encoding="utf-8")
     return {"original": original, "edited": edited}
 

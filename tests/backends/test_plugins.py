@@ -265,7 +265,7 @@ def test_a_plugin_row_has_every_column_a_builtin_row_has(plugins):
     rows = {name: measure_point(small_point(name, causal=True), BUDGET) for name in ("naive", f"{plugins}:plain")}
     plugin, builtin = rows[f"{plugins}:plain"], rows["naive"]
     assert plugin.status == "ok", plugin.error
-    filled = lambda row: {k for k, v in vars(row).items() if v not in (None, "")}  # noqa: E731
+    filled = lambda row: {k for k, v in row.to_dict().items() if v not in (None, "")}  # noqa: E731
     # `note` and `noise` say what was unusual about one row's run (a busy machine): either row may have them
     assert filled(builtin) - filled(plugin) <= {"note", "noise"}, filled(builtin) - filled(plugin)
     assert plugin.max_abs_err < 1e-5 and plugin.peak_mem_bytes > 0 and plugin.flops == builtin.flops
