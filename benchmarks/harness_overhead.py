@@ -4,6 +4,7 @@
     python benchmarks/harness_overhead.py --quick          # fewer repeats and points: does it run
     python benchmarks/harness_overhead.py --results DIR/results.csv   # target 4: per-row overhead of a sweep
     python benchmarks/harness_overhead.py --per-row        # the same, on a fresh experiment=quick sweep
+    python benchmarks/harness_overhead.py --against REF    # target 4: the default sweep's point cost vs commit REF
 
 Every sweep here is a subprocess (`python -m runners.sweep`, wandb disabled, no report), into temp
 folders, with its own probe cache folder (SELFATTN_CACHE_DIR) that the first run fills, so the figures
@@ -27,6 +28,14 @@ too). The tiny point: sdpa, heads=2, seq_len=64, head_dim=16, budget.timing_s=0.
    only that metric minus point_wall_s with metrics=[], at the tiny size and at naive n=2048 (heads 8,
    d 64: a call of ~100 ms here). At n=2048 a metrics=[] point must cost at most its timing window (the
    longer of budget.timing_s and its timed samples) + three calls.
+5. (`--against REF`, target 4) the default sweep's marginal point cost against commit REF's, paired: every STRIDE-th
+   point of experiment=quick (its grids' union, so every study's points are in it), swept by this tree and by REF's
+   (extracted with `git archive`, nothing of the repository changed) one after the other, the order alternating per
+   repeat, each sweep in a process of its own with the same probe cache. A point's cost is its row's job_wall_s (its
+   end minus the previous job's end: measurement, checks, metrics, runner, Hydra; the first job is left out: it pays
+   the lazy imports); a pair is one point measured by both trees in the same repeat; the figure is the median over
+   repeats of sum(this tree) / sum(REF) over the points both ran ok, with the median per-point ratio beside. Target:
+   <= 1.10 (the issue's "at most 10% more") against the commit before fresh inputs, 2cf21de.
 The machine is shared: compare figures within one run; the load average is printed.
 """
 
@@ -42,7 +51,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from _common import add_common_args, REPO, Check, print_checks, print_header
+from _common import add_common_args, REPO, Check, load_text, print_checks, print_header
 
 import numpy as np
 import pandas as pd
@@ -88,6 +97,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--points", type=int, default=24, help="points of the multirun (default 24)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats of each process and of each metric's point")
     parser.add_argument("--big-n", type=int, default=2048, help="the larger size of the metric costs (naive)")
+    parser.add_argument("--against", metavar="REF", help="target 4 only: the default sweep's point cost vs commit REF")
+    parser.add_argument("--stride", type=int, default=9, help="--against: every STRIDE-th point of the default sweep")
     parser.add_argument("overrides", nargs="*", help="--per-row: extra Hydra overrides for the sweep")
     return parser.parse_args(argv)
 
@@ -275,8 +286,70 @@ def per_row(args: argparse.Namespace) -> int:
     return 1 if misses and args.strict else 0
 
 
+# --- target 4: the default sweep's point cost against an earlier commit, paired ---------------------------------
+
+POINT_COST_TARGET = 1.10  # the issue's "at most 10% more" than before fresh inputs
+DEFAULT_POINTS = 219  # experiment=quick's grid points (tests/runners/test_experiment_counts.py)
+
+
+def _tree_of(ref: str, tmp: Path) -> Path:
+    """Commit `ref`'s files in a folder of `tmp` (git archive: the repository itself is left as it is)."""
+    tree = tmp / f"tree-{ref}"
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", "--format=tar", ref], cwd=REPO, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree
+
+
+def _point_costs(tree: Path, out: Path, cache: Path, stride: int) -> dict[str, float]:
+    """point_id -> job_wall_s of the ok rows of a strided default sweep run from `tree` (its first job left out)."""
+    command = [sys.executable, "-m", "runners.sweep", "-m", "experiment=quick",
+               f"grid_point=range(0,{DEFAULT_POINTS},{stride})", *SETTINGS, f"hydra.sweep.dir={out}"]
+    env = {**_env(cache), "PYTHONPATH": str(tree)}
+    done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
+    if not (out / "results.csv").exists():
+        raise RuntimeError(f"{tree.name}: the sweep wrote no results.csv: {done.stderr.strip().splitlines()[-3:]}")
+    rows = pd.read_csv(out / "results.csv").iloc[1:]  # in the jobs' order; the first job pays the lazy imports
+    ok = rows[(rows["status"] == "ok") & rows["job_wall_s"].notna()]
+    return dict(zip(ok["point_id"].astype(str), ok["job_wall_s"].astype(float)))
+
+
+def against(args: argparse.Namespace) -> int:
+    print_header(f"target 4: the default sweep's marginal point cost against {args.against}, paired")
+    with tempfile.TemporaryDirectory(prefix="selfattn-against-") as folder:
+        tmp = Path(folder)
+        trees = {"this tree": REPO, args.against: _tree_of(args.against, tmp)}
+        cache = tmp / "cache"
+        for i, tree in enumerate(trees.values()):  # the probes measured (each tree keys its cache file), imports warm
+            _point_costs(tree, tmp / f"warm{i}", cache, DEFAULT_POINTS)  # grid point 0 alone
+        totals: dict[str, list[float]] = {name: [] for name in trees}
+        ratios, per_point = [], []
+        for r in range(args.repeats):  # the order alternating: a drift in load hits both alike
+            order = list(trees) if r % 2 == 0 else list(reversed(trees))
+            costs = {name: _point_costs(trees[name], tmp / f"{r}-{i}", cache, args.stride)
+                     for i, name in enumerate(order)}
+            mine, theirs = costs["this tree"], costs[args.against]
+            shared = sorted(set(mine) & set(theirs))
+            mine_s, theirs_s = sum(mine[p] for p in shared), sum(theirs[p] for p in shared)
+            totals["this tree"].append(mine_s)
+            totals[args.against].append(theirs_s)
+            ratios.append(mine_s / theirs_s)
+            per_point += [mine[p] / theirs[p] for p in shared]
+            print(f"   repeat {r + 1} ({' then '.join(order)}): {len(shared)} points ok in both; "
+                  f"this tree {mine_s:.2f} s, {args.against} {theirs_s:.2f} s, ratio {mine_s / theirs_s:.3f}; "
+                  f"{load_text()}", flush=True)
+    ratio = statistics.median(ratios)
+    checks = [Check("4", f"point cost vs {args.against} (ratio)", ratio, POINT_COST_TARGET,
+                    note=f"median of {len(ratios)} paired repeats; median per-point ratio "
+                         f"{statistics.median(per_point):.3f} over {len(per_point)} pairs")]
+    misses = print_checks(checks)
+    return 1 if misses and args.strict else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.against:
+        return against(args)
     if args.results or args.per_row:
         return per_row(args)
     print_header("the harness's fixed and marginal costs, Hydra's, each metric's")

@@ -3,7 +3,7 @@
 `parse_job` is the one step: it applies the job's grid point and the defaults that follow the scope
 (`selfattn.point.SCOPE_DEFAULTS`, for keys the job did not give), refuses unknown keys (naming the
 nearest known one), checks every value against the dataclass that owns it (the axes: `Point`;
-`budget`: `selfattn.measure.Budget`; `backend.*`: the back end's `Options`; the runner's own
+`budget`: `selfattn.measure.Budget`; `timing`: `selfattn.measure.timing_options.TimingOptions`; `backend.*`: the back end's `Options`; the runner's own
 keys: `RunnerConf`, `WandbConf` below), resolves device=auto, and never raises: a bad config
 becomes a `ParsedJob` with a `problem`, which a multirun records as an `invalid` row and a
 single run prints as one line.
@@ -24,6 +24,7 @@ from selfattn.backends import BACKEND_NAMES, describe_name, get_backend
 from selfattn.backends.options import builtin_node
 from selfattn.fields import check_fields, config_fields, default_of, defaults, field_types, spec, unknown_key
 from selfattn.measure.budget import Budget
+from selfattn.measure.timing_options import TimingOptions
 from selfattn.metrics import ALL as ALL_METRICS, parse_metrics
 from selfattn.point import AXES, DEVICES, Point, axis_default, scope_defaults
 from selfattn.precision_names import PRECISIONS
@@ -71,7 +72,7 @@ class WandbConf:
 
 
 # Config sections that are dataclasses of their own; the point's axes and RunnerConf are flat keys.
-SECTIONS: dict[str, type] = {"budget": Budget, "wandb": WandbConf}
+SECTIONS: dict[str, type] = {"budget": Budget, "timing": TimingOptions, "wandb": WandbConf}
 NODES = ("backend", "precision", "mask", "score_mod")  # config groups: {name: ..., options}
 FUNCTION_NODES = ("mask", "score_mod")  # groups of selfattn/mods/: {name: ..., parameters}
 
@@ -92,6 +93,7 @@ class ParsedJob:
     values: dict[str, Any]  # the flat config, grid point applied
     point: Point | None = None  # validated, device resolved; None when the config does not validate
     budget: Budget | None = None
+    timing: TimingOptions = field(default_factory=TimingOptions)  # the `timing` section: how the calls are timed
     runner: dict[str, Any] = field(default_factory=lambda: defaults(RunnerConf))
     wandb: dict[str, Any] = field(default_factory=lambda: defaults(WandbConf))
     wandb_problem: str = ""  # a bad wandb section: a sweep measures anyway, wandb off
@@ -129,6 +131,7 @@ def parse_job(cfg: Mapping[str, Any], given: Collection[str] | None = None) -> P
         job.runner = check_fields(RunnerConf, {k: values[k] for k in values if k in _RUNNER_KEYS})
         job.point = _point(values, job.runner["d_model"])
         job.budget = Budget(**check_fields(Budget, values.get("budget"), prefix="budget."))
+        job.timing = TimingOptions(**check_fields(TimingOptions, values.get("timing"), prefix="timing."))
         job.point_id = job.point.point_id(defaults(get_backend(job.point.backend).options_type))
     except ValueError as exc:
         job.point, job.problem = None, str(exc)
@@ -258,7 +261,7 @@ def resolve_device(device: str) -> str:
 def raw_point_id(values: Mapping[str, Any]) -> str:
     """An id for a config that does not validate: a hash of every value that is not a runner
     setting, so resume skips it too and two different bad configs never share an id."""
-    ignored = {"budget", "wandb", "grids", "grid_point", "name", "retry_failed", "prevalidate", "report", "metrics",
+    ignored = {"budget", "timing", "wandb", "grids", "grid_point", "name", "retry_failed", "prevalidate", "report", "metrics",
                "verbose", "report_timeout_s", "baseline"}
     key = {k: v for k, v in values.items() if k not in ignored}
     return "raw-" + hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]

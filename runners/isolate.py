@@ -49,6 +49,7 @@ from typing import Any, Iterable
 from selfattn.backends import description
 from selfattn.backends.discovery import backend_source
 from selfattn.measure.budget import Budget
+from selfattn.measure.timing_options import TimingOptions
 from selfattn.point import Point
 from runners import isolate_request
 from runners.isolate_worker import ENV_FDS
@@ -166,7 +167,7 @@ class Worker:
         return self.proc.poll() is None
 
     def run(self, point: Point, budget: Budget, metrics: Iterable[str], fixed_s: float | None = None,
-            point_id: str = "") -> Outcome:
+            point_id: str = "", timing: TimingOptions | None = None) -> Outcome:
         """Measure `point` in the worker; a timeout, a crash or a broken channel is an Outcome (the worker
         killed where it cannot serve the next point), this process's signal is raised."""
         columns: dict[str, Any] = {}
@@ -174,7 +175,7 @@ class Worker:
         point_id = point_id or point.point_id()
         limit = derive_limit_s(None, budget, fixed_s) + (0.0 if fixed_s is not None else SETUP_S)
         try:
-            self._send(isolate_request.encode(nonce, point_id, point, budget, metrics))
+            self._send(isolate_request.encode(nonce, point_id, point, budget, metrics, timing or TimingOptions()))
             deadline = time.monotonic() + limit
             message = self._answer(deadline, nonce, point_id)
             if message["kind"] == "predicted":  # the worker's prediction: the limit of the point itself starts now
@@ -461,7 +462,7 @@ _worker: Worker | None = None
 
 
 def run_isolated(point: Point, budget: Budget, metrics: Iterable[str], fixed_s: float | None = None,
-                 point_id: str = "") -> Outcome:
+                 point_id: str = "", timing: TimingOptions | None = None) -> Outcome:
     """`point` in this process's worker (started on first use, and again after one ended)."""
     global _worker
     _forget_ended_worker()
@@ -472,7 +473,7 @@ def run_isolated(point: Point, budget: Budget, metrics: Iterable[str], fixed_s: 
         except (WorkerGone, TimeoutError, OSError) as exc:
             _worker = None
             return Outcome(status="error", error=f"the isolated worker did not start: {exc or type(exc).__name__}")
-    outcome = _worker.run(point, budget, metrics, fixed_s, point_id)
+    outcome = _worker.run(point, budget, metrics, fixed_s, point_id, timing)
     _forget_ended_worker()
     return outcome
 

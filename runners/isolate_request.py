@@ -1,8 +1,8 @@
 """A request from the sweep's process to its isolated worker, as JSON: nothing on the channel is a pickle.
 
 One request is one point: `{"kind": "point", "nonce", "point_id", "point": {Point's fields},
-"budget": {Budget's fields}, "metrics": [names]}`, framed by its length (8 bytes, network order). The worker
-rebuilds Point and Budget from the field mappings through the same checks a config's values pass
+"budget": {Budget's fields}, "metrics": [names], "timing": {TimingOptions' fields}}`, framed by its length (8 bytes, network order). The worker
+rebuilds Point, Budget and TimingOptions from the field mappings through the same checks a config's values pass
 (selfattn.fields.check_fields: no unknown field, each value of its kind and within its rules) and the metric
 names through parse_metrics; a request that fails them is refused with the one-line reason, so the worker
 never builds an object from anything but checked data (runners/isolate.py's answers are checked likewise).
@@ -19,10 +19,10 @@ HEADER = struct.Struct("!Q")  # a request's length in bytes, then its JSON
 MAX_REQUEST_BYTES = 16 * 2**20  # a point's fields are a few KiB: past this the length is garbage
 
 
-def encode(nonce: str, point_id: str, point: Any, budget: Any, metrics: Iterable[str]) -> bytes:
-    """The framed request for `point` (a selfattn Point) under `budget`."""
+def encode(nonce: str, point_id: str, point: Any, budget: Any, metrics: Iterable[str], timing: Any) -> bytes:
+    """The framed request for `point` (a selfattn Point) under `budget`, timed as `timing` (TimingOptions) says."""
     message = {"kind": "point", "nonce": nonce, "point_id": point_id, "point": _fields(point),
-               "budget": _fields(budget), "metrics": list(metrics)}
+               "budget": _fields(budget), "metrics": list(metrics), "timing": _fields(timing)}
     data = json.dumps(message, allow_nan=False, default=_plain).encode()
     return HEADER.pack(len(data)) + data
 
@@ -46,6 +46,7 @@ class Request:
     point: Any  # selfattn.point.Point
     budget: Any  # selfattn.measure.budget.Budget
     metrics: tuple[str, ...]
+    timing: Any  # selfattn.measure.timing_options.TimingOptions
 
 
 def identity(data: bytes) -> tuple[str, str]:
@@ -64,17 +65,19 @@ def decode(data: bytes) -> Request:
     fails (`point.seq_len: expected an integer >= 1, got -3`)."""
     from selfattn.fields import check_fields
     from selfattn.measure.budget import Budget
+    from selfattn.measure.timing_options import TimingOptions
     from selfattn.metrics import parse_metrics
     from selfattn.point import Point
 
     nonce, point_id = identity(data)
     message = json.loads(data)
-    unknown = set(message) - {"kind", "nonce", "point_id", "point", "budget", "metrics"}
+    unknown = set(message) - {"kind", "nonce", "point_id", "point", "budget", "metrics", "timing"}
     if unknown:
         raise ValueError(f"request: unknown key {sorted(unknown)[0]!r}")
-    for section in ("point", "budget"):
+    for section in ("point", "budget", "timing"):
         if not isinstance(message.get(section), dict):
             raise ValueError(f"{section}: expected a mapping of its fields")
     point = Point(**check_fields(Point, message["point"], prefix="point."))
     budget = Budget(**check_fields(Budget, message["budget"], prefix="budget."))
-    return Request(nonce, point_id, point, budget, parse_metrics(message.get("metrics")))
+    timing = TimingOptions(**check_fields(TimingOptions, message["timing"], prefix="timing."))
+    return Request(nonce, point_id, point, budget, parse_metrics(message.get("metrics")), timing)

@@ -179,7 +179,7 @@ def serve(read_fd: int, write_fd: int) -> int:
         except ValueError as exc:
             send(write_fd, {"kind": "refused", **said, "what": _first_line(exc)})
             continue
-        point, budget, metrics = request.point, request.budget, request.metrics
+        point, budget, metrics, timing = request.point, request.budget, request.metrics, request.timing
         changes = point_state.Changes()
         answer: dict[str, Any]
         with point_state.kept(changes):  # torch's global state, the RNGs and fds 0-2 as they were, after the point
@@ -193,7 +193,7 @@ def serve(read_fd: int, write_fd: int) -> int:
                 except Exception:  # measure_point says why
                     device = str(point.device)
                 with memory_limit(device, budget.mem_fraction) as limit_bytes:
-                    row = measure_point(point, budget, metrics)
+                    row = measure_point(point, budget, metrics, timing)
             except SystemExit as exc:  # sys.exit inside the back end: a crash of the point, not of this process
                 answer = {"kind": "exit", **said, "code": exc.code if isinstance(exc.code, (int, str, type(None))) else repr(exc.code)}
             except BaseException as exc:  # KeyboardInterrupt (SIGINT is ignored here, so the plugin's own): its row

@@ -71,7 +71,7 @@ def measure(parsed: ParsedJob, metrics: tuple[str, ...] | None = None) -> Row:
     start = time.perf_counter()
     if isolate.isolated(parsed.point, parsed.runner.get("isolate", "plugins")):  # in the worker (runners/isolate.py)
         outcome = isolate.run_isolated(parsed.point, parsed.budget, metrics, parsed.runner.get("isolate_limit_s"),
-                                       parsed.point_id)
+                                       parsed.point_id, parsed.timing)
         row, _isolated_traceback = outcome.row or isolate.unfinished_row(parsed.point, outcome), outcome.traceback
     else:
         row = _measure_here(parsed, metrics)
@@ -94,7 +94,7 @@ def _measure_here(parsed: ParsedJob, metrics: tuple[str, ...]) -> Row:
     with point_state.kept(changes, signals=interrupts.SIGNALS):
         try:
             get_backend(str(parsed.point.backend), here=True)  # a plugin measured here is imported here, not before
-            row = measure_point(parsed.point, parsed.budget, metrics)
+            row = measure_point(parsed.point, parsed.budget, metrics, parsed.timing)
             if torch.get_num_threads() != threads and row.num_threads is not None:
                 row.num_threads = torch.get_num_threads()  # the back end changed it: what its timed calls ran on
         except SystemExit as exc:  # sys.exit inside a back end ends the point, not the sweep

@@ -25,6 +25,7 @@ from runners.config import FUNCTION_NODES, NODES, SECTIONS, RunnerConf, WandbCon
 from selfattn.backends import BACKEND_NAMES, get_backend
 from selfattn.fields import allowed_text, config_fields, default_of, field_types
 from selfattn.measure.budget import Budget
+from selfattn.measure.timing_options import TimingOptions
 from selfattn.point import OPTION_FIELDS, SCOPE_DEFAULTS, Point
 
 BEGIN = "<!-- config-reference:begin -->"
@@ -131,6 +132,11 @@ def reference() -> str:
         f"How hard to measure (`{sections[Budget]}.*`, the fields of `selfattn.measure.Budget`):",
         "",
         *_table("| key | default | allowed | meaning |", _rows(Budget, f"{sections[Budget]}.")),
+        "",
+        f"How the calls are timed (`{sections[TimingOptions]}.*`, the fields of "
+        "`selfattn.measure.timing_options.TimingOptions`; every row records both as resolved, `timing_mode` and `l2`):",
+        "",
+        *_table("| key | default | allowed | meaning |", _rows(TimingOptions, f"{sections[TimingOptions]}.")),
         "",
         "The runner's own keys (`RunnerConf` in runners/config.py) and wandb's (`WandbConf`):",
         "",

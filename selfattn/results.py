@@ -182,8 +182,8 @@ class Row:
     # that many evenly spaced order statistics), for analysis/ab.py's bootstrap and rank test
     time_samples_ms: str = ""
     # CUDA (selfattn/measure/kernel_time.py): which time time_ms holds ("call": CUDA events around each Python call;
-    # "kernel": the call's CUDA graph replayed, no host in between; `budget.timing_mode`), both medians, the
-    # kernel's percentiles, call - kernel (the host's launch path), and why the kernel time is missing where it is
+    # "kernel": the call's CUDA graph replayed, no host in between; `timing.mode`; a CPU row: "call"), both medians,
+    # the kernel's percentiles, call - kernel (the host's launch path), and why the kernel time is missing where it is
     timing_mode: str = ""
     call_time_ms: float | None = None
     kernel_time_ms: float | None = None
@@ -191,7 +191,7 @@ class Row:
     kernel_time_ms_p80: float | None = None
     launch_overhead_ms: float | None = None
     kernel_time_note: str = ""
-    l2: str = ""  # CUDA: "cold" (the L2 flushed before every timed call and every replay; a CPU's caches stay warm)
+    l2: str = ""  # "cold" (CUDA: the L2 flushed before every timed call and replay) or "warm" (no flush); `timing.l2`
     # noise (selfattn/measure/noise.py): (p80 - p20) / median, others' share of the CPU during the timed
     # calls (empty where /proc is missing), and whether either passed its limit (the reason in `noise`)
     time_spread: float | None = None

@@ -38,9 +38,6 @@ class Budget:
                                       f"null: {noise.SPREAD_LIMIT:g} on CUDA, {noise.CPU_SPREAD_LIMIT:g} on a CPU")
     noise_cpu: float = spec(noise.OTHER_CPU_LIMIT, gt=0, le=1, help="a CPU row is noisy when other processes took more than this share "
                             "of the machine's CPU time during its timed calls")
-    timing_mode: str = spec("call", choices=("call", "kernel"),
-                            help="what time_ms holds on CUDA: the call's time (events around each call) or the kernel's "
-                                 "(its CUDA graph replayed); both are columns either way. A CPU times calls")
 
     def __post_init__(self) -> None:
         validate_instance(self)

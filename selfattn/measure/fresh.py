@@ -177,6 +177,32 @@ def _first_changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tenso
     return ""
 
 
+# What refreshing holds beyond the inputs, in copies of the refreshed values: FreshInputs' base and partner, alive from
+# the build to the verdict, and FreshCalls.finish's snapshot of what the inputs hold after the timer (alive beside them
+# while it compares). The budget guard adds these bytes (selfattn/measure/guard.py).
+KEPT_COPIES = 2
+FINISH_COPIES = 1
+
+
+def value_bytes(point: Any) -> int:
+    """Bytes of the values a point's timed calls get refreshed (for_workload): scope=core's q, k, v (K and V per K/V
+    head), scope=layer's x, in the dtype they are stored in (an FP8 point's are float32); 0 for the other scopes."""
+    from selfattn.measure.predict import stored_bytes
+
+    s = stored_bytes(point)
+    if point.scope == "core":
+        kv = 2 * point.batch * point.kv_heads_resolved * point.seq_len * point.head_dim
+        return (point.batch * point.heads * point.q_len_resolved * point.head_dim + kv) * s
+    if point.scope == "layer":
+        return point.batch * point.seq_len * point.d_model * s
+    return 0
+
+
+def held_bytes(point: Any) -> int:
+    """Peak bytes the fresh inputs hold beside the point's inputs (KEPT_COPIES + FINISH_COPIES of its values)."""
+    return (KEPT_COPIES + FINISH_COPIES) * value_bytes(point)
+
+
 def for_workload(workload: Any) -> FreshInputs | None:
     """The workload's FreshInputs, or None where its calls do not read their values afresh (see the docstring)."""
     values = getattr(workload, "values", None)

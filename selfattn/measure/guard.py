@@ -1,7 +1,7 @@
 """The first guard: will the point fit, judged on predictions before anything of it is allocated.
 
-Memory first, on what needs no tensor of the point's size (the inputs, the masks' key intervals and the
-call's closed-form peak); then memory and time together, the accuracy pass and a compiled back end's
+Memory first, on what needs no tensor of the point's size (the inputs, the fresh inputs' copies of them
+(selfattn/measure/fresh.py), the masks' key intervals and the call's closed-form peak); then memory and time together, the accuracy pass and a compiled back end's
 permutation check at the point's size included. A prediction that says "too slow" rests on the measured
 GEMM peak, so that peak is measured again before the point is skipped on it. The prediction's columns
 (predicted_mem_bytes, predicted_time_ms, flops, mask_density, kv_cache_bytes, the peak and its source)
@@ -17,7 +17,7 @@ import torch
 
 from selfattn import compile as compile_cache
 from selfattn.backends.resolved import Resolved
-from selfattn.measure import boundary
+from selfattn.measure import boundary, fresh
 from selfattn.measure.budget import Budget
 from selfattn.measure.device import device_peak_tflops, peak_source
 from selfattn.measure.flops import mask_density, point_flops
@@ -55,8 +55,10 @@ def guard_point(point: Point, budget: Budget, device: str, dtype: torch.dtype, r
     n_sampled = boundary.point_row_count(point, budget.accuracy_rows, resolved)
     row.predicted_mem_bytes = predict_mem_bytes(point, resolved)  # memory models are closed forms
     row.kv_cache_bytes = point.kv_bytes
-    # memory only: the time limit is judged on the full prediction below, which the masks' tensors fit beside
-    if (reason := over_budget(point, budget, before_counting(point) + row.predicted_mem_bytes, free, 0.0)) is not None:
+    # memory only: the time limit is judged on the full prediction below, which the masks' tensors fit beside; the
+    # fresh inputs' copies (fresh.py) are alive through the whole point
+    held = before_counting(point) + fresh.held_bytes(point) + row.predicted_mem_bytes
+    if (reason := over_budget(point, budget, held, free, 0.0)) is not None:
         row.status, row.error = "skipped_budget", reason
         return None
     row.flops, row.mask_density = point_flops(point), mask_density(point)
@@ -91,7 +93,7 @@ def _predict(point: Point, budget: Budget, device: str, dtype: torch.dtype, reso
         after_bytes = max(after_bytes, point_shape_bytes(point))
     perm_s = POINT_SHAPE_CALLS * predict_call_s(point, peak, resolved) if resolved.compiles else 0.0
     compile_s = compile_cache.predict_compile_s(point.backend, device, compile_key(point)) if resolved.compiles else 0.0
-    return Prediction(input_bytes(point) + call_bytes + after_bytes,
+    return Prediction(input_bytes(point) + fresh.held_bytes(point) + call_bytes + after_bytes,
                       predict_point_s(point, peak, budget.timing_s, n_sampled, resolved) + perm_s, compile_s, peak)
 
 

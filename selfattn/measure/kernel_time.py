@@ -19,8 +19,9 @@ subtracts a graph of flushes instead); it also keeps the device busy for ~0.1 ms
 so the replay's own launch is hidden. A kernel that returns a cached tensor captures no kernels: its replay is
 nearly empty and the physical floor (selfattn/measure/floor.py) judges the time.
 
-`timing.mode` (the config's `budget.timing_mode`): `call` (default) keeps the call's time in `time_ms`, `kernel`
-puts the kernel's there; both columns are in every CUDA row either way, and `timing_mode` says which one time_ms is.
+`timing.mode` (the config's `timing` section, selfattn/measure/timing_options.py): `call` (default) keeps the call's
+time in `time_ms`, `kernel` puts the kernel's there; both columns are in every CUDA row either way, and `timing_mode`
+says which one time_ms is. `timing.l2=warm` leaves the flush out of the replays as it does of the timed calls.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import torch
 
 from selfattn.measure import timing as timing_module
 
-MODES = ("call", "kernel")
 WARMUP_CALLS = 3  # torch's CUDA-graph recipe: a few calls on a side stream before capture
 # The replays take this share of the point's timing window (at least MIN_SAMPLES replays): a kernel's time varies
 # less than a call's (no host in it), and the timer's calls no longer pay do_bench's estimate calls (fresh inputs
@@ -61,7 +61,7 @@ def capture(call: Callable[[], Any]) -> "torch.cuda.CUDAGraph":
 
 
 def kernel_time(call: Callable[[], Any], timing_s: float, call_s_estimate: float,
-                between: Callable[[], Any] | None = None) -> KernelTime:
+                between: Callable[[], Any] | None = None, flush_l2: bool = True) -> KernelTime:
     """The replays' per-call times, as many samples as the call's timer would take (at most MAX_EVENT_CALLS)."""
     try:
         graph = capture(call)
@@ -72,7 +72,7 @@ def kernel_time(call: Callable[[], Any], timing_s: float, call_s_estimate: float
                                 f"({type(err).__name__}: {' '.join(str(err).split())[:160]})")
     try:
         samples = timing_module._event_times_ms(graph.replay, _replays(call_s_estimate, KERNEL_TIMING_SHARE * timing_s),
-                                                between)
+                                                between, flush_l2)
     finally:
         del graph  # its memory pool goes back before the next point
     return KernelTime(timing_module.summarize(samples, "cuda_graph"))
@@ -83,11 +83,13 @@ def _replays(call_s: float, timing_s: float) -> int:
 
 
 def record(row: Any, call: Callable[[], Any], call_timing: timing_module.Timing, timing_s: float, mode: str,
-           between: Callable[[], Any] | None = None) -> timing_module.Timing:
-    """Fill the row's call and kernel columns and its timing mode; the Timing its time_ms must hold (`mode`)."""
+           between: Callable[[], Any] | None = None, l2: str = "cold") -> timing_module.Timing:
+    """Fill the row's call and kernel columns, its timing mode and L2 state; the Timing its time_ms must hold
+    (`mode`). `l2`: "cold" flushes the L2 before every replay (timing.L2_FLUSH_BYTES, more than any L2), as the
+    call's timer did; "warm" does not."""
     row.call_time_ms = call_timing.median_ms
-    row.l2 = "cold"  # both CUDA timers and the replays flush L2 first (timing.L2_FLUSH_BYTES, more than any L2)
-    measured = kernel_time(call, timing_s, call_timing.median_ms * 1e-3, between)
+    row.l2 = l2
+    measured = kernel_time(call, timing_s, call_timing.median_ms * 1e-3, between, flush_l2=l2 == "cold")
     if measured.timing is not None:
         row.kernel_time_ms = measured.timing.median_ms
         row.kernel_time_ms_p20, row.kernel_time_ms_p80 = measured.timing.p20_ms, measured.timing.p80_ms

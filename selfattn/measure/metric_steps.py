@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from selfattn.fp8_formats import fp8_format
+from selfattn.measure.timing_options import TimingOptions  # torch-free: a Measured's default
 from selfattn.scopes import SCOPES
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class Measured:
     fresh: Any = None  # the inputs' refresher of a judged scope (selfattn/measure/fresh.py), None elsewhere
     timed_tampered: str = ""  # how the back end wrote into its inputs during the timed calls (fresh.py's finish)
     impossible: str = ""  # why the time is below the device's physical floor (floor.py), "" when it is not
+    timing: TimingOptions = field(default_factory=TimingOptions)  # the `timing` section: mode and L2 state
 
 
 Measure = Callable[[Measured], dict[str, Any]]

@@ -52,6 +52,7 @@ from selfattn.measure.permutation import POINT_SHAPE_CALLS
 from selfattn.measure.predict import after_warmup_s
 from selfattn.measure.threads import ThreadChoice, choose_threads, on_threads, one_thread
 from selfattn.measure.timing import Timing, idle_reason, kept_samples, time_call, wall_call
+from selfattn.measure.timing_options import TimingOptions
 from selfattn.measure import workload as workloads
 from selfattn.measure.workload import Result, Workload
 from selfattn.metrics import ALL as ALL_METRICS, metrics_label
@@ -61,12 +62,15 @@ from selfattn.results import Row
 from selfattn.scopes import SCOPES
 
 
-def measure_point(point: Point, budget: Budget | None = None, metrics: Iterable[str] = ALL_METRICS) -> Row:
+def measure_point(point: Point, budget: Budget | None = None, metrics: Iterable[str] = ALL_METRICS,
+                  timing: TimingOptions | None = None) -> Row:
     """Measure one point and return its row; never raises for a failure of the point itself.
 
-    `metrics`: what it measures beyond its time (names of selfattn.metrics.METRICS; default all)."""
+    `metrics`: what it measures beyond its time (names of selfattn.metrics.METRICS; default all); `timing`: the
+    config's `timing` section (what a CUDA row's time_ms holds, a cold or warm L2; default TimingOptions())."""
     started = time.perf_counter()
     budget = Budget() if budget is None else budget
+    timing = TimingOptions() if timing is None else timing
     device = resolve_device(point.device) if point.device in ("auto", "cpu", "cuda") else str(point.device)
     row = Row()
     try:
@@ -77,7 +81,7 @@ def measure_point(point: Point, budget: Budget | None = None, metrics: Iterable[
     _set(row, row_values)
     failures.take_traceback()  # an earlier point's traceback must not be written for this one
     try:
-        _measure(point, budget, device, row, frozenset(metrics))
+        _measure(point, budget, device, row, frozenset(metrics), timing)
     except Exception as err:  # the row says what (failures.describe), the sweep goes on
         failure = failures.describe(err)
         row.status, row.error = failure.status, failure.error
@@ -88,8 +92,10 @@ def measure_point(point: Point, budget: Budget | None = None, metrics: Iterable[
     return row
 
 
-def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: frozenset[str]) -> None:
+def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: frozenset[str],
+             timing: TimingOptions) -> None:
     """Resolve, refuse, guard, build, warm up, time, judge, then each chosen metric: the module's steps, in order."""
+    timing.l2_on(device)  # a cold L2 asked of a CPU: an invalid row, before anything runs
     point, resolved = _resolve(point, device, row)
     if resolved.why_not:  # refuse, before anything is allocated: capability.why_not, the one answer
         raise Unsupported(resolved.why_not)
@@ -107,7 +113,7 @@ def _measure(point: Point, budget: Budget, device: str, row: Row, metrics: froze
                 row.status, row.error = "skipped_budget", reason
                 return
             measured = Measured(point, device, dtype, budget, resolved, workload, sampled_queries, warm.call_s,
-                                checked=warm.checked, fresh=fresh)
+                                checked=warm.checked, fresh=fresh, timing=timing)
             timed = _time(measured, warm, metrics, row)
             reason = _judge(measured, warm, timed, guard, row, metrics)
             _metrics(measured, metrics, row)
@@ -161,6 +167,7 @@ class WarmUp:
     warmup_s: float  # the seconds spent on warm-up calls, compilation left out (it faces its own limit)
     call_s: float  # one call's seconds: the second guard's and the timer's estimate
     tampered: str  # "" or how the back end wrote into its inputs
+    others_frac: float | None = None  # other processes' CPU share during the first call (threads.py: QUIET_OTHERS)
 
 
 def _warm_up(point: Point, device: str, workload: Workload, guard: checks.InputGuard | None, resolved: Resolved,
@@ -170,7 +177,7 @@ def _warm_up(point: Point, device: str, workload: Workload, guard: checks.InputG
     if resolved.compiles and compile_cache.make_room():
         row.note = "dropped this process's compiled code first (too many graphs for dynamo's limits)"
     graphs_before = compile_cache.graphs_compiled() if resolved.compiles else 0
-    checked, warmup_s = wall_call(workload.check_call, device)
+    (checked, warmup_s), others = noise.watched(lambda: wall_call(workload.check_call, device), time.perf_counter)
     tampered = guard.changed("the warm-up call") if guard else ""
     call_s = warmup_s
     if resolved.compiles:  # the first call compiled (or found code compiled for an earlier point): apart from time_ms
@@ -182,7 +189,7 @@ def _warm_up(point: Point, device: str, workload: Workload, guard: checks.InputG
     if ran and ran != row.kernel.split("-")[0]:
         row.kernel = f"{row.kernel}:{ran}"
     assert isinstance(checked, Result)  # check_call's
-    return WarmUp(checked, warmup_s, call_s, tampered)
+    return WarmUp(checked, warmup_s, call_s, tampered, others)
 
 
 def _too_slow(point: Point, budget: Budget, device: str, workload: Workload, warm: WarmUp, compiling: bool,
@@ -221,7 +228,7 @@ def _time(m: Measured, warm: WarmUp, metrics: frozenset[str], row: Row) -> Any:
     fresh_call = fresh.then(call) if fresh else call  # every call the harness makes sees new values too
     budget_s = m.budget.max_point_s - warm.warmup_s - _remaining_s(m.point, m.budget, m.device, warm,
                                                                      m.resolved.compiles)
-    choice = (choose_threads(fresh_call, m.device, warm.call_s, budget_s) if not m.resolved.compiles
+    choice = (choose_threads(fresh_call, m.device, warm.call_s, budget_s, warm.others_frac) if not m.resolved.compiles
               else ThreadChoice(torch.get_num_threads(), 0.0, 0.0))
     row.num_threads = choice.threads  # the count the timed calls run on (measure/threads.py)
     row.note = "; ".join(filter(None, [row.note, choice.unchecked, choice.note() if choice.collapsed else ""]))
@@ -231,14 +238,16 @@ def _time(m: Measured, warm: WarmUp, metrics: frozenset[str], row: Row) -> Any:
         _set(row, run_stage(BEFORE_TIMER, m, metrics))
         # keeps the timed calls' outputs the verdict judges: with fresh inputs, the last one on its own inputs
         timed = _timed_call(m)
+        l2 = m.timing.l2_on(m.device)  # cold: the L2 flushed before every timed call (CUDA; timing_options.py)
+        row.l2, row.timing_mode = l2, m.timing.mode_on(m.device)
         with gpu_state.sampled(m.device) as gpu:  # CUDA: clocks, power, throttling over the timed window
             timing = time_call(timed.call, m.device, m.budget.timing_s, m.plan_call_s,
-                               between=timed.between if fresh else None)
+                               between=timed.between if fresh else None, flush_l2=l2 == "cold")
     if fresh:  # the last call's rows kept, inputs written into found, the base values back (fresh.py)
         m.timed_tampered = timed.finish()
-    if m.device == "cuda":  # the kernel's own time beside the call's; time_ms holds budget.timing_mode's
-        timing = kernel_time.record(row, call, timing, m.budget.timing_s, m.budget.timing_mode,
-                                    between=fresh.refresh if fresh else None)
+    if m.device == "cuda":  # the kernel's own time beside the call's; time_ms holds timing.mode's
+        timing = kernel_time.record(row, call, timing, m.budget.timing_s, m.timing.mode,
+                                    between=fresh.refresh if fresh else None, l2=l2)
         if fresh:
             fresh.restore()
     # Seconds inside calls of the point (warm-up and compilation, the threads' check, memory call, the timer's

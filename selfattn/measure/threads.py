@@ -18,6 +18,12 @@ warm-up (collapse only slows the threads down), so it runs when that fits the se
 (`budget_s`, from budget.max_point_s; the confirming call then fits too); otherwise the row's note says the
 threads were not checked.
 The row's `num_threads` is the count its timed calls ran on.
+
+A barrier waits for a slice only where other processes hold the cores. So a warm-up call of at least QUIET_MIN_CALL_S
+during which other processes took at most QUIET_OTHERS of the machine's CPU time (/proc/stat, noise.py; long enough
+for its 10 ms ticks to say so) needs no one-thread call: nothing could make its threads wait, and the check's call
+(about `threads` times the call on a quiet machine) was a fifth of a long point's time. Load that arrives after the
+warm-up is in the timer's own reading of others' CPU share, which flags the row noisy.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ import torch
 from selfattn.measure.timing import wall_call
 
 COLLAPSE_FACTOR = 3.0  # every thread at least this many times slower than one: collapsed
+QUIET_OTHERS = 0.1  # others' CPU share during the warm-up at or below which no thread can have waited
+QUIET_MIN_CALL_S = 0.05  # a warm-up this long spans enough /proc/stat ticks (10 ms, each core) to tell
 
 
 @dataclass(frozen=True)
@@ -51,15 +59,18 @@ class ThreadChoice:
 
 
 def choose_threads(call: Callable[[], object], device: str, warm_call_s: float,
-                   budget_s: float = math.inf) -> ThreadChoice:
+                   budget_s: float = math.inf, others_frac: float | None = None) -> ThreadChoice:
     """Every thread, unless the call on every thread is COLLAPSE_FACTOR times slower than on one.
 
-    `warm_call_s`: the warm-up call's seconds (on every thread); `budget_s`: the seconds the check may take.
+    `warm_call_s`: the warm-up call's seconds (on every thread); `budget_s`: the seconds the check may take;
+    `others_frac`: other processes' CPU share during the warm-up call (None: unknown; see QUIET_OTHERS).
     Costs one call on one thread where the process has more than one thread, and one more on every thread
     where that looks collapsed (a warm-up can carry one-time costs)."""
     threads = torch.get_num_threads()
     if device != "cpu" or threads <= 1:
         return ThreadChoice(threads, 0.0, 0.0)
+    if others_frac is not None and others_frac <= QUIET_OTHERS and warm_call_s >= QUIET_MIN_CALL_S:
+        return ThreadChoice(threads, warm_call_s, 0.0)  # a quiet machine: nothing to wait for (see the docstring)
     if threads * warm_call_s > budget_s:
         return ThreadChoice(threads, 0.0, 0.0, unchecked=(
             f"threads not checked: a call on one thread could take {threads * warm_call_s:.3g} s, more than the "

@@ -278,16 +278,17 @@ def _flush_buffer() -> torch.Tensor:
 
 
 def _event_times_ms(fn: Callable[[], object], calls: int,
-                    between: Callable[[], object] | None = None) -> list[float]:
-    """`calls` per-call times: `between()` (queued before the events: fresh inputs), flush L2, then a pair of events
-    around each call."""
-    flush = _flush_buffer()
+                    between: Callable[[], object] | None = None, flush_l2: bool = True) -> list[float]:
+    """`calls` per-call times: `between()` (queued before the events: fresh inputs), flush L2 (unless `flush_l2` is
+    False: timing.l2=warm), then a pair of events around each call."""
+    flush = _flush_buffer() if flush_l2 else None
     starts = [_event() for _ in range(calls)]
     ends = [_event() for _ in range(calls)]
     for begin, end in zip(starts, ends):
         if between is not None:
             between()
-        flush.zero_()  # evicts the inputs from L2 so every call reads them from HBM
+        if flush is not None:
+            flush.zero_()  # evicts the inputs from L2 so every call reads them from HBM
         begin.record()
         fn()
         end.record()
@@ -296,7 +297,7 @@ def _event_times_ms(fn: Callable[[], object], calls: int,
 
 
 def _time_cuda_events(fn: Callable[[], object], timing_s: float, call_s_estimate: float,
-                      between: Callable[[], object] | None = None) -> Timing:
+                      between: Callable[[], object] | None = None, flush_l2: bool = True) -> Timing:
     """do_bench's method without its estimate: warm up for WARMUP_MS (at least one call), then time."""
     for _ in range(_warmup_calls(call_s_estimate)):
         if between is not None:
@@ -304,23 +305,24 @@ def _time_cuda_events(fn: Callable[[], object], timing_s: float, call_s_estimate
         fn()
     _synchronize()
     calls = min(MAX_EVENT_CALLS, _timed_calls(call_s_estimate, timing_s))
-    return summarize(_event_times_ms(fn, calls, between), "cuda_events")
+    return summarize(_event_times_ms(fn, calls, between, flush_l2), "cuda_events")
 
 
 def time_call(fn: Callable[[], object], device: str, timing_s: float, call_s_estimate: float, *,
-              between: Callable[[], object] | None = None) -> Timing:
+              between: Callable[[], object] | None = None, flush_l2: bool = True) -> Timing:
     """Time `fn` on `device` ("cpu" or "cuda") for about `timing_s` seconds, and what other processes took
     of the CPU meanwhile (`Timing.other_cpu_frac`, read before and after the timer: selfattn/measure/noise.py).
 
     `between`: a step run before every timed call and never timed (fresh inputs, selfattn/measure/fresh.py): the
-    CPU then times each call alone (`cpu_fresh`), CUDA with its events (`cuda_events`; do_bench has no such step)."""
-    if between is not None:
-        if device == "cuda":
-            def timer(fn, timing_s, call_s_estimate):  # noqa: ANN001, ANN202 - the same three arguments
-                return _time_cuda_events(fn, timing_s, call_s_estimate, between)
-        else:
-            def timer(fn, timing_s, call_s_estimate):  # noqa: ANN001, ANN202
-                return time_cpu_fresh(fn, between, timing_s)
+    CPU then times each call alone (`cpu_fresh`), CUDA with its events (`cuda_events`; do_bench has no such step).
+    `flush_l2` (CUDA): the L2 flushed before every timed call (timing.l2=cold); False: cuda_events without the flush
+    (do_bench always flushes). A CPU's caches are never flushed (selfattn/measure/timing_options.py)."""
+    if device == "cuda" and (between is not None or not flush_l2):
+        def timer(fn, timing_s, call_s_estimate):  # noqa: ANN001, ANN202 - the same three arguments
+            return _time_cuda_events(fn, timing_s, call_s_estimate, between, flush_l2)
+    elif between is not None:
+        def timer(fn, timing_s, call_s_estimate):  # noqa: ANN001, ANN202
+            return time_cpu_fresh(fn, between, timing_s)
     else:
         timer = time_cuda if device == "cuda" else time_cpu
     own_before, wall_before = time.process_time(), time.perf_counter()

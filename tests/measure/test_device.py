@@ -236,3 +236,59 @@ def test_a_low_cached_probe_is_measured_again_when_a_point_beats_it(monkeypatch)
     probes.store(key, device_module._probe_name(torch.float32, False), 1e3, "TFLOP/s")
     again = measure_point(Point(heads=2, seq_len=256, head_dim=32), budget)
     assert again.device_peak_tflops == 1e3 and again.device_peak_tflops_source.startswith("cache")
+
+
+def _trials(monkeypatch, values: list[float]) -> list[tuple[int, int]]:
+    """_gemm_trial answers `values` in turn (the size grows to 1024 after the first); returns (n, threads) per call."""
+    calls: list[tuple[int, int]] = []
+
+    def trial(device, dtype, n, timing_s):
+        calls.append((n, torch.get_num_threads()))
+        return 1024, values[len(calls) - 1]
+
+    monkeypatch.setattr(device_module, "_gemm_trial", trial)
+    return calls
+
+
+def test_the_peak_is_the_best_of_short_trials_and_a_quiet_machine_stops_at_two(monkeypatch):
+    calls = _trials(monkeypatch, [0.30, 0.29])
+    assert device_module._measure_peak("cpu", torch.float32) == 0.30 and len(calls) == 2
+    # a first trial slowed by another process (its growth stopped at 256) does not set the peak: the next ones do
+    calls = _trials(monkeypatch, [0.002, 0.28, 0.30])
+    assert device_module._measure_peak("cpu", torch.float32) == 0.30
+    assert [n for n, _ in calls] == [256, 1024, 1024]
+
+
+def test_trials_that_never_agree_add_a_one_thread_trial_as_a_bound_from_below(monkeypatch):
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        calls = _trials(monkeypatch, [0.002, 0.01, 0.04, 0.2])  # every thread's barriers collapsing, one thread fine
+        assert device_module._measure_peak("cpu", torch.float32) == 0.2
+        assert [threads for _, threads in calls] == [2, 2, 2, 1]
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_loaded_probe_cannot_make_an_honest_kernel_incorrect(monkeypatch):
+    """The floor (selfattn/measure/floor.py) with the probe's trials faked: the first measurement was taken under load
+    (tiny), the remeasure before judging gets a quiet trial, so the honest time stands; a lookup is still caught."""
+    from selfattn.measure import floor
+    from selfattn.point import Point
+    from selfattn.results import Row
+
+    for table in ("_PEAKS", "_SOURCES", "_REMEASURED"):
+        monkeypatch.setattr(device_module, table, {})
+    monkeypatch.setattr(device_module, "machine_key", lambda device: {"test": "loaded-probe"})
+    monkeypatch.setenv("SELFATTN_CACHE_DIR", "none")
+    loaded = iter([0.001, 0.0012, 0.0011, 0.3, 0.3, 0.3, 0.3])  # three loaded trials, then quiet remeasures
+    monkeypatch.setattr(device_module, "_gemm_trial", lambda device, dtype, n, timing_s: (1024, next(loaded)))
+    monkeypatch.setattr(device_module.torch, "get_num_threads", lambda: 1)  # no one-thread trial: the fake's order
+    monkeypatch.setattr(floor, "_one_thread_peak", lambda d, dtype: 0.0)
+    point = Point(backend="sdpa", heads=2, seq_len=256, head_dim=64)
+    honest_ms = 4 * 2 * 256 * 256 * 64 / 0.1e12 * 1e3  # 0.1 TFLOP/s: honest on a 0.3 TFLOP/s CPU
+    assert device_module.device_peak_tflops("cpu", torch.float32) == pytest.approx(0.0012)  # the loaded probe
+    assert floor.judge(point, "cpu", torch.float32, honest_ms, Row(), measured_peaks=True) == ""
+    assert device_module.device_peak_tflops("cpu", torch.float32) == 0.3  # measured again, the better kept
+    assert "below the physical floor" in floor.judge(point, "cpu", torch.float32, honest_ms / 100, Row(),
+                                                     measured_peaks=True)

@@ -37,6 +37,11 @@ def test_the_floor_follows_the_point_and_the_measured_peaks(monkeypatch):
     bf16 = Point(backend="sdpa", heads=2, seq_len=256, head_dim=64, precision="bf16")
     assert floor.point_floor(bf16, "cpu", torch.bfloat16).peak_tflops == 0.5
     assert floor.point_floor(bf16, "cuda", torch.bfloat16).peak_tflops == 0.05
+    # CUDA: a cold L2 (flushed before every call) judges the bytes; a warm one only past twice the L2
+    monkeypatch.setattr(floor, "_gpu_l2_bytes", lambda: 50 * 2**20)
+    assert floor.point_floor(point, "cuda", torch.float32).bytes_ms is not None
+    assert floor.point_floor(point, "cuda", torch.float32, l2="warm").bytes_ms is None
+    assert floor.point_floor(big, "cuda", torch.float32, l2="warm").bytes_ms is None  # 16 MiB < 2 x 50 MiB
 
 
 def test_judge_fills_the_row_and_leaves_nominal_peaks_and_recurrences_alone(monkeypatch):
@@ -69,3 +74,23 @@ def test_a_peak_collapsed_on_every_thread_does_not_make_an_honest_time_impossibl
         assert floor.judge(point, "cpu", torch.float32, 0.0368, Row(), measured_peaks=True) == ""
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_collapsed_cuda_probe_cannot_raise_the_floor_past_the_spec_sheet(monkeypatch):
+    """A GEMM probe measured while other jobs load the GPU (a tiny peak) would put an honest kernel under the floor:
+    on CUDA the floor's peak is never below the spec sheet's, so the honest time stands and a lookup is still caught."""
+    from selfattn.measure import device
+
+    monkeypatch.setattr(device, "device_peak_tflops", lambda d, dtype, remeasure=False: 5.0)  # collapsed: H100 ~800
+    monkeypatch.setattr(device, "device_peak_gbps", lambda d, remeasure=False: 3000.0)
+    monkeypatch.setattr(floor, "_gpu_name", lambda: "NVIDIA H100 80GB HBM3")
+    point = Point(backend="sdpa", heads=16, seq_len=4096, head_dim=128, precision="bf16", device="cuda")
+    honest_ms = 4 * 16 * 4096 * 4096 * 128 / 600e12 * 1e3  # 600 TFLOP/s: a fast, honest kernel (~0.23 ms)
+    assert floor.point_floor(point, "cuda", torch.bfloat16).peak_tflops == 989.5
+    assert floor.judge(point, "cuda", torch.bfloat16, honest_ms, Row(), measured_peaks=True) == ""
+    assert "below the physical floor" in floor.judge(point, "cuda", torch.bfloat16, honest_ms / 100, Row(),
+                                                     measured_peaks=True)
+    # a GPU not on any sheet keeps the measured peak: the floor there is what the probe says
+    monkeypatch.setattr(floor, "_gpu_name", lambda: "Some Future GPU")
+    assert floor.point_floor(point, "cuda", torch.bfloat16).peak_tflops == 5.0
+    assert floor.spec_tflops("cpu", torch.float32) == 0.0

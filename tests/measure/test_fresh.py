@@ -111,3 +111,57 @@ def test_a_refresh_reaches_what_the_back_end_reads(name, status, monkeypatch):
     assert row.status == status, row.error
     if status == "incorrect":
         assert "timed call (on its own fresh inputs)" in row.error
+
+
+@pytest.mark.parametrize("axes", [dict(), dict(heads=4, kv_heads=1, q_len=16), dict(scope="layer"),
+                                  dict(precision="bf16"), dict(precision="fp8_e4m3", backend="naive"), dict(scope="generate", causal=True)],
+                         ids=["core", "gqa-q_len", "layer", "bf16", "fp8-stored-fp32", "generate-no-refresh"])
+def test_the_guard_counts_what_the_refresh_allocates(axes):
+    """value_bytes is what FreshInputs copies (its base and partner), for every scope and stored dtype."""
+    from selfattn.backends.resolved import resolve_point
+    from selfattn.measure import boundary, workload
+    from selfattn.point import Point
+    from selfattn.precision import precision_context
+
+    point = Point(**{"backend": "sdpa", "heads": 2, "seq_len": 48, "head_dim": 8, "device": "cpu", **axes})
+    resolved = resolve_point(point, "cpu")
+    with precision_context(point.precision, "cpu"):
+        built = workload.build(point, resolved.storage_dtype, torch.device("cpu"),
+                               boundary.point_rows(point, 8, resolved), resolved=resolved)
+    fresh = fresh_inputs.for_workload(built)
+    kept = 0 if fresh is None else sum(t.nbytes for copies in (fresh.base, fresh.partner) for t in copies.values())
+    assert kept == fresh_inputs.KEPT_COPIES * fresh_inputs.value_bytes(point)
+    assert (fresh is None) == (axes.get("scope") == "generate") and (kept > 0) == (fresh is not None)
+
+
+def test_a_point_that_fits_only_without_the_fresh_copies_is_skipped(monkeypatch):
+    """The guard's memory holds the refresh's copies: with room for the rest but not for them, skipped_budget."""
+    from selfattn.measure import guard, measure_point
+    from selfattn.measure.budget import Budget
+    from selfattn.point import Point
+
+    point = Point(backend="sdpa", heads=2, seq_len=4096, head_dim=64, device="cpu")
+    held = fresh_inputs.held_bytes(point)
+    assert held == 3 * 2 * 3 * 4096 * 64 * 4  # base, partner and the finish's snapshot of q, k, v in float32
+    budget = Budget(timing_s=0.01, accuracy_rows=8, measure_device_peak=False, mem_fraction=1.0)
+    needs = {}
+    real_over = guard.over_budget
+
+    def recording(point, budget, need_bytes, free_bytes, point_s, compile_s=0.0):
+        needs.setdefault("first", need_bytes)
+        needs["last"] = need_bytes
+        return real_over(point, budget, need_bytes, free_bytes, point_s, compile_s)
+
+    monkeypatch.setattr(guard, "over_budget", recording)
+    monkeypatch.setattr(guard, "free_bytes", lambda device: 10**15)
+    monkeypatch.setattr(guard, "predict_point_s", lambda *a, **k: 0.0)  # memory alone decides
+    measure_point(point, budget, metrics=())  # what the guard asks for with room to spare
+    need = needs["last"]
+    monkeypatch.setattr(guard, "free_bytes", lambda device: need - held // 2)  # room for all but half the copies
+    row = measure_point(point, budget, metrics=())
+    assert row.status == "skipped_budget" and row.error.startswith("predicted memory"), row.error
+    monkeypatch.setattr(fresh_inputs, "held_bytes", lambda point: 0)  # the guard as it was: it would have run it
+    needs.clear()
+    measure_point(point, Budget(timing_s=0.01, accuracy_rows=8, measure_device_peak=False, mem_fraction=1.0,
+                                max_point_s=1e-9), metrics=())
+    assert needs["last"] == need - held

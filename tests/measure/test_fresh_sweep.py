@@ -4,7 +4,6 @@ beside an honest built-in, with fresh input values between timed calls (selfattn
 from __future__ import annotations
 
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runners"))
-from runner_helpers import ROOT, run_sweep  # noqa: E402
+from runner_helpers import ROOT, end_cells_of, run_sweep  # noqa: E402
 
 PLUGINS = "plugins_for_tests.cheats"
 CHEATS = ("memo_identity", "memo_fingerprint", "pointer_cache", "right_first_call", "precomputed", "sleeper",
@@ -22,15 +21,7 @@ CHEATS = ("memo_identity", "memo_fingerprint", "pointer_cache", "right_first_cal
 def end_cells(stdout: str) -> dict[str, str]:
     """Each back end's cell in the end table (one point: a header line of names, a line of cells under it, in as
     many parts as the terminal's width needed)."""
-    lines = stdout.splitlines()
-    found: dict[str, str] = {}
-    for header, cells in zip(lines, lines[1:]):
-        if not header.split() or not set(header.split()) <= {"sdpa", *CHEATS}:  # a header holds names only
-            continue
-        names, values = re.split(r"\s{2,}", header.strip()), re.split(r"\s{2,}", cells.strip())
-        if len(names) == len(values):
-            found.update(zip(names, values))
-    return found
+    return end_cells_of(stdout, {"sdpa", *CHEATS})
 
 
 def starred(stdout: str) -> list[str]:

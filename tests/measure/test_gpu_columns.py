@@ -13,6 +13,7 @@ import torch
 from selfattn.measure import gpu_state, kernel_time, spec_peaks
 from selfattn.measure.budget import Budget
 from selfattn.measure.timing import summarize
+from selfattn.measure.timing_options import TimingOptions
 from selfattn.results import Row
 
 
@@ -102,7 +103,8 @@ def test_timing_mode_chooses_what_time_ms_holds(monkeypatch):
     assert row.l2 == "cold"
     assert row.launch_overhead_ms == pytest.approx(0.064)
     row = Row()
-    assert kernel_time.record(row, lambda: None, call, 0.1, "kernel") is graph and row.timing_mode == "kernel"
+    assert kernel_time.record(row, lambda: None, call, 0.1, "kernel", l2="warm") is graph and row.timing_mode == "kernel"
+    assert row.l2 == "warm"
     monkeypatch.setattr(kernel_time, "kernel_time", lambda *a, **k: kernel_time.KernelTime(None, "kernel time not "
                                                                                        "measured: capture failed"))
     row = Row()
@@ -110,10 +112,19 @@ def test_timing_mode_chooses_what_time_ms_holds(monkeypatch):
     assert row.timing_mode == "call" and row.kernel_time_ms is None and "time_ms holds the call's" in row.kernel_time_note
 
 
-def test_timing_mode_is_checked():
-    assert Budget(timing_mode="kernel").timing_mode == "kernel"
-    with pytest.raises(ValueError, match="timing_mode"):
-        Budget(timing_mode="graph")
+def test_warm_replays_skip_the_l2_flush(monkeypatch):
+    seen = {}
+
+    def fake_kernel_time(call, timing_s, estimate, between=None, flush_l2=True):
+        seen["flush"] = flush_l2
+        return kernel_time.KernelTime(summarize([0.016, 0.015, 0.017], "cuda_graph"))
+
+    monkeypatch.setattr(kernel_time, "kernel_time", fake_kernel_time)
+    call = summarize([0.080, 0.082, 0.078], "cuda_events")
+    kernel_time.record(Row(), lambda: None, call, 0.1, "call", l2="warm")
+    assert seen["flush"] is False
+    kernel_time.record(Row(), lambda: None, call, 0.1, "call")
+    assert seen["flush"] is True
 
 
 @pytest.mark.gpu
@@ -129,8 +140,10 @@ def test_a_cuda_row_has_the_kernel_time_clocks_and_percent_of_peak():
     assert row.floor_ms and row.time_ms >= row.floor_ms / 4
     assert row.spec_gpu and (row.spec_gpu.startswith("unknown") or row.mfu_pct > 0)
     assert row.gpu_state == gpu_state.MISSING or row.gpu_sm_clock_mhz > 0
-    kernel = measure_point(point, Budget(timing_s=0.2, timing_mode="kernel"), metrics=())
+    kernel = measure_point(point, Budget(timing_s=0.2), metrics=(), timing=TimingOptions(mode="kernel"))
     assert kernel.status == "ok" and kernel.timing_mode == "kernel" and kernel.time_ms == kernel.kernel_time_ms
+    warm = measure_point(point, Budget(timing_s=0.2), metrics=(), timing=TimingOptions(l2="warm"))
+    assert warm.status == "ok" and warm.l2 == "warm" and row.l2 == "cold"
 
 
 @pytest.mark.gpu
@@ -143,5 +156,5 @@ def test_a_cached_answer_replays_no_kernel_and_is_below_the_floor(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
     point = Point(backend="plugins_for_tests.cheats:precomputed", heads=8, seq_len=4096, head_dim=64,
                   precision="bf16", device="cuda")
-    row = measure_point(point, Budget(timing_s=0.2, timing_mode="kernel"), metrics=())
+    row = measure_point(point, Budget(timing_s=0.2), metrics=(), timing=TimingOptions(mode="kernel"))
     assert row.status == "incorrect" and "physical floor" in row.error, row.error

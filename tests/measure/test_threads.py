@@ -8,7 +8,7 @@ import torch
 import selfattn.measure.run as run_module
 from selfattn import Point
 from selfattn.measure import Budget, measure_point
-from selfattn.measure.threads import COLLAPSE_FACTOR, choose_threads, one_thread
+from selfattn.measure.threads import COLLAPSE_FACTOR, QUIET_MIN_CALL_S, QUIET_OTHERS, choose_threads, one_thread
 
 QUICK = Budget(timing_s=0.02, accuracy_rows=8, max_point_s=600.0)
 pytestmark = pytest.mark.exclusive  # the thread choice compares timed calls: nothing may run beside them
@@ -56,6 +56,22 @@ def test_a_long_collapsed_call_is_checked_too(two_threads):
     calls = []
     choice = choose_threads(sleeper(0.12, 0.004, calls), "cpu", warm_call_s=0.12)
     assert choice.collapsed and calls == [1, 2]
+
+
+def test_a_long_warm_up_on_a_quiet_machine_needs_no_one_thread_call(two_threads):
+    """Barriers wait only where others hold the cores: with others at most QUIET_OTHERS of the machine during a
+    warm-up long enough to tell (QUIET_MIN_CALL_S), no check call; otherwise the check runs as before."""
+    calls = []
+    quiet = choose_threads(sleeper(0.12, 0.004, calls), "cpu", warm_call_s=0.12, others_frac=QUIET_OTHERS)
+    assert quiet.threads == 2 and not quiet.collapsed and not quiet.unchecked and calls == []
+    busy = choose_threads(sleeper(0.12, 0.004, calls), "cpu", warm_call_s=0.12, others_frac=0.5)
+    assert busy.collapsed and calls == [1, 2]
+    calls.clear()  # too short for /proc/stat's ticks to say the machine was quiet: checked
+    short = choose_threads(sleeper(0.03, 0.002, calls), "cpu", warm_call_s=QUIET_MIN_CALL_S / 2, others_frac=0.0)
+    assert short.collapsed and calls == [1, 2]
+    calls.clear()
+    unknown = choose_threads(sleeper(0.12, 0.004, calls), "cpu", warm_call_s=0.12, others_frac=None)  # no /proc
+    assert unknown.collapsed and calls == [1, 2]
 
 
 def test_a_call_whose_check_would_not_fit_the_point_is_left_with_a_note(two_threads):

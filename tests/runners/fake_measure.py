@@ -21,7 +21,7 @@ from selfattn.point import Point, scale_label  # noqa: E402
 from selfattn.results import Row  # noqa: E402
 
 
-def measure_point(point: Point, budget: Budget | None = None, metrics=ALL) -> Row:
+def measure_point(point: Point, budget: Budget | None = None, metrics=ALL, timing=None) -> Row:
     sleep_s = float(os.environ.get("FAKE_MEASURE_SLEEP_S", "0"))
     time.sleep(sleep_s)
     n, d = point.seq_len, point.head_dim

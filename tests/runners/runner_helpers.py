@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -61,6 +62,20 @@ def run_sweep(*args: str, fake: bool = False, timeout: float = 60, env: dict | N
     full_env = {**os.environ, "HYDRA_FULL_ERROR": "0", **(env or {})}
     return subprocess.run(sweep_cmd(*args, fake=fake), cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env=full_env)
+
+
+def end_cells_of(stdout: str, names: set[str]) -> dict[str, str]:
+    """Each back end's cell in the end table of a one-point sweep of the back ends `names` (a header line of
+    names, a line of cells under it, in as many parts as the terminal's width needed)."""
+    lines = stdout.splitlines()
+    found: dict[str, str] = {}
+    for header, cells in zip(lines, lines[1:]):
+        if not header.split() or not set(header.split()) <= names:  # a header holds names only
+            continue
+        named, values = re.split(r"\s{2,}", header.strip()), re.split(r"\s{2,}", cells.strip())
+        if len(named) == len(values):
+            found.update(zip(named, values))
+    return found
 
 
 def run_at_once(calls: dict[str, Callable[[], T]]) -> dict[str, T]:

@@ -227,8 +227,8 @@ def test_conf_mirrors_the_dataclasses_that_own_each_key():
     conf = OmegaConf.to_container(OmegaConf.load(CONF / "config.yaml"))
     assert config.POINT_NODE in conf.pop("defaults")
     conf.pop("hydra")
-    assert conf.pop("budget") == defaults(Budget)
-    assert conf.pop("wandb") == defaults(config.WandbConf)
+    for section, owner in config.SECTIONS.items():  # budget, timing, wandb
+        assert conf.pop(section) == defaults(owner), section
     assert conf == defaults(config.RunnerConf)
     assert not (CONF / "backend").exists() and not (CONF / "precision").exists()
 

@@ -13,6 +13,7 @@ import pytest
 
 from runners import isolate, isolate_request
 from selfattn.measure.budget import Budget
+from selfattn.measure.timing_options import TimingOptions
 from selfattn.point import Point
 
 HERE = Path(__file__).resolve().parent
@@ -28,7 +29,7 @@ def test_a_point_and_its_budget_travel_as_field_mappings_and_come_back_equal():
     point = Point(backend="naive", backend_options={"block": 64, "sizes": (1, 2)}, seq_len=48, heads=2, head_dim=8,
                   window=(8, 0), causal=True, device="cpu", mask_options={}, scale=0.5)
     budget = Budget(timing_s=0.01, accuracy_rows=4, measure_device_peak=False)
-    framed = isolate_request.encode("n" * 32, "pid-1", point, budget, ("accuracy", "stability"))
+    framed = isolate_request.encode("n" * 32, "pid-1", point, budget, ("accuracy", "stability"), TimingOptions())
     message = json.loads(framed[isolate_request.HEADER.size:])
     assert message["point"]["window"] == [8, 0] and message["budget"]["timing_s"] == 0.01
     request = _decoded(framed)
@@ -46,7 +47,7 @@ def test_a_point_and_its_budget_travel_as_field_mappings_and_come_back_equal():
     (lambda m: m.update(extra=1), "request: unknown key 'extra'"),
 ])
 def test_a_request_that_fails_a_field_check_is_refused_naming_it(change, reason):
-    framed = isolate_request.encode("n", "p", Point(backend="naive", device="cpu"), Budget(), ())
+    framed = isolate_request.encode("n", "p", Point(backend="naive", device="cpu"), Budget(), (), TimingOptions())
     message = json.loads(framed[isolate_request.HEADER.size:])
     change(message)
     with pytest.raises(ValueError) as err:
@@ -65,8 +66,8 @@ def test_the_worker_answers_a_refused_request_with_its_reason_and_serves_the_nex
     budget = Budget(timing_s=0.01, accuracy_rows=4, measure_device_peak=False)
     real_encode = isolate_request.encode
 
-    def with_a_bad_field(nonce, point_id, point, budget, metrics):  # a request the worker's checks refuse
-        framed = real_encode(nonce, point_id, point, budget, metrics)
+    def with_a_bad_field(nonce, point_id, point, budget, metrics, timing):  # a request the worker's checks refuse
+        framed = real_encode(nonce, point_id, point, budget, metrics, timing)
         message = json.loads(framed[isolate_request.HEADER.size:])
         message["point"]["heads"] = 0
         data = json.dumps(message).encode()

@@ -34,7 +34,7 @@ def test_resume_skips_done_points_and_retry_failed_reruns_failures(tmp_path, fak
     job.run_job(BASE, ctx(tmp_path))
     calls = []
     real = fake_measure.measure_point
-    monkeypatch.setattr(fake_measure, "measure_point", lambda p, b=None, m=ALL: calls.append(p) or real(p, b, m))
+    monkeypatch.setattr(fake_measure, "measure_point", lambda p, b=None, m=ALL, *rest: calls.append(p) or real(p, b, m, *rest))
     import sys
 
     sys.modules["selfattn.measure"].measure_point = fake_measure.measure_point
@@ -91,7 +91,7 @@ def test_a_bad_wandb_setting_stops_a_single_run_but_not_a_sweep(tmp_path, fake_m
 def test_a_crashing_measurement_still_leaves_an_error_row(tmp_path, fake_measure, monkeypatch):
     import sys
 
-    def broken(point, budget=None, metrics=None):
+    def broken(point, budget=None, metrics=None, timing=None):
         raise RuntimeError("bug in measure")
 
     monkeypatch.setattr(sys.modules["selfattn.measure"], "measure_point", broken)
@@ -152,7 +152,7 @@ def test_metrics_are_recorded_not_part_of_the_id_and_a_resume_asking_for_more_me
     real = fake_measure.measure_point
     import sys
 
-    sys.modules["selfattn.measure"].measure_point = lambda p, b=None, m=ALL: calls.append(tuple(m)) or real(p, b, m)
+    sys.modules["selfattn.measure"].measure_point = lambda p, b=None, m=ALL, *rest: calls.append(tuple(m)) or real(p, b, m, *rest)
     job.run_job({**BASE, "metrics": []}, ctx(tmp_path))  # fewer than the row has: skipped, the same point id
     job.run_job({**BASE, "metrics": ["memory"]}, ctx(tmp_path))
     assert calls == [] and "skipped" in capsys.readouterr().out
