@@ -222,7 +222,6 @@ def test_conf_mirrors_the_dataclasses_that_own_each_key():
     """conf/config.yaml holds exactly the runner's keys the code reads, with its defaults; the point's axes and the
     groups `backend` and `precision` are not written there at all (Hydra's ConfigStore holds them, from the code)."""
     from selfattn.fields import defaults
-    from selfattn.measure import Budget
 
     conf = OmegaConf.to_container(OmegaConf.load(CONF / "config.yaml"))
     assert config.POINT_NODE in conf.pop("defaults")
