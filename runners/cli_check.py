@@ -45,18 +45,19 @@ def conf_dir() -> Path | None:
 
 @lru_cache(maxsize=None)
 def group_options(group: str) -> tuple[str, ...]:
-    """The YAML files of a config group, by name (conf/backend/naive.yaml -> naive), and the precisions (a group
-    of no files); back ends in the registry's order (the order of every table), the rest sorted."""
+    """A config group's options by name: its YAML files (conf/experiment/quick.yaml -> quick), and those Hydra's
+    ConfigStore holds (runners.config.register_resolvers): the precisions and the built-in back ends; back ends in
+    the registry's order (the order of every table), the rest sorted."""
     root = conf_dir()
     names = sorted(p.stem for p in (root / group).glob("*.yaml")) if root else []
-    if group == "precision":  # no files: the one list (runners.config.register_resolvers stores them)
+    if group == "precision":  # the one list of precisions
         from selfattn.precision_names import PRECISIONS
 
         names = sorted({*names, *PRECISIONS})
-    if group == "backend":
+    if group == "backend":  # the built-ins, from the registry's names
         from selfattn.backends import BACKEND_NAMES
 
-        names = [n for n in BACKEND_NAMES if n in names] + [n for n in names if n not in BACKEND_NAMES]
+        names = [*BACKEND_NAMES, *(n for n in names if n not in BACKEND_NAMES)]
     return tuple(names)
 
 
@@ -143,7 +144,7 @@ def known_keys(backends: Iterable[str]) -> list[str]:
 
 
 def all_keys() -> list[str]:
-    """Every key a config may hold (runners.config.known_keys), the built-ins' options read from conf/."""
+    """Every key a config may hold (runners.config.known_keys), the built-ins' options from their torch-free Options."""
     from runners.config import known_keys as config_keys
 
     return config_keys(builtin_options)
@@ -151,19 +152,12 @@ def all_keys() -> list[str]:
 
 @lru_cache(maxsize=None)
 def builtin_options(name: str) -> tuple[str, ...]:
-    """A built-in back end's option keys, read from conf/backend/NAME.yaml: the file mirrors the module's
-    `Options` (tests/runners/test_config.py), and reading it does not import the module, so a typo is refused
-    before torch has imported (seconds). The module's `Options` where no such file can be read."""
-    root = conf_dir()
-    yaml = root / "backend" / f"{name}.yaml" if root else None
-    if yaml is not None and yaml.is_file():
-        # top-level keys only (a line `key: value`, not indented, not a comment): what the file mirrors
-        keys = [line.split(":", 1)[0] for line in yaml.read_text().splitlines()
-                if line[:1].isalpha() and ":" in line]
-        return tuple(k for k in keys if k != "name")
-    from selfattn.backends import get_backend
+    """A built-in back end's option keys, from its `Options` in selfattn/backends/options/ (declared without torch,
+    so a typo is refused before torch has imported: seconds); none for a built-in without such a module."""
+    from selfattn.backends.options import builtin_options_type
 
-    return tuple(f.name for f in config_fields(get_backend(name).options_type))
+    options = builtin_options_type(name)
+    return tuple(f.name for f in config_fields(options)) if options is not None else ()
 
 
 @lru_cache(maxsize=None)
@@ -179,7 +173,7 @@ def _plain_keys() -> frozenset[str]:
 def backend_options(name: str) -> tuple[frozenset[str], str]:
     """Back end `name`'s option keys (`backend.<field>`) and, for a plugin that cannot be loaded, why.
     A plugin is imported here, and only when the command line sets a `backend.*` key; a built-in's keys are
-    read from conf/ (builtin_options)."""
+    read from its torch-free Options (builtin_options)."""
     from selfattn.backends import BACKEND_NAMES, get_backend
 
     if name in BACKEND_NAMES:
@@ -361,7 +355,7 @@ def problems(overrides: Sequence[str], config_dir: str | None = None) -> list[st
     searchpath = searchpath_of(parsed)
     if searchpath is not None and not any(e.startswith(PLUGIN_SOURCE) for e in searchpath):
         # Hydra would compose the built-ins' jobs, then stop at "Could not find 'backend/<plugin>'"
-        files = options_in("backend", extra or [])  # a built-in's YAML, or one of the user's folders
+        files = options_in("backend", extra or [])  # a built-in, or a YAML of one of the user's folders
         plugins = [n for n in dict.fromkeys(str(v) for v in named["backend"]) if n not in files and is_backend_name(n)]
         if plugins:
             found.append(f"backend: {', '.join(plugins)} {'is a plugin' if len(plugins) == 1 else 'are plugins'}, "

@@ -21,6 +21,7 @@ from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from runners.isolate import parse_isolate
 from selfattn.backends import BACKEND_NAMES, describe_name, get_backend
+from selfattn.backends.options import builtin_node
 from selfattn.fields import check_fields, config_fields, default_of, defaults, field_types, spec, unknown_key
 from selfattn.measure.budget import Budget
 from selfattn.measure.timing_options import TimingOptions
@@ -167,7 +168,7 @@ def _point(values: Mapping[str, Any], d_model: int | None) -> Point:
     problem = describe_name(name)  # a built-in, an installed plugin or a path module:function (a plugin)
     if problem:
         raise ValueError(problem)
-    # Options at their defaults are spelled out (as conf/backend/NAME.yaml does), so a grid's
+    # Options at their defaults are spelled out (as the group `backend`'s option does), so a grid's
     # back end and a command line's hash to the same point; null means "tuned per device".
     given = check_fields(get_backend(name).options_type, options, prefix="backend.", fill_defaults=False)
     # a value the harness derives (FP8's format, from the precision: config=False) is not spelled out
@@ -295,8 +296,8 @@ def grid_points(grids: Any) -> list[dict[str, Any]]:
 def flat_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The job's config as a plain dict, with its grid point (if any) applied on top.
 
-    A grid that names a back end gets that back end's defaults (what conf/backend/NAME.yaml
-    holds, from its `Options`), not the options of the back end the config started with.
+    A grid that names a back end gets that back end's defaults (what the group `backend`'s
+    option holds, from its `Options`), not the options of the back end the config started with.
     """
     flat = {k: cfg[k] for k in cfg}
     index = flat.get("grid_point")
@@ -342,8 +343,9 @@ def point_defaults() -> dict[str, Any]:
 
 def register_resolvers() -> None:
     """What composing conf/ needs besides its files: the resolvers of conf/experiment/*.yaml (`${by_device:...}`,
-    `${grid_range:}`), the point's defaults (`point_defaults`, in Hydra's ConfigStore as `point`) and the group
-    `precision` (an option per name of selfattn/precision_names.py, no file restates them). Every
+    `${grid_range:}`), the point's defaults (`point_defaults`, in Hydra's ConfigStore as `point`), the group
+    `precision` (an option per name of selfattn/precision_names.py) and the built-ins of the group `backend` (each
+    its name and its `Options` at their defaults, selfattn/backends/options/): no file restates them. Every
     process that composes calls it (runners/sweep.py on import; a SLURM job imports that too)."""
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
@@ -355,3 +357,5 @@ def register_resolvers() -> None:
     store.store(name=POINT_NODE, node=point_defaults())
     for precision in PRECISIONS:  # the group `precision`: one option per precision of the one list
         store.store(group="precision", name=precision, node={"name": precision})
+    for name in BACKEND_NAMES:  # a plugin's option comes from hydra_plugins/selfattn_backends/backend_source.py
+        store.store(group="backend", name=name, node=builtin_node(name))

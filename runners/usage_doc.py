@@ -97,7 +97,8 @@ def _table(header: str, rows: list[str]) -> list[str]:
 
 def reference() -> str:
     """The generated tables (without the marker lines)."""
-    groups = {node: f"; a config group: `{node}=NAME` picks conf/{node}/NAME.yaml" for node in NODES}
+    groups = {"backend": "; a config group: `backend=NAME` picks the back end and its options at their defaults "
+                         "(a built-in's from selfattn/backends/options/NAME.py, a plugin's from its own Options)"}
     groups["precision"] = "; a config group: `precision=NAME`, one per name of selfattn/precision_names.py"
     groups.update({node: f"; a config group made from the functions (`{node}=NAME {node}.PARAM=VALUE`; "
                          "`python -m selfattn.mods` lists them and their parameters)" for node in FUNCTION_NODES})

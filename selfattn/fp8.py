@@ -34,38 +34,20 @@ the logits does (the overflow study of analysis/fp8.py predicts them from the Ga
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import torch
 
-from selfattn.fields import spec
 from selfattn import fp8_mm, torch_private
-from selfattn.fp8_formats import FORMAT_MAX, FORMAT_NAMES
+# the options are declared without torch (the config and the command line's check read them); re-exported here
+from selfattn.fp8_options import MATMULS as MATMULS, OFF as OFF, SCALINGS as SCALINGS
+from selfattn.fp8_options import Fp8Options as Fp8Options
+from selfattn.fp8_formats import FORMAT_MAX
 from selfattn.fp8_mm import DTYPES, products_label
 
 FORMAT_OF_DTYPE: dict[torch.dtype, str] = {dtype: name for name, dtype in DTYPES.items()}
-SCALINGS = ("tensor", "block", "none")
 HADAMARD_SEED = 20_240_711  # one fixed rotation: Q and K must share it, and reruns must too
-OFF = "none"
-MATMULS = ("auto", "dequant", "scaled_mm")
 SCALED_MM_CAPABILITY = (8, 9)  # torch._scaled_mm on CUDA: Ada (8.9) and newer
-
-
-@dataclass(frozen=True)
-class Fp8Options:
-    """The options naive and chunked share for precision=fp8_* (their Options inherit them)."""
-
-    fp8: str = spec(OFF, choices=(OFF, *FORMAT_NAMES), config=False,
-                    help="set from precision=fp8_e4m3|fp8_e5m2 (not a config key): the FP8 format Q, K, V and P are cast to")
-    fp8_scaling: str = spec("tensor", choices=SCALINGS,
-                            help="fp8: Q, K, V scale per tensor | per block of fp8_block rows (FA3) | none (a raw cast)")
-    fp8_block: int = spec(64, ge=1, help="fp8_scaling=block: rows (tokens) per scale, per batch and head")
-    p_scale: float = spec(256.0, gt=0, help="fp8: P is multiplied by this before its cast (FA3: 2^8), divided after")
-    hadamard: bool = spec(False, help="fp8: multiply Q and K by one random orthogonal (Hadamard) matrix before quantizing")
-    fp8_matmul: str = spec("auto", choices=MATMULS,
-                           help="fp8: QK^T and P.V through torch._scaled_mm on the fp8 tensors (scaled_mm, where its CUDA "
-                                "rules allow) | on the dequantized values (dequant) | auto (scaled_mm on CUDA >= 8.9)")
 
 
 FP8_OPTION_NAMES = tuple(name for name in Fp8Options.__dataclass_fields__ if name != "fp8")

@@ -49,8 +49,9 @@ def test_no_module_imports_itself_through_a_circle():
         ("analysis/load.py", "import selfattn.api", "never loads torch"),
         ("selfattn/masks.py", "import selfattn.reference", "No import cycles"),
         ("selfattn/results.py", "import wandb", "knows nothing of Hydra or wandb"),
+        ("selfattn/backends/options/naive.py", "import selfattn.fp8_mm", "Options never load torch"),
     ],
-    ids=["selfattn-imports-runners", "analysis-loads-torch", "cycle", "selfattn-imports-wandb"],
+    ids=["selfattn-imports-runners", "analysis-loads-torch", "cycle", "selfattn-imports-wandb", "options-load-torch"],
 )
 def test_a_wrong_import_breaks_its_contract(tmp_path, module, line, broken):
     for package in PACKAGES:

@@ -1,6 +1,6 @@
 """The config group `backend`'s options for plugins: `backend=my_pkg.attn:fast`, `backend=<entry point>`.
 
-A built-in back end's options live in conf/backend/<name>.yaml. A plugin has no such file, so this config
+A built-in back end's option is in Hydra's ConfigStore (runners/config.py). A plugin has none there, so this config
 source (scheme `selfattn-backend://`, on the search path through conf/config.yaml's `hydra.searchpath`)
 answers `backend/<name>` for every name that is not a built-in: `{name: <name>, <option>: <default>, ...}`,
 its options read from the plugin's own `Options` (in the sweep's process through a child that describes them:

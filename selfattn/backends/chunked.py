@@ -69,8 +69,8 @@ from selfattn import fp8 as fp8_path
 from selfattn import fp8_mm
 from selfattn.backends import chunked_band, chunked_mods, chunked_pool
 from selfattn.backends.contract import backend
+from selfattn.backends.options.chunked import Options as Options
 from selfattn.compile import compiled
-from selfattn.fields import spec
 from selfattn.masks import Masks, blocks, bounds, keep_from_intervals
 from selfattn.point import FP32_BYTES, Point
 from selfattn.score_mods import sink_rescale
@@ -80,18 +80,6 @@ from selfattn.variants import window_extents
 # the matmul peak.
 EFFICIENCY = 0.6
 
-
-@dataclass(frozen=True)
-class Options(fp8_path.Fp8Options):
-    q_chunk: int | None = spec(None, ge=1, help="query rows per block; null: auto, sized to the mask (chunk_sizes: the "
-                                                "tuned 512 x 512, or 256 x 512 causal, on a CPU; on CUDA from a memory "
-                                                "budget, cuda_chunk_sizes; a window's own size, blocks cut at "
-                                                "document starts)")
-    kv_chunk: int | None = spec(None, ge=1, help="key rows per block; null: auto, sized to the mask like q_chunk")
-    compute: str = spec("auto", choices=("auto", "fp32", "input"),
-                        help="fp16/bf16 block matmuls: fp32 (upcast copies) | input (the input dtype accumulating in "
-                             "fp32, as FlashAttention) | auto (input on CUDA, fp32 on a CPU)")
-    compile: bool = spec(False, help="run each block's work through torch.compile (compile time is measured apart, as compile_s)")
 
 # (q_chunk, kv_chunk), chosen from measured sweeps (benchmarks/chunk_sizes.py; its figures are in the
 # history of docs/performance.md): CPU fp32, B1 H8 D64, 2 threads. Before lazy rescaling 256x512 was at the bottom everywhere

@@ -41,12 +41,12 @@ import hashlib
 import shutil
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import torch
 
 from selfattn.backends.contract import backend
+from selfattn.backends.options.flex import Options as Options
 from selfattn.compile import compiled
 from selfattn.fields import defaults
 from selfattn.masks import Masks
@@ -60,11 +60,6 @@ BLOCK_SIZE = 128  # flex_attention's default sparse block (queries and keys)
 BLOCK_MASK_CACHE = 4  # block masks kept for reuse (one per distinct set of mask arguments)
 SCORE_MOD_CACHE = 8  # score_mods kept for reuse (one per distinct transforms, heads and shape)
 SINK_WAYS = ("lse", "key")  # how the sink joins the softmax (module docstring)
-
-
-@dataclass(frozen=True)
-class Options:
-    """flex has no options of its own: the mask arguments decide its block mask."""
 
 
 def missing(device: torch.device | str) -> str | None:

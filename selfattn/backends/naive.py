@@ -27,16 +27,16 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple
 
 import torch
 
 from selfattn import fp8 as fp8_path
 from selfattn.backends.contract import backend
+from selfattn.backends.options.naive import Options as Options
 from selfattn import fp8_mm, torch_private
 from selfattn.compile import compiled
-from selfattn.fields import defaults, spec
+from selfattn.fields import defaults
 from selfattn.fp8_formats import fp8_format
 from selfattn.point import CUDA_SOFTMAX_BACKWARD, FP32_BYTES, Point
 from selfattn.masks import Masks, no_empty_rows
@@ -45,14 +45,6 @@ from selfattn.score_mods import alibi_bias, softmax_with_sink
 # Mostly a matmul, plus memory-bound passes over the score matrix (scale, mask, softmax): the
 # time guard's optimistic share of the matmul peak (see selfattn/measure/predict.py).
 EFFICIENCY = 0.6
-
-
-@dataclass(frozen=True)
-class Options(fp8_path.Fp8Options):
-    upcast_softmax: bool = spec(False, help="softmax in float32 even for fp16/bf16 inputs")
-    scale_at: str = spec("logits", choices=("logits", "query"),
-                         help="logits: Q K^T, then scale (the chapter's order); query: scale Q first (as fused kernels do)")
-    compile: bool = spec(False, help="run the steps through torch.compile (compile time is measured apart, as compile_s)")
 
 
 class How(NamedTuple):

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import sys
 import warnings
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
@@ -33,8 +32,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from selfattn import torch_private
 from selfattn.backends.contract import backend
+from selfattn.backends.options.sdpa import KERNEL_NAMES, Options as Options
 from selfattn.errors import Unsupported
-from selfattn.fields import defaults, spec
+from selfattn.fields import defaults
 from selfattn.masks import Masks, no_empty_rows
 from selfattn.point import CUDA_SOFTMAX_BACKWARD, FP32_BYTES, Point
 from selfattn.score_mods import query_positions
@@ -42,25 +42,19 @@ from selfattn.variants import alibi_slopes
 
 # Fused SDPA is mostly matmul: the time guard's optimistic share of the matmul peak.
 EFFICIENCY = 0.9
-KERNELS: dict[str, SDPBackend | None] = {
-    "auto": None,
-    "flash": SDPBackend.FLASH_ATTENTION,
-    "efficient": SDPBackend.EFFICIENT_ATTENTION,
-    "math": SDPBackend.MATH,
-    "cudnn": SDPBackend.CUDNN_ATTENTION,
-}
+# the option's names (selfattn/backends/options/sdpa.py), in order, to torch's kernels
+KERNELS: dict[str, SDPBackend | None] = dict(zip(KERNEL_NAMES, (
+    None,
+    SDPBackend.FLASH_ATTENTION,
+    SDPBackend.EFFICIENT_ATTENTION,
+    SDPBackend.MATH,
+    SDPBackend.CUDNN_ATTENTION,
+), strict=True))
 FORCED: dict[str, SDPBackend] = {name: kind for name, kind in KERNELS.items() if kind is not None}
 # Per-thread scratch of torch's CPU flash kernel: a q_split x kv_split fp32 block and row stats.
 CPU_FLASH_Q_SPLIT = 256
 CPU_FLASH_KV_SPLIT = 512
 BIAS_ALIGN = 8  # elements: the memory-efficient kernel's alignment of a bias's strides (mem_eff_alignment)
-
-
-@dataclass(frozen=True)
-class Options:
-    kernel: str = spec("auto", choices=tuple(KERNELS),
-                       help="auto lets torch choose; a forced kernel that cannot run is an unsupported row")
-    bool_mask: bool = spec(False, help="pass even a causal-only mask as a boolean attn_mask, to measure what is_causal saves")
 
 
 def resolve_options(options: Mapping[str, Any], device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:

@@ -27,14 +27,14 @@ import importlib.util
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
 
 from selfattn.backends.contract import backend
+from selfattn.backends.options.triton import BLOCK_SIZES as BLOCK_SIZES, Options as Options
 from selfattn.errors import Unsupported
-from selfattn.fields import defaults, spec
+from selfattn.fields import defaults
 from selfattn.masks import Masks
 from selfattn.point import FP32_BYTES, Point
 
@@ -57,19 +57,9 @@ TRITON_MISSING: str | None = _triton_missing()
 # A hand-written kernel without autotuning: the time guard's optimistic share of the matmul peak.
 EFFICIENCY = 0.5
 MAX_HEAD_DIM = 256  # one (block_m x head_dim) query tile and its fp32 accumulator stay in registers
-BLOCK_SIZES = (16, 32, 64, 128)  # tl.dot's tiles are at least 16 on a side; powers of two
 KERNEL_MODULE = "selfattn.backends.triton_fwd"
 BACKWARD_MODULE = "selfattn.backends.triton_bwd"  # the backward kernels and the autograd function of both passes
 CPU_NEEDS_INTERPRETER = "triton runs on CUDA; on a CPU set TRITON_INTERPRET=1 (correctness only, ~1000x slower)"
-
-
-@dataclass(frozen=True)
-class Options:
-    block_m: int = spec(64, choices=BLOCK_SIZES, help="query rows per program (one tile of the kernel)")
-    block_n: int = spec(64, choices=BLOCK_SIZES, help="key rows per iteration of the kernel's loop")
-    dot_precision: str = spec("auto", choices=("auto", "tf32", "ieee"),
-                              help="fp32 inputs: tl.dot on TF32 tensor cores or exact fp32 (ieee); auto follows "
-                                   "torch's TF32 flag (precision=tf32 -> tf32, fp32 -> ieee)")
 
 
 def _interpreter_on() -> bool:

@@ -1,8 +1,9 @@
 """What a new built-in back end touches, as docs/architecture.md counts it: its module, its name in
-BUILTIN_NAMES (selfattn/backends/discovery.py) and conf/backend/<name>.yaml (and its own tests). This test
-adds one to a copy of the packages, touching those three files alone, and runs it everywhere a back end is
-used: the listing (`--json`), `selfattn.attention`, a refusal, and a sweep point through the command line.
-A place that also needs editing (a hard-coded list of back ends) fails it."""
+BUILTIN_NAMES (selfattn/backends/discovery.py) and, having options, selfattn/backends/options/<name>.py (and its
+own tests); no conf/ file (the config group `backend` is made from the Options). This test adds one with an option
+to a copy of the packages, touching those three files alone, and runs it everywhere a back end is used: the
+listing (`--json`), `selfattn.attention`, a refusal, the command line's check of its option, and a sweep point
+setting it. A place that also needs editing (a hard-coded list of back ends) fails it."""
 
 from __future__ import annotations
 
@@ -20,14 +21,34 @@ PACKAGES = ("selfattn", "runners", "analysis", "conf", "hydra_plugins")
 MODULE = '''"""copycat: naive's steps under another name (a test's back end)."""
 from selfattn.backends import naive
 from selfattn.backends.contract import backend
+from selfattn.backends.options.copycat import Options
 
 
-def attention(q, k, v, *, masks, scale):
-    return naive.attention(q, k, v, masks=masks, scale=scale)
+def attention(q, k, v, *, masks, scale, scale_at="logits"):
+    return naive.attention(q, k, v, masks=masks, scale=scale, scale_at=scale_at)
 
 
-backend(attention, takes_masks=True, dtypes=("fp32",), mem_model=naive.predict_mem_bytes, kernel_label="copycat",
-        gaps={"fp64": "a test's back end takes fp32 only"})
+backend(attention, takes_masks=True, options=Options, dtypes=("fp32",), mem_model=naive.predict_mem_bytes,
+        kernel_label="copycat", gaps={"fp64": "a test's back end takes fp32 only"})
+'''
+OPTIONS = '''"""copycat's options, without torch."""
+from dataclasses import dataclass
+
+from selfattn.fields import spec
+
+
+@dataclass(frozen=True)
+class Options:
+    scale_at: str = spec("logits", choices=("logits", "query"), help="as naive's")
+'''
+CLI = '''
+import sys
+from runners import cli_check
+assert cli_check.problems(["backend=copycat", "backend.scale_at=query"]) == []
+(line,) = cli_check.problems(["backend=copycat", "backend.scale_att=query"])
+assert "did you mean backend.scale_at?" in line, line
+assert "torch" not in sys.modules
+print("ok")
 '''
 CHECK = '''
 import torch, selfattn
@@ -57,7 +78,7 @@ def copy_with_a_new_backend(tmp_path_factory) -> Path:
     old = 'BUILTIN_NAMES: tuple[str, ...] = ("naive", "sdpa", "chunked", "flex", "triton")'
     assert old in text
     discovery.write_text(text.replace(old, old[:-1] + ', "copycat")'))
-    (root / "conf" / "backend" / "copycat.yaml").write_text("# naive's steps under another name\nname: copycat\n")  # 3
+    (root / "selfattn" / "backends" / "options" / "copycat.py").write_text(OPTIONS)  # 3: its options, no torch
     return root
 
 
@@ -67,7 +88,7 @@ def _run(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_a_new_builtin_touches_its_module_its_name_and_its_conf(copy_with_a_new_backend, tmp_path):
+def test_a_new_builtin_touches_its_module_its_name_and_its_options(copy_with_a_new_backend, tmp_path):
     root = copy_with_a_new_backend
     listed = _run(root, "-m", "selfattn.backends", "--json")
     assert listed.returncode == 0, listed.stderr
@@ -76,8 +97,11 @@ def test_a_new_builtin_touches_its_module_its_name_and_its_conf(copy_with_a_new_
     assert record["origin"] == "selfattn.backends.copycat:attention"
     called = _run(root, "-c", CHECK)
     assert called.returncode == 0 and called.stdout.strip() == "ok", called.stderr
-    swept = _run(root, "-m", "runners.sweep", "backend=copycat", "seq_len=32", "heads=2", "head_dim=16",
+    checked = _run(root, "-c", CLI)
+    assert checked.returncode == 0 and checked.stdout.strip() == "ok", checked.stderr
+    swept = _run(root, "-m", "runners.sweep", "backend=copycat", "backend.scale_at=query", "seq_len=32", "heads=2", "head_dim=16",
                  f"hydra.run.dir={tmp_path / 'run'}", "wandb.mode=disabled", "budget.timing_s=0.02")
     assert swept.returncode == 0, swept.stdout[-2000:] + swept.stderr[-2000:]
     row = json.loads((tmp_path / "run" / "row.json").read_text())
     assert row["status"] == "ok" and row["backend"] == "copycat" and row["kernel"] == "copycat", row
+    assert json.loads(row["backend_options"]) == {"scale_at": "query"}, row

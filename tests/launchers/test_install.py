@@ -57,7 +57,7 @@ def _sweep(*args: str, cwd: Path, env: dict[str, str]) -> str:
 
 def _config_files() -> list[str]:
     files = sorted(p.relative_to(ROOT / "conf").as_posix() for p in (ROOT / "conf").rglob("*.yaml"))
-    assert {"config.yaml", "backend/naive.yaml", "experiment/quick.yaml",
+    assert {"config.yaml", "mask/none.yaml", "experiment/quick.yaml",
             "hydra/launcher/slurm_gpu.yaml"} <= set(files)
     return files
 

@@ -173,7 +173,7 @@ def test_a_search_path_without_the_plugin_source_refuses_a_plugin_before_hydra_d
 
 def test_a_refusal_does_not_import_torch():
     """The check runs before runners.sweep imports torch and Hydra, so a typo is refused in a fraction of a
-    second: it must not import torch itself (a built-in's option keys come from conf/backend/*.yaml)."""
+    second: it must not import torch itself (a built-in's option keys come from selfattn/backends/options/)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -193,7 +193,7 @@ def test_a_refusal_does_not_import_torch():
     assert done.stdout.strip() == "[]", done.stdout
 
 
-def test_a_builtins_option_keys_read_from_conf_are_its_options_fields():
+def test_a_builtins_option_keys_read_without_torch_are_its_options_fields():
     from selfattn.backends import BACKEND_NAMES, get_backend
     from selfattn.fields import config_fields
 

@@ -219,11 +219,9 @@ def test_a_valid_point_keeps_its_columns_and_id():
 
 
 def test_conf_mirrors_the_dataclasses_that_own_each_key():
-    """conf/config.yaml and conf/backend/*.yaml hold exactly the keys the code reads, with its defaults; the
-    point's axes are not written there at all (Hydra's ConfigStore holds them, from Point)."""
-    from selfattn.backends import BACKEND_NAMES, get_backend
-    from selfattn.fields import config_fields, default_of, defaults
-    from selfattn.measure import Budget
+    """conf/config.yaml holds exactly the runner's keys the code reads, with its defaults; the point's axes and the
+    groups `backend` and `precision` are not written there at all (Hydra's ConfigStore holds them, from the code)."""
+    from selfattn.fields import defaults
 
     conf = OmegaConf.to_container(OmegaConf.load(CONF / "config.yaml"))
     assert config.POINT_NODE in conf.pop("defaults")
@@ -231,13 +229,25 @@ def test_conf_mirrors_the_dataclasses_that_own_each_key():
     for section, owner in config.SECTIONS.items():  # budget, timing, wandb
         assert conf.pop(section) == defaults(owner), section
     assert conf == defaults(config.RunnerConf)
-    assert sorted(p.stem for p in (CONF / "backend").glob("*.yaml")) == sorted(BACKEND_NAMES)
+    assert not (CONF / "backend").exists() and not (CONF / "precision").exists()
+
+
+def test_the_composed_backend_group_is_each_builtins_options_at_their_defaults(composer):
+    """`backend=NAME` composes to the name and every config key of the back end's own `Options` (the one its
+    module declares and the registry reads) at its default, in its order; a derived value (FP8's format) is no key."""
+    from selfattn.backends import BACKEND_NAMES, get_backend
+    from selfattn.fields import config_fields, default_of
+
+    assert composer([]).backend.name == "naive"  # conf/config.yaml's default
     for name in BACKEND_NAMES:
-        node = OmegaConf.to_container(OmegaConf.load(CONF / "backend" / f"{name}.yaml"))
-        assert node.pop("name") == name
-        kept = config_fields(get_backend(name).options_type)  # a derived value (FP8's format) is never a key
-        assert node == {f.name: default_of(f) for f in kept}, name
-        assert [f.name for f in kept] == list(node)
+        node = OmegaConf.to_container(composer([f"backend={name}"]).backend)
+        kept = config_fields(get_backend(name).options_type)
+        assert node == {"name": name, **{f.name: default_of(f) for f in kept}}, name
+        assert list(node) == ["name", *(f.name for f in kept)], name
+    assert "fp8" not in composer(["backend=naive"]).backend
+    assert composer(["backend=chunked", "backend.q_chunk=16"]).backend.q_chunk == 16
+    with pytest.raises(Exception, match="no_such_option"):  # the group is closed, as a file's was
+        composer(["backend=flex", "backend.no_such_option=1"])
 
 
 def test_the_composed_config_holds_every_axis_at_point_s_default(composer):
