@@ -130,7 +130,8 @@ def sweep_points(args: list[str]) -> list[Any]:
     parser = OverridesParser.create()
     # -m and hydra.* (the sweep folder) do not change a point
     args = [a for a in args if a not in ("-m", "--multirun") and not a.lstrip("+~").startswith("hydra.")]
-    groups = {p.name for p in _conf_dir().iterdir() if p.is_dir()}
+    # the config groups: conf/'s folders and the ones runners/config.py stores from the code (backend, precision)
+    groups = {p.name for p in _conf_dir().iterdir() if p.is_dir()} | set(config.NODES)
     fixed = [a for a in args if not parser.parse_override(a).is_sweep_override()]
     GlobalHydra.instance().clear()
     try:

@@ -38,9 +38,14 @@ def explodes(q, k, v, **kw):
 
 
 def write_path_plugin(folder: Path, imports_log: Path | None = None) -> Path:
-    """my_attn.py (PATH_PLUGIN) in `folder`; with `imports_log`, each process that imports it appends its argv there."""
+    """my_attn.py (PATH_PLUGIN) in `folder`; with `imports_log`, each process that imports it appends a line there:
+    its argv[0], a tab and its parent's command line (a plugin runs in the isolated worker, whose parent is the job's
+    process)."""
     folder.mkdir(parents=True, exist_ok=True)
-    log = f"import sys\nopen({str(imports_log)!r}, 'a').write(' '.join(sys.argv) + '\\n')\n" if imports_log else ""
+    log = ("import os, sys\n"
+           "parent = open(f'/proc/{os.getppid()}/cmdline', 'rb').read().replace(b'\\0', b' ').decode()\n"
+           f"open({str(imports_log)!r}, 'a').write(sys.argv[0] + '\\t' + parent + '\\n')\n"
+           if imports_log else "")
     (folder / "my_attn.py").write_text(log + PATH_PLUGIN)
     return folder
 

@@ -71,9 +71,10 @@ def test_parallel_jobs_lose_no_row_and_duplicate_none(tmp_path, launcher):
     assert len(table) == JOBS and len({r["point_id"] for r in table}) == JOBS, out[-3000:]
     assert all(r["status"] == "ok" and r["jobs_sharing_device"] == str(sharing) for r in table)
     assert {r["backend"] for r in table} == {"naive", "quick"}, out[-3000:]
-    if launcher == "submitit_local":  # the plugin imported in a job's own process (submitit's entry point)
-        importers = [line.split()[0] for line in imports.read_text().splitlines() if line.strip()]
-        assert any(Path(argv0).parts[-3:] == ("submitit", "core", "_submit.py") for argv0 in importers), importers
+    if launcher == "submitit_local":  # the plugin imported in the isolated worker of a job's own process
+        importers = [line.split("\t") for line in imports.read_text().splitlines() if line.strip()]
+        assert any(Path(argv0).name == "isolate_worker.py" and "submitit.core._submit" in parent
+                   for argv0, parent in importers), importers
     assert len(list(sweep_dir.glob("*/row*.json"))) == JOBS
     assert sorted(p.name for p in (sweep_dir / ".points").iterdir()) == sorted(r["point_id"] for r in table)
     assert f"results: {JOBS} rows ({JOBS} ok)" in out
