@@ -64,17 +64,23 @@ def _time_ms(fn, timing_s: float) -> float:
     return time_cuda(fn, timing_s, call_s_estimate=1e-3).median_ms
 
 
+def _rounds(calls: dict, args: argparse.Namespace) -> dict[str, list[float]]:
+    """Each call's ms per round, the calls taking turns within a round (args.repeats rounds)."""
+    torch.cuda.synchronize()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(args.repeats):
+        for name, call in calls.items():
+            times[name].append(_time_ms(call, args.timing_s))
+    return times
+
+
 def compare(n: int, causal: bool, dtype: torch.dtype, args: argparse.Namespace,
             kernels: dict[str, dict]) -> dict[str, list[float]]:
     """Per-round median ms of each named call, and prints one line with the errors."""
     q, k, v = make_qkv(1, args.heads, n, n, args.head_dim, dtype=dtype, device="cuda", seed=n)
     calls = {name: (lambda kw=kw: selfattn.attention(q, k, v, causal=causal, **kw)) for name, kw in kernels.items()}
     errors = {name: _max_err(call(), q, k, v, causal) for name, call in calls.items()}  # also compiles triton
-    torch.cuda.synchronize()
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(args.repeats):
-        for name, call in calls.items():
-            times[name].append(_time_ms(call, args.timing_s))
+    times = _rounds(calls, args)
     print(f"  n={n:>6} {'causal' if causal else 'full  '} " + "  ".join(
         f"{name} {fmt_ms(times[name])} ms err {errors[name]:.2g}" for name in calls), flush=True)
     return times
@@ -94,11 +100,7 @@ def compare_fwd_bwd(n: int, causal: bool, head_dim: int, args: argparse.Namespac
     calls = {name: (lambda kw=kw: call(kw)) for name, kw in kernels.items()}
     grads = {name: fn() for name, fn in calls.items()}  # compiles triton's kernels
     diff = max((a.float() - b.float()).abs().max().item() for a, b in zip(grads["triton"], grads["sdpa"]))
-    torch.cuda.synchronize()
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(args.repeats):
-        for name, fn in calls.items():
-            times[name].append(_time_ms(fn, args.timing_s))
+    times = _rounds(calls, args)
     print(f"  n={n:>6} d={head_dim:<4} {'causal' if causal else 'full  '} " + "  ".join(
         f"{name} {fmt_ms(times[name])} ms" for name in calls) + f"  max |d triton - d flash| {diff:.2g}", flush=True)
     return times
