@@ -120,14 +120,10 @@ def predicted(point: Any, budget: Any) -> tuple[float | None, bool, dict[str, An
 
 
 def _mapped_bytes() -> int | None:
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    """What this process has mapped now (VmSize), the base its address-space limit is set above."""
+    from selfattn.host_memory import proc_kib_field
+
+    return proc_kib_field("/proc/self/status", "VmSize:")
 
 
 @contextlib.contextmanager
